@@ -1,0 +1,130 @@
+//! Walking strided layouts on the host: the CPU twin of the `strided` shader entry points.
+
+use rayon::prelude::*;
+use std::mem::MaybeUninit;
+
+/// Below this many elements a loop runs on the calling thread: a rayon hand-off costs a few
+/// microseconds, more than the loop itself.
+pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
+
+/// Elements per rayon task: large enough to amortise scheduling, small enough to balance.
+const PAR_CHUNK: usize = 1 << 14;
+
+/// Calls `f(offsets)` for the linear indices `start..end` of a row-major walk over `shape`, where
+/// `offsets[k] = base[k] + Σ idx[d] * strides[k][d]` is operand `k`'s storage index.
+pub(crate) fn walk<const K: usize>(
+    shape: &[usize],
+    strides: [&[usize]; K],
+    base: [usize; K],
+    start: usize,
+    end: usize,
+    mut f: impl FnMut([usize; K]),
+) {
+    if start >= end {
+        return;
+    }
+    let nd = shape.len();
+    if nd == 0 {
+        f(base);
+        return;
+    }
+    // Unravel `start` once; afterwards advance with carries, so the inner dim costs one add.
+    let mut idx = vec![0usize; nd];
+    let mut rem = start;
+    for d in (0..nd).rev() {
+        idx[d] = rem % shape[d];
+        rem /= shape[d];
+    }
+    let mut pos = base;
+    for k in 0..K {
+        for d in 0..nd {
+            pos[k] += idx[d] * strides[k][d];
+        }
+    }
+    let last = nd - 1;
+    let mut remaining = end - start;
+    loop {
+        // Run along the innermost dim.
+        let run = (shape[last] - idx[last]).min(remaining);
+        for _ in 0..run {
+            f(pos);
+            for k in 0..K {
+                pos[k] += strides[k][last];
+            }
+        }
+        remaining -= run;
+        if remaining == 0 {
+            return;
+        }
+        for k in 0..K {
+            pos[k] -= strides[k][last] * (idx[last] + run);
+        }
+        idx[last] = 0;
+        // Carry into the outer dims.
+        let mut d = last;
+        loop {
+            d -= 1;
+            idx[d] += 1;
+            for k in 0..K {
+                pos[k] += strides[k][d];
+            }
+            if idx[d] < shape[d] {
+                break;
+            }
+            for k in 0..K {
+                pos[k] -= strides[k][d] * shape[d];
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Builds a `Vec` of `n` elements by filling disjoint ranges, in parallel when `n` is large.
+/// `fill(start, out)` must write every slot of `out`, which holds indices `start..start+out.len()`.
+pub(crate) fn build_vec<T: Send>(
+    n: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
+) -> Vec<T> {
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    // Filling spare capacity skips the zeroing pass a `vec![0; n]` would pay for.
+    let spare = &mut v.spare_capacity_mut()[..n];
+    if n >= PAR_THRESHOLD {
+        spare
+            .par_chunks_mut(PAR_CHUNK)
+            .enumerate()
+            .for_each(|(i, chunk)| fill(i * PAR_CHUNK, chunk));
+    } else {
+        fill(0, spare);
+    }
+    // SAFETY: `fill` wrote all `n` slots (every caller writes its whole chunk).
+    unsafe { v.set_len(n) };
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walk_matches_naive_unravel() {
+        let shape = [2usize, 3, 4];
+        let sa = [1usize, 2, 6]; // a permuted view
+        let sb = [0usize, 1, 0]; // a broadcast view
+        for start in 0..24 {
+            for end in start..=24 {
+                let mut got = vec![];
+                walk(&shape, [&sa, &sb], [5, 7], start, end, |p| got.push(p));
+                let want: Vec<[usize; 2]> = (start..end)
+                    .map(|i| {
+                        let (a, b, c) = (i / 12, (i / 4) % 3, i % 4);
+                        [
+                            5 + a * sa[0] + b * sa[1] + c * sa[2],
+                            7 + a * sb[0] + b * sb[1] + c * sb[2],
+                        ]
+                    })
+                    .collect();
+                assert_eq!(got, want, "start {start} end {end}");
+            }
+        }
+    }
+}

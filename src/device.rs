@@ -1,0 +1,311 @@
+//! Devices: `torch.device` for every GPU vendor.
+
+use crate::gpu::{self, registry::registry, GpuDevice};
+use crate::{Error, Result};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Where tensors live and ops run: the native CPU or one GPU adapter.
+///
+/// Cheap to clone; clones of a GPU device share one wgpu device, queue and pipeline cache. Two
+/// devices are equal when they are the same opened device.
+///
+/// Device strings (see [`FromStr`](#impl-FromStr-for-Device)): `cpu`, `gpu`, `gpu:N`, `cuda`,
+/// `cuda:N` (alias of `gpu:N` for PyTorch habits), `vulkan[:N]`, `metal[:N]`, `dx12[:N]`,
+/// `gl[:N]` (index within that backend) and `auto` (= [`Device::best`]).
+///
+/// ```
+/// use wgtensor::Device;
+/// // The seeds' `device = "cuda" if torch.cuda.is_available() else "cpu"`:
+/// let device = Device::best();
+/// println!("running on {device}");
+/// let cpu: Device = "cpu".parse()?;
+/// assert!(cpu.is_cpu());
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Device(pub(crate) DeviceInner);
+
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum DeviceInner {
+    Cpu,
+    Gpu(GpuDevice),
+}
+
+/// What [`adapters`] reports about one adapter wgpu found.
+#[derive(Clone, Debug)]
+pub struct AdapterSummary {
+    /// Device strings that reach this adapter, canonical first (`gpu:0`, `gpu`, `cuda:0`, `vulkan:0`).
+    pub names: Vec<String>,
+    /// `N` of `gpu:N`, or `None` when this adapter is a second view (e.g. GL) of a listed GPU.
+    pub gpu_index: Option<usize>,
+    /// Adapter name as the driver reports it.
+    pub name: String,
+    /// PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel, 0x10005 Mesa, ...).
+    pub vendor: u32,
+    /// PCI device id.
+    pub device_id: u32,
+    /// `vulkan`, `metal`, `dx12` or `gl`.
+    pub backend: String,
+    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` (software) or `Other`.
+    pub device_type: String,
+    /// Whether this is a software rasteriser such as llvmpipe ([`Device::best`] skips these).
+    pub is_software: bool,
+    /// Driver name and version.
+    pub driver: String,
+    /// Largest single buffer in bytes.
+    pub max_buffer_size: u64,
+    /// Largest storage binding in bytes (the largest tensor a kernel can bind whole).
+    pub max_storage_buffer_binding_size: u64,
+    /// Largest dispatch per grid dimension.
+    pub max_compute_workgroups_per_dimension: u32,
+    /// Largest workgroup.
+    pub max_compute_invocations_per_workgroup: u32,
+    /// Whether the adapter computes in f16 natively.
+    pub shader_f16: bool,
+}
+
+/// Whether at least one GPU adapter (hardware or software) can be reached.
+///
+/// ```
+/// let device = if wgtensor::gpu_is_available() { "gpu" } else { "cpu" };
+/// let device: wgtensor::Device = device.parse()?;
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn gpu_is_available() -> bool {
+    gpu_count() > 0
+}
+
+/// Number of GPUs reachable as `gpu:N`. One physical GPU seen through two backends counts once.
+///
+/// ```
+/// for i in 0..wgtensor::gpu_count() {
+///     println!("{}", wgtensor::Device::gpu(i)?);
+/// }
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn gpu_count() -> usize {
+    registry().gpu_count()
+}
+
+/// Every adapter wgpu found, in `gpu:N` order, then the second views (GL) of listed GPUs.
+///
+/// ```
+/// for a in wgtensor::adapters() {
+///     println!("{:?}: {} ({}, {})", a.names, a.name, a.backend, a.device_type);
+/// }
+/// ```
+pub fn adapters() -> Vec<AdapterSummary> {
+    registry().summaries()
+}
+
+impl Device {
+    /// The native CPU device.
+    pub fn cpu() -> Device {
+        Device(DeviceInner::Cpu)
+    }
+
+    /// `gpu:index`, opened on first use and shared afterwards.
+    ///
+    /// # Errors
+    /// [`Error::GpuUnavailable`] when no GPU exists, [`Error::InvalidDevice`] when `index` is
+    /// past the end (the message names how many exist).
+    ///
+    /// ```
+    /// match wgtensor::Device::gpu(0) {
+    ///     Ok(d) => println!("opened {d}"),
+    ///     Err(e) => println!("no GPU: {e}"),
+    /// }
+    /// ```
+    pub fn gpu(index: usize) -> Result<Device> {
+        let d = registry().open_gpu(&format!("gpu:{index}"), index)?;
+        Ok(Device(DeviceInner::Gpu(d)))
+    }
+
+    /// The best device: `WGTENSOR_DEVICE` if set, else the first hardware GPU (discrete, then
+    /// integrated, then virtual), else the CPU. Software adapters are never picked; never panics.
+    ///
+    /// ```
+    /// let device = wgtensor::Device::best();
+    /// assert!(device.is_cpu() || device.is_gpu());
+    /// ```
+    pub fn best() -> Device {
+        Device::best_with_reason().0
+    }
+
+    /// [`Device::best`] and a sentence saying why it was chosen (for logs and examples).
+    ///
+    /// ```
+    /// let (device, why) = wgtensor::Device::best_with_reason();
+    /// println!("using {device}: {why}");
+    /// ```
+    pub fn best_with_reason() -> (Device, String) {
+        let mut prefix = String::new();
+        if let Ok(v) = std::env::var("WGTENSOR_DEVICE") {
+            let v = v.trim().to_string();
+            if !v.is_empty() && !v.eq_ignore_ascii_case("auto") {
+                match v.parse::<Device>() {
+                    Ok(d) => return (d, format!("WGTENSOR_DEVICE={v} selects it")),
+                    Err(e) => prefix = format!("WGTENSOR_DEVICE={v} ignored ({e}); "),
+                }
+            }
+        }
+        let (gpu, reason) = registry().best();
+        let device = match gpu {
+            Some(g) => Device(DeviceInner::Gpu(g)),
+            None => Device::cpu(),
+        };
+        (device, prefix + &reason)
+    }
+
+    /// Wraps a wgpu device and queue the application already owns (a renderer, bevy, egui), so
+    /// tensors and the application's own passes share buffers without copies.
+    ///
+    /// wgtensor installs its own uncaptured-error handler and device-lost callback on `device`
+    /// (wgpu's default handler panics); errors then surface from wgtensor calls as `Err`.
+    ///
+    /// ```no_run
+    /// # async fn demo(adapter: wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue) {
+    /// let dev = wgtensor::Device::from_wgpu(&adapter, device, queue);
+    /// let t = wgtensor::Tensor::ones(&[4], wgtensor::DType::F32, &dev).unwrap();
+    /// let view = t.wgpu_buffer().unwrap(); // bind view.buffer at view.offset in your own pass
+    /// # }
+    /// ```
+    pub fn from_wgpu(adapter: &wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue) -> Device {
+        Device(DeviceInner::Gpu(gpu::wrap(adapter, device, queue)))
+    }
+
+    /// Whether this is the CPU.
+    pub fn is_cpu(&self) -> bool {
+        matches!(self.0, DeviceInner::Cpu)
+    }
+
+    /// Whether this is a GPU (hardware or software adapter).
+    pub fn is_gpu(&self) -> bool {
+        matches!(self.0, DeviceInner::Gpu(_))
+    }
+
+    /// The adapter's name (`cpu` for the CPU).
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::Device::cpu().name(), "cpu");
+    /// ```
+    pub fn name(&self) -> String {
+        match &self.0 {
+            DeviceInner::Cpu => "cpu".into(),
+            DeviceInner::Gpu(g) => g.adapter_name(),
+        }
+    }
+
+    /// Waits for all work queued on this device; reports a lost device or captured wgpu errors.
+    /// (PyTorch's `torch.cuda.synchronize()`; a no-op on the CPU.)
+    ///
+    /// ```
+    /// wgtensor::Device::cpu().synchronize()?;
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.0 {
+            DeviceInner::Cpu => Ok(()),
+            DeviceInner::Gpu(g) => g.wait("synchronize", None),
+        }
+    }
+
+    /// Sets how long a wait for this GPU may take before [`Error::Timeout`] (default 120 s).
+    /// No effect on the CPU.
+    ///
+    /// ```
+    /// wgtensor::Device::cpu().set_timeout(std::time::Duration::from_secs(5));
+    /// ```
+    pub fn set_timeout(&self, timeout: Duration) {
+        if let DeviceInner::Gpu(g) = &self.0 {
+            g.set_timeout(timeout);
+        }
+    }
+
+    /// The underlying wgpu device and queue, to record the application's own work on them.
+    ///
+    /// ```
+    /// assert!(wgtensor::Device::cpu().wgpu().is_none());
+    /// ```
+    pub fn wgpu(&self) -> Option<(&wgpu::Device, &wgpu::Queue)> {
+        match &self.0 {
+            DeviceInner::Cpu => None,
+            DeviceInner::Gpu(g) => Some((&g.0.device, &g.0.queue)),
+        }
+    }
+
+    /// The GPU behind this device, or an error naming `op` for CPU devices.
+    pub(crate) fn as_gpu(&self) -> Option<&GpuDevice> {
+        match &self.0 {
+            DeviceInner::Cpu => None,
+            DeviceInner::Gpu(g) => Some(g),
+        }
+    }
+}
+
+const VALID_FORMS: &str =
+    "valid forms: cpu, gpu, gpu:N, cuda, cuda:N, vulkan[:N], metal[:N], dx12[:N], gl[:N], auto";
+
+impl FromStr for Device {
+    type Err = Error;
+
+    /// Parses a device string; see [`Device`] for the grammar.
+    fn from_str(s: &str) -> Result<Device> {
+        let input = s.trim().to_ascii_lowercase();
+        let bad = |why: String| Error::InvalidDevice {
+            input: s.to_string(),
+            reason: format!("{why}; {VALID_FORMS}"),
+        };
+        let (kind, index) = match input.split_once(':') {
+            Some((k, i)) => {
+                let n = i.parse::<usize>().map_err(|_| {
+                    bad(format!("{i:?} is not a device index (a number such as 0)"))
+                })?;
+                (k, Some(n))
+            }
+            None => (input.as_str(), None),
+        };
+        match kind {
+            "cpu" if index.is_none() || index == Some(0) => Ok(Device::cpu()),
+            "auto" if index.is_none() => Ok(Device::best()),
+            "gpu" | "cuda" => {
+                let i = index.unwrap_or(0);
+                let d = registry().open_gpu(s.trim(), i)?;
+                Ok(Device(DeviceInner::Gpu(d)))
+            }
+            "vulkan" | "metal" | "dx12" | "gl" => {
+                let d = registry().open_backend(s.trim(), kind, index.unwrap_or(0))?;
+                Ok(Device(DeviceInner::Gpu(d)))
+            }
+            _ => Err(bad(format!("{kind:?} is not a device kind"))),
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    /// Canonical form: `cpu`, `gpu:0`, `gl:0` (a GL view of a listed GPU), `wgpu:0` (wrapped).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            DeviceInner::Cpu => f.write_str("cpu"),
+            DeviceInner::Gpu(g) => f.write_str(g.label()),
+        }
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            DeviceInner::Cpu => f.write_str("Device(cpu)"),
+            DeviceInner::Gpu(g) => write!(f, "Device({g:?})"),
+        }
+    }
+}
+
+impl Default for Device {
+    /// The CPU, as in PyTorch.
+    fn default() -> Device {
+        Device::cpu()
+    }
+}

@@ -1,0 +1,102 @@
+//! Element types.
+
+use half::f16;
+use std::fmt;
+
+/// The element type of a tensor.
+///
+/// Every dtype can be created, moved between devices and read back. Compute kernels cover
+/// [`DType::F32`]; other dtypes return [`crate::Error::UnsupportedDType`] from ops until their
+/// kernels land.
+///
+/// ```
+/// use wgtensor::{DType, Device, Tensor};
+/// let t = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+/// assert_eq!(t.dtype(), DType::F32);
+/// assert_eq!(DType::F16.size_in_bytes(), 2);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit IEEE float.
+    F32,
+    /// 16-bit IEEE float, stored two per 32-bit word on GPUs.
+    F16,
+    /// 32-bit signed integer.
+    I32,
+    /// 32-bit unsigned integer.
+    U32,
+    /// 8-bit unsigned integer (masks).
+    U8,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 => 2,
+            DType::U8 => 1,
+        }
+    }
+
+    /// Whether the dtype is a floating-point type.
+    pub fn is_float(self) -> bool {
+        match self {
+            DType::F32 | DType::F16 => true,
+            DType::I32 | DType::U32 | DType::U8 => false,
+        }
+    }
+
+    /// PyTorch-style name (`float32`, `float16`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::I32 => "int32",
+            DType::U32 => "uint32",
+            DType::U8 => "uint8",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Rust type that is the element type of some [`DType`].
+///
+/// Implemented for `f32`, `half::f16`, `i32`, `u32` and `u8`; used by
+/// [`crate::Tensor::from_vec`] and [`crate::Tensor::to_vec`].
+pub trait WithDType:
+    bytemuck::Pod + Copy + Send + Sync + PartialEq + fmt::Debug + fmt::Display + 'static
+{
+    /// The matching dtype.
+    const DTYPE: DType;
+    /// Lossy conversion from `f64` (used by `full`, `arange`).
+    fn from_f64(v: f64) -> Self;
+    /// Conversion to `f64` (used for printing).
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! with_dtype {
+    ($t:ty, $d:ident, $from:expr, $to:expr) => {
+        impl WithDType for $t {
+            const DTYPE: DType = DType::$d;
+            fn from_f64(v: f64) -> Self {
+                $from(v)
+            }
+            fn to_f64(self) -> f64 {
+                $to(self)
+            }
+        }
+    };
+}
+
+with_dtype!(f32, F32, |v| v as f32, |v: f32| v as f64);
+with_dtype!(f16, F16, f16::from_f64, |v: f16| v.to_f64());
+with_dtype!(i32, I32, |v| v as i32, |v: i32| v as f64);
+with_dtype!(u32, U32, |v| v as u32, |v: u32| v as f64);
+with_dtype!(u8, U8, |v| v as u8, |v: u8| v as f64);

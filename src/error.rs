@@ -1,0 +1,143 @@
+//! The one error type of wgtensor.
+//!
+//! Every fallible public call returns [`Result`]. Messages name the op, the operands, the numbers
+//! involved and, where there is one, the fix.
+
+use crate::DType;
+use std::time::Duration;
+
+/// `Result<T, wgtensor::Error>`.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in wgtensor.
+///
+/// Broken internal invariants are panics with a clear message; everything a user can cause (bad
+/// shapes, mixed devices, a missing GPU, out-of-memory, a lost device) is one of these variants.
+///
+/// ```
+/// use wgtensor::{Device, Error, Tensor};
+/// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
+/// let b = Tensor::from_vec(vec![1f32, 2.0], &[2], &Device::cpu())?;
+/// match a.add(&b) {
+///     Err(Error::ShapeMismatch { op, .. }) => assert_eq!(op, "add"),
+///     other => panic!("expected a shape mismatch, got {other:?}"),
+/// }
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Two operands live on different devices. Ops never move data silently.
+    #[error(
+        "expected all tensors to be on the same device, but found {lhs} and {rhs} in {op}; \
+         move one with .to(&device)"
+    )]
+    DeviceMismatch {
+        op: &'static str,
+        lhs: String,
+        rhs: String,
+    },
+
+    /// Two operands' shapes are incompatible for `op` (broadcasting, matmul inner dims, ...).
+    #[error(
+        "shape mismatch in {op}: lhs {lhs:?} and rhs {rhs:?} are incompatible \
+         (broadcasting needs each trailing dim to be equal or 1)"
+    )]
+    ShapeMismatch {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+    },
+
+    /// Two operands have different dtypes. Ops never convert silently; use `.to_dtype()`.
+    #[error(
+        "dtype mismatch in {op}: lhs is {lhs}, rhs is {rhs}; convert one with .to_dtype() first"
+    )]
+    DTypeMismatch {
+        op: &'static str,
+        lhs: DType,
+        rhs: DType,
+    },
+
+    /// `op` has no kernel for this dtype (yet) on this device.
+    #[error("{op} does not support dtype {dtype} on {device}; convert with .to_dtype(DType::F32)")]
+    UnsupportedDType {
+        op: &'static str,
+        dtype: DType,
+        device: String,
+    },
+
+    /// A device string or index that names no device.
+    #[error("invalid device {input:?}: {reason}")]
+    InvalidDevice { input: String, reason: String },
+
+    /// A GPU was requested but none (or not that one) can be used.
+    #[error("no GPU for {requested}: {reason}")]
+    GpuUnavailable { requested: String, reason: String },
+
+    /// The element count of a shape does not fit in `usize` (or the byte count in `u64`).
+    #[error("shape {shape:?} has more elements than fit in memory (element count overflows)")]
+    ShapeOverflow { shape: Vec<usize> },
+
+    /// A data slice whose length is not the product of the shape.
+    #[error("{op}: shape {shape:?} needs {expected} elements but the data has {actual}")]
+    DataLength {
+        op: &'static str,
+        shape: Vec<usize>,
+        expected: usize,
+        actual: usize,
+    },
+
+    /// An argument outside the op's domain (a dim out of range, a negative step, ...).
+    #[error("{op}: {message}")]
+    InvalidArgument { op: &'static str, message: String },
+
+    /// A single buffer larger than the adapter allows, refused before wgpu sees it.
+    #[error(
+        "{op}: a buffer of {bytes} bytes exceeds {limit_name} = {limit} bytes on {device} \
+         ({adapter}); use smaller tensors or the CPU device"
+    )]
+    BufferTooLarge {
+        op: &'static str,
+        device: String,
+        adapter: String,
+        bytes: u64,
+        limit: u64,
+        limit_name: &'static str,
+    },
+
+    /// The device could not allocate memory.
+    #[error(
+        "out of memory on {device} ({adapter}) in {op}: tried to allocate {requested} bytes with \
+         {allocated} bytes already allocated by wgtensor (adapter max_buffer_size {limit}); \
+         free tensors you no longer need, use a smaller batch or f16, or run on the CPU"
+    )]
+    OutOfMemory {
+        op: &'static str,
+        device: String,
+        adapter: String,
+        requested: u64,
+        allocated: u64,
+        limit: u64,
+    },
+
+    /// The GPU device was lost (driver reset, `destroy()`, unplugged). Reopen it to continue.
+    #[error("{device} was lost ({reason}); tensors on it are gone; open the device again")]
+    DeviceLost { device: String, reason: String },
+
+    /// A wait for the GPU outlasted its timeout. The tensors involved stay valid.
+    #[error("{op} on {device} did not finish within {waited:?}; the work is still queued, try again or raise the timeout")]
+    Timeout {
+        op: &'static str,
+        device: String,
+        waited: Duration,
+    },
+
+    /// Any other error reported by wgpu (validation, internal), captured instead of panicking.
+    #[error("wgpu error on {device} in {op}: {message}")]
+    Wgpu {
+        op: &'static str,
+        device: String,
+        message: String,
+    },
+}

@@ -1,0 +1,254 @@
+//! The one module that embeds `shaders/*.wgsl`, and the per-device pipeline cache.
+//!
+//! Every kernel follows one binding convention, so one bind-group layout per input count serves
+//! them all: `@binding(0..k)` read-only inputs, `@binding(k)` the read-write output,
+//! `@binding(k + 1)` a read-only `array<u32>` of metadata (sizes, offsets, strides, scalars).
+//! Every kernel uses 256-thread workgroups on a 2-D grid (see [`grid`]).
+
+use super::device::GpuDevice;
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use wgpu::util::DeviceExt;
+
+/// Threads per workgroup in every shader (`@workgroup_size(256)`): a multiple of every vendor's
+/// SIMD width (32 on NVIDIA, 64 on AMD, 8-32 on Intel/Apple) and within WebGPU's default limit.
+pub(crate) const WORKGROUP: u64 = 256;
+
+/// The shader files. Each is standalone, valid WGSL, validated by naga in `tests/shaders.rs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Shader {
+    Fill,
+    Unary,
+    Binary,
+}
+
+impl Shader {
+    /// Every shader, for tests that validate them all.
+    #[allow(dead_code)]
+    pub(crate) const ALL: [Shader; 3] = [Shader::Fill, Shader::Unary, Shader::Binary];
+
+    pub(crate) fn file(self) -> &'static str {
+        match self {
+            Shader::Fill => "fill.wgsl",
+            Shader::Unary => "unary.wgsl",
+            Shader::Binary => "binary.wgsl",
+        }
+    }
+
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            Shader::Fill => include_str!("../../shaders/fill.wgsl"),
+            Shader::Unary => include_str!("../../shaders/unary.wgsl"),
+            Shader::Binary => include_str!("../../shaders/binary.wgsl"),
+        }
+    }
+
+    /// Read-only input bindings before the output.
+    fn inputs(self) -> usize {
+        match self {
+            Shader::Fill => 0,
+            Shader::Unary => 1,
+            Shader::Binary => 2,
+        }
+    }
+}
+
+type PipelineKey = (Shader, &'static str, Option<u32>);
+
+/// Compiled modules, layouts and pipelines of one device, built on first use.
+#[derive(Default)]
+pub(crate) struct KernelCache {
+    modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
+    layouts: Mutex<HashMap<usize, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
+    pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+}
+
+/// One dispatch: which kernel, its buffers and metadata, and how many threads.
+pub(crate) struct Launch<'a> {
+    pub shader: Shader,
+    pub entry: &'static str,
+    /// Value of the shader's `override OP: u32`, for shaders that select an op with it.
+    pub op_code: Option<u32>,
+    pub inputs: &'a [&'a wgpu::Buffer],
+    pub output: &'a wgpu::Buffer,
+    pub meta: &'a [u32],
+    pub threads: u64,
+}
+
+/// Splits `workgroups` over a 2-D grid: no dimension may exceed
+/// `max_compute_workgroups_per_dimension` (65,535 on most adapters). Shaders flatten it as
+/// `(wid.y * nwg.x + wid.x) * 256 + lid` and guard `i >= n`.
+pub(crate) fn grid(workgroups: u64, max_per_dim: u32) -> Option<(u32, u32)> {
+    let max = max_per_dim.max(1) as u64;
+    let x = workgroups.min(max);
+    let y = workgroups.div_ceil(x.max(1));
+    (y <= max).then_some((x as u32, y as u32))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding a cache lock cannot leave a half-built entry behind (entries are
+    // inserted whole), so a poisoned lock is still safe to use.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl GpuDevice {
+    fn layout(&self, inputs: usize) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        let mut layouts = lock(&self.0.kernels.layouts);
+        layouts
+            .entry(inputs)
+            .or_insert_with(|| {
+                let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+                    binding,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only },
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                };
+                let k = inputs as u32;
+                let mut entries: Vec<_> = (0..k).map(|b| storage(b, true)).collect();
+                entries.push(storage(k, false));
+                entries.push(storage(k + 1, true));
+                let bgl =
+                    self.0
+                        .device
+                        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                            label: Some("wgtensor::layout"),
+                            entries: &entries,
+                        });
+                let pl = self
+                    .0
+                    .device
+                    .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: Some("wgtensor::layout"),
+                        bind_group_layouts: &[Some(&bgl)],
+                        immediate_size: 0,
+                    });
+                (bgl, pl)
+            })
+            .clone()
+    }
+
+    fn pipeline(&self, op: &'static str, key: PipelineKey) -> Result<wgpu::ComputePipeline> {
+        if let Some(p) = lock(&self.0.kernels.pipelines).get(&key) {
+            return Ok(p.clone());
+        }
+        let (shader, entry, op_code) = key;
+        let (_, layout) = self.layout(shader.inputs());
+        let label = format!("{}::{}", shader.file(), entry);
+        let pipeline = self.scoped(op, 0, || {
+            let module = lock(&self.0.kernels.modules)
+                .entry(shader)
+                .or_insert_with(|| {
+                    self.0
+                        .device
+                        .create_shader_module(wgpu::ShaderModuleDescriptor {
+                            label: Some(shader.file()),
+                            source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+                        })
+                })
+                .clone();
+            let constants: Vec<(&str, f64)> =
+                op_code.map(|c| ("OP", c as f64)).into_iter().collect();
+            self.0
+                .device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&label),
+                    layout: Some(&layout),
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        constants: &constants,
+                        zero_initialize_workgroup_memory: true,
+                    },
+                    cache: None,
+                })
+        })?;
+        // Two threads may race to build the same pipeline; both results are equivalent.
+        lock(&self.0.kernels.pipelines).insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Records and submits one dispatch. Empty launches (`threads == 0`) do nothing: a
+    /// zero-sized binding must never reach wgpu.
+    pub(crate) fn launch(&self, op: &'static str, l: Launch<'_>) -> Result<()> {
+        if l.threads == 0 {
+            return Ok(());
+        }
+        let workgroups = l.threads.div_ceil(WORKGROUP);
+        let (x, y) = grid(
+            workgroups,
+            self.0.limits.max_compute_workgroups_per_dimension,
+        )
+        .ok_or_else(|| Error::InvalidArgument {
+            op,
+            message: format!(
+                "{} elements exceed the largest dispatch grid of this adapter",
+                l.threads
+            ),
+        })?;
+        let pipeline = self.pipeline(op, (l.shader, l.entry, l.op_code))?;
+        let (bgl, _) = self.layout(l.shader.inputs());
+        self.scoped(op, 0, || {
+            let dev = &self.0.device;
+            let meta = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("wgtensor::meta"),
+                contents: bytemuck::cast_slice(l.meta),
+                usage: wgpu::BufferUsages::STORAGE,
+            });
+            let mut entries: Vec<wgpu::BindGroupEntry> = l
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: b.as_entire_binding(),
+                })
+                .collect();
+            let k = l.inputs.len() as u32;
+            entries.push(wgpu::BindGroupEntry {
+                binding: k,
+                resource: l.output.as_entire_binding(),
+            });
+            entries.push(wgpu::BindGroupEntry {
+                binding: k + 1,
+                resource: meta.as_entire_binding(),
+            });
+            let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(op),
+                layout: &bgl,
+                entries: &entries,
+            });
+            let mut enc =
+                dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(op),
+                    timestamp_writes: None,
+                });
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                pass.dispatch_workgroups(x, y, 1);
+            }
+            self.0.queue.submit([enc.finish()]);
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid;
+
+    #[test]
+    fn grid_stays_within_limits() {
+        assert_eq!(grid(1, 65_535), Some((1, 1)));
+        assert_eq!(grid(65_535, 65_535), Some((65_535, 1)));
+        assert_eq!(grid(65_536, 65_535), Some((65_535, 2)));
+        assert_eq!(grid(65_535 * 65_535 + 1, 65_535), None);
+        let (x, y) = grid(1_000_000, 65_535).unwrap();
+        assert!(x as u64 * y as u64 >= 1_000_000);
+    }
+}

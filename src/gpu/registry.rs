@@ -1,0 +1,337 @@
+//! Adapter discovery: one wgpu instance per process, adapters ordered and numbered once, each
+//! opened at most once and shared.
+
+use super::device::GpuDevice;
+use crate::device::AdapterSummary;
+use crate::{Error, Result};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, OnceLock};
+
+pub(crate) struct Registry {
+    /// Kept alive for the adapters' sake.
+    _instance: Option<wgpu::Instance>,
+    entries: Vec<Entry>,
+    /// `gpu:N` → index into `entries`.
+    gpu: Vec<usize>,
+    /// Why discovery itself failed, if it did.
+    failure: Option<String>,
+}
+
+struct Entry {
+    adapter: wgpu::Adapter,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    features: wgpu::Features,
+    /// `N` in `vulkan:N`, `gl:N`, ...: the index among adapters of the same backend.
+    backend_index: usize,
+    gpu_index: Option<usize>,
+    opened: Mutex<Option<GpuDevice>>,
+}
+
+/// Preference: discrete, integrated, virtual, software, unknown.
+fn type_rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+/// Native APIs first; GL only where nothing else reaches the device.
+fn backend_rank(b: wgpu::Backend) -> u8 {
+    match b {
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 => 0,
+        wgpu::Backend::Gl => 1,
+        wgpu::Backend::BrowserWebGpu | wgpu::Backend::Noop => 2,
+    }
+}
+
+/// Lower-case backend name as used in device strings.
+pub(crate) fn backend_name(b: wgpu::Backend) -> &'static str {
+    match b {
+        wgpu::Backend::Vulkan => "vulkan",
+        wgpu::Backend::Metal => "metal",
+        wgpu::Backend::Dx12 => "dx12",
+        wgpu::Backend::Gl => "gl",
+        wgpu::Backend::BrowserWebGpu => "webgpu",
+        wgpu::Backend::Noop => "noop",
+    }
+}
+
+/// Whether two adapters are one physical device seen through two backends. GL renderer strings
+/// often extend the Vulkan name ("NVIDIA GeForce RTX 3080/PCIe/SSE2"), hence the prefix test.
+fn same_device(a: &wgpu::AdapterInfo, b: &wgpu::AdapterInfo) -> bool {
+    let (x, y) = (a.name.to_lowercase(), b.name.to_lowercase());
+    a.device_type == b.device_type
+        && !x.is_empty()
+        && (x.starts_with(&y) || y.starts_with(&x))
+        && (a.vendor == 0 || b.vendor == 0 || a.vendor == b.vendor)
+}
+
+static REGISTRY: OnceLock<Registry> = OnceLock::new();
+
+pub(crate) fn registry() -> &'static Registry {
+    REGISTRY.get_or_init(Registry::discover)
+}
+
+impl Registry {
+    fn discover() -> Registry {
+        // Instance creation and enumeration call into drivers; a broken driver must not take
+        // the process down, it only means "no GPU".
+        let found = catch_unwind(|| {
+            // Honours WGPU_BACKEND (and wgpu's other environment variables).
+            let instance = wgpu::Instance::new(
+                wgpu::InstanceDescriptor::new_without_display_handle_from_env(),
+            );
+            let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+            (instance, adapters)
+        });
+        let (instance, adapters) = match found {
+            Ok(v) => v,
+            Err(_) => {
+                return Registry {
+                    _instance: None,
+                    entries: Vec::new(),
+                    gpu: Vec::new(),
+                    failure: Some("the wgpu instance panicked while enumerating adapters".into()),
+                }
+            }
+        };
+        let mut entries: Vec<Entry> = adapters
+            .into_iter()
+            .filter(|a| !matches!(a.get_info().backend, wgpu::Backend::Noop))
+            .map(|adapter| Entry {
+                info: adapter.get_info(),
+                limits: adapter.limits(),
+                features: adapter.features(),
+                adapter,
+                backend_index: 0,
+                gpu_index: None,
+                opened: Mutex::new(None),
+            })
+            .collect();
+        // Stable sort: the driver's order breaks ties.
+        entries.sort_by_key(|e| (type_rank(e.info.device_type), backend_rank(e.info.backend)));
+        let mut gpu = Vec::new();
+        for i in 0..entries.len() {
+            let backend = entries[i].info.backend;
+            entries[i].backend_index = entries[..i]
+                .iter()
+                .filter(|e| e.info.backend == backend)
+                .count();
+            let duplicate = gpu
+                .iter()
+                .any(|&j: &usize| same_device(&entries[j].info, &entries[i].info));
+            if !duplicate {
+                entries[i].gpu_index = Some(gpu.len());
+                gpu.push(i);
+            }
+        }
+        Registry {
+            _instance: Some(instance),
+            entries,
+            gpu,
+            failure: None,
+        }
+    }
+
+    pub(crate) fn gpu_count(&self) -> usize {
+        self.gpu.len()
+    }
+
+    /// The device strings that reach entry `i`, canonical first.
+    fn names(&self, i: usize) -> Vec<String> {
+        let e = &self.entries[i];
+        let backend = format!("{}:{}", backend_name(e.info.backend), e.backend_index);
+        match e.gpu_index {
+            Some(g) => {
+                let mut v = vec![format!("gpu:{g}"), format!("cuda:{g}"), backend];
+                if g == 0 {
+                    v.insert(1, "gpu".into());
+                }
+                v
+            }
+            None => vec![backend],
+        }
+    }
+
+    pub(crate) fn summaries(&self) -> Vec<AdapterSummary> {
+        (0..self.entries.len())
+            .map(|i| {
+                let e = &self.entries[i];
+                AdapterSummary {
+                    names: self.names(i),
+                    gpu_index: e.gpu_index,
+                    name: e.info.name.clone(),
+                    vendor: e.info.vendor,
+                    device_id: e.info.device,
+                    backend: backend_name(e.info.backend).to_string(),
+                    device_type: format!("{:?}", e.info.device_type),
+                    is_software: e.info.device_type == wgpu::DeviceType::Cpu,
+                    driver: format!("{} {}", e.info.driver, e.info.driver_info)
+                        .trim()
+                        .to_string(),
+                    max_buffer_size: e.limits.max_buffer_size,
+                    max_storage_buffer_binding_size: e.limits.max_storage_buffer_binding_size,
+                    max_compute_workgroups_per_dimension: e
+                        .limits
+                        .max_compute_workgroups_per_dimension,
+                    max_compute_invocations_per_workgroup: e
+                        .limits
+                        .max_compute_invocations_per_workgroup,
+                    shader_f16: e.features.contains(wgpu::Features::SHADER_F16),
+                }
+            })
+            .collect()
+    }
+
+    fn none_found(&self) -> String {
+        match &self.failure {
+            Some(f) => format!("GPU discovery failed ({f})"),
+            None => {
+                "no GPU adapter was found (wgpu searched Vulkan, Metal, DX12 and GL; WGPU_BACKEND \
+                     narrows the search); install a GPU driver (on Linux without a GPU, \
+                     `apt-get install mesa-vulkan-drivers` gives a software adapter) or use the CPU"
+                    .into()
+            }
+        }
+    }
+
+    fn describe(&self, i: usize) -> String {
+        let e = &self.entries[i];
+        format!(
+            "{} = {} ({}, {:?})",
+            self.names(i)[0],
+            e.info.name,
+            backend_name(e.info.backend),
+            e.info.device_type
+        )
+    }
+
+    /// Opens `gpu:index`.
+    pub(crate) fn open_gpu(&self, input: &str, index: usize) -> Result<GpuDevice> {
+        match self.gpu.get(index) {
+            Some(&i) => self.open(i),
+            None if self.gpu.is_empty() => Err(Error::GpuUnavailable {
+                requested: input.to_string(),
+                reason: self.none_found(),
+            }),
+            None => Err(Error::InvalidDevice {
+                input: input.to_string(),
+                reason: format!(
+                    "index {index} is past the end: {} GPU(s) exist ({})",
+                    self.gpu.len(),
+                    self.gpu
+                        .iter()
+                        .map(|&i| self.describe(i))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            }),
+        }
+    }
+
+    /// Opens the `index`-th adapter of backend `backend` (`vulkan:N`, `gl:N`, ...).
+    pub(crate) fn open_backend(
+        &self,
+        input: &str,
+        backend: &str,
+        index: usize,
+    ) -> Result<GpuDevice> {
+        let matching: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| backend_name(self.entries[i].info.backend) == backend)
+            .collect();
+        match matching.get(index) {
+            Some(&i) => self.open(i),
+            None if matching.is_empty() => Err(Error::GpuUnavailable {
+                requested: input.to_string(),
+                reason: if self.entries.is_empty() {
+                    self.none_found()
+                } else {
+                    format!(
+                        "no {backend} adapter was found; available: {}",
+                        (0..self.entries.len())
+                            .map(|i| self.describe(i))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    )
+                },
+            }),
+            None => Err(Error::InvalidDevice {
+                input: input.to_string(),
+                reason: format!(
+                    "index {index} is past the end: {} {backend} adapter(s) exist",
+                    matching.len()
+                ),
+            }),
+        }
+    }
+
+    /// The first hardware GPU that opens, with the reason for the choice; `None` means the CPU.
+    pub(crate) fn best(&self) -> (Option<GpuDevice>, String) {
+        let mut failures = Vec::new();
+        for &i in &self.gpu {
+            if self.entries[i].info.device_type == wgpu::DeviceType::Cpu {
+                continue;
+            }
+            match self.open(i) {
+                Ok(d) => return (Some(d), format!("first hardware GPU: {}", self.describe(i))),
+                Err(e) => failures.push(format!("{} failed to open: {e}", self.describe(i))),
+            }
+        }
+        let reason = if !failures.is_empty() {
+            format!("no GPU could be opened: {}", failures.join("; "))
+        } else if self.gpu.is_empty() {
+            self.none_found()
+        } else {
+            let software: Vec<String> = self.gpu.iter().map(|&i| self.describe(i)).collect();
+            format!(
+                "only software adapters were found ({}); they run GPU kernels on the CPU, slower \
+                 than wgtensor's native CPU path; request one explicitly (e.g. `gpu:0`) to use it anyway",
+                software.join("; ")
+            )
+        };
+        (None, reason)
+    }
+
+    fn open(&self, i: usize) -> Result<GpuDevice> {
+        let e = &self.entries[i];
+        let mut slot = e.opened.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = slot.as_ref() {
+            return Ok(d.clone());
+        }
+        let label = self.names(i)[0].clone();
+        // Request the adapter's real limits: wgpu's defaults cap buffers at 256 MiB.
+        let wanted = wgpu::Features::SHADER_F16 & e.features;
+        let requested = catch_unwind(AssertUnwindSafe(|| {
+            pollster::block_on(e.adapter.request_device(&wgpu::DeviceDescriptor {
+                label: Some("wgtensor"),
+                required_features: wanted,
+                required_limits: e.limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            }))
+        }));
+        let (device, queue) = match requested {
+            Ok(Ok(dq)) => dq,
+            Ok(Err(err)) => {
+                return Err(Error::GpuUnavailable {
+                    requested: label,
+                    reason: format!("{} refused to open: {err}", self.describe(i)),
+                })
+            }
+            Err(_) => {
+                return Err(Error::GpuUnavailable {
+                    requested: label,
+                    reason: format!("{} panicked while opening", self.describe(i)),
+                })
+            }
+        };
+        let dev = GpuDevice::new(label, e.info.clone(), device, queue);
+        *slot = Some(dev.clone());
+        Ok(dev)
+    }
+}

@@ -1,0 +1,73 @@
+//! # wgtensor
+//!
+//! PyTorch's device model on every GPU vendor. Tensors live in `wgpu::Buffer`s, WGSL compute
+//! shaders do the math, explicit uploads and readbacks play the role of `.to(device)` and
+//! `.cpu()`, and a fast native CPU path serves whenever no adapter is found.
+//!
+//! ```
+//! use wgtensor::{Device, Tensor};
+//!
+//! let (device, why) = Device::best_with_reason();
+//! println!("using {device}: {why}");
+//! let x = Tensor::randn(&[3, 4], &device)?;          // created directly on the device
+//! let w = Tensor::ones(&[4], wgtensor::DType::F32, &Device::cpu())?.to(&device)?; // moved there
+//! let y = (&x * &w)?.relu()?;                           // runs where the data is
+//! let back = y.cpu()?;                                  // moved back for printing
+//! println!("{back}");
+//! # Ok::<(), wgtensor::Error>(())
+//! ```
+//!
+//! Ops never move data between devices silently: mixing devices is an
+//! [`Error::DeviceMismatch`]. Every fallible call returns [`Result`]; wgpu's panicking default
+//! error handler is replaced on every device wgtensor opens or wraps.
+
+mod cpu;
+mod device;
+mod dtype;
+mod error;
+mod gpu;
+mod ops;
+mod random;
+mod shape;
+mod storage;
+mod tensor;
+
+pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
+pub use dtype::{DType, WithDType};
+pub use error::{Error, Result};
+pub use random::manual_seed;
+pub use tensor::{Tensor, WgpuBufferView};
+
+/// The f16 type of [`DType::F16`] tensors.
+pub use half::f16;
+/// The wgpu version wgtensor is built on, for applications that share devices and buffers.
+pub use wgpu;
+
+/// Hooks that provoke faults on purpose, for wgtensor's own fault-injection tests.
+#[doc(hidden)]
+pub mod testing {
+    use crate::Device;
+
+    /// Destroys a GPU device as a driver reset would; later calls must report `DeviceLost`.
+    pub fn destroy_device(device: &Device) {
+        if let Some(g) = device.as_gpu() {
+            g.destroy();
+        }
+    }
+
+    /// Provokes a wgpu validation error outside every error scope; the next call on the device
+    /// must return it as an error instead of panicking.
+    pub fn inject_uncaptured_error(device: &Device) {
+        if let Some(g) = device.as_gpu() {
+            g.inject_uncaptured_error();
+        }
+    }
+
+    /// The WGSL source of every embedded shader, by file name (validated by naga in the tests).
+    pub fn shader_sources() -> Vec<(&'static str, &'static str)> {
+        crate::gpu::kernels::Shader::ALL
+            .iter()
+            .map(|s| (s.file(), s.source()))
+            .collect()
+    }
+}

@@ -1,0 +1,198 @@
+//! Shapes, strides and broadcasting. Pure arithmetic: no device, no allocation of tensor data.
+
+use crate::{Error, Result};
+
+/// Number of elements of `shape`, or [`Error::ShapeOverflow`] when it does not fit in `usize`.
+pub(crate) fn numel_checked(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::ShapeOverflow {
+            shape: shape.to_vec(),
+        })
+}
+
+/// Row-major strides (in elements) of a contiguous tensor of `shape`.
+pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut acc = 1usize;
+    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+        *s = acc;
+        // Saturating: shapes reaching here were checked by `numel_checked`; a zero dim makes
+        // the product zero and later strides are never used to address memory.
+        acc = acc.saturating_mul(d);
+    }
+    strides
+}
+
+/// The shape two operands broadcast to, with numpy/PyTorch rules: align trailing dims; each pair
+/// must be equal or contain a 1.
+pub(crate) fn broadcast_shapes(
+    op: &'static str,
+    lhs: &[usize],
+    rhs: &[usize],
+) -> Result<Vec<usize>> {
+    let n = lhs.len().max(rhs.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let l = dim_from_end(lhs, n - 1 - i);
+        let r = dim_from_end(rhs, n - 1 - i);
+        out[i] = match (l, r) {
+            (a, b) if a == b => a,
+            (1, b) => b,
+            (a, 1) => a,
+            _ => {
+                return Err(Error::ShapeMismatch {
+                    op,
+                    lhs: lhs.to_vec(),
+                    rhs: rhs.to_vec(),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
+/// `shape[len - 1 - k]`, or 1 when the shape has fewer dims (implicit leading ones).
+fn dim_from_end(shape: &[usize], k: usize) -> usize {
+    if k < shape.len() {
+        shape[shape.len() - 1 - k]
+    } else {
+        1
+    }
+}
+
+/// Resolves a PyTorch-style dim (`-1` is the last) against `ndim` dims.
+#[allow(dead_code)] // used by the view and reduction ops
+pub(crate) fn normalize_dim(op: &'static str, dim: isize, ndim: usize) -> Result<usize> {
+    let n = ndim as isize;
+    let d = if dim < 0 { dim + n } else { dim };
+    if d < 0 || d >= n.max(1) || (ndim == 0 && d != 0) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "dim {dim} is out of range for a tensor with {ndim} dims (expected {} to {})",
+                -n.max(1),
+                n.max(1) - 1
+            ),
+        });
+    }
+    Ok(d as usize)
+}
+
+/// Where a tensor's elements sit in its storage: shape, strides (in elements) and start offset.
+///
+/// Views (broadcast, transpose, narrow) share storage and differ only in layout. A stride of 0
+/// repeats an element along that dim (broadcasting without a copy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub offset: usize,
+}
+
+impl Layout {
+    /// The layout of a freshly allocated, row-major tensor.
+    pub fn contiguous(shape: &[usize]) -> Layout {
+        Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
+    }
+
+    /// Element count (already validated when the tensor was made).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether elements are row-major and packed (size-1 dims may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1usize;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 && s != expected {
+                return false;
+            }
+            expected *= d;
+        }
+        true
+    }
+
+    /// This layout read as `target` (which must be a valid broadcast of `self.shape`): broadcast
+    /// dims get stride 0, so no data is copied.
+    pub fn broadcast_to(&self, target: &[usize]) -> Layout {
+        let extra = target.len() - self.shape.len();
+        let mut strides = vec![0; target.len()];
+        for (i, s) in strides.iter_mut().enumerate().skip(extra) {
+            let src = i - extra;
+            *s = if self.shape[src] == 1 && target[i] != 1 {
+                0
+            } else {
+                self.strides[src]
+            };
+        }
+        Layout {
+            shape: target.to_vec(),
+            strides,
+            offset: self.offset,
+        }
+    }
+
+    /// One past the largest storage index this layout reads (0 when empty).
+    pub fn span(&self) -> usize {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.offset
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&d, &s)| (d - 1) * s)
+                .sum::<usize>()
+            + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_rules() {
+        assert_eq!(broadcast_shapes("t", &[3, 1], &[1, 4]).unwrap(), vec![3, 4]);
+        assert_eq!(
+            broadcast_shapes("t", &[5, 3, 1], &[4]).unwrap(),
+            vec![5, 3, 4]
+        );
+        assert_eq!(broadcast_shapes("t", &[], &[2]).unwrap(), vec![2]);
+        assert_eq!(broadcast_shapes("t", &[0, 1], &[1, 3]).unwrap(), vec![0, 3]);
+        assert!(broadcast_shapes("t", &[3, 1], &[2, 2]).is_err());
+    }
+
+    #[test]
+    fn strides_and_contiguity() {
+        let l = Layout::contiguous(&[2, 3, 4]);
+        assert_eq!(l.strides, vec![12, 4, 1]);
+        assert!(l.is_contiguous());
+        let b = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]);
+        assert_eq!(b.strides, vec![0, 1, 0]);
+        assert!(!b.is_contiguous());
+        assert_eq!(b.span(), 3);
+    }
+
+    #[test]
+    fn overflow_is_an_error() {
+        assert!(numel_checked(&[1 << 40, 1 << 40]).is_err());
+        assert_eq!(numel_checked(&[]).unwrap(), 1);
+        assert_eq!(numel_checked(&[0, 5]).unwrap(), 0);
+    }
+
+    #[test]
+    fn negative_dims() {
+        assert_eq!(normalize_dim("t", -1, 3).unwrap(), 2);
+        assert_eq!(normalize_dim("t", 0, 3).unwrap(), 0);
+        assert!(normalize_dim("t", 3, 3).is_err());
+        assert!(normalize_dim("t", -4, 3).is_err());
+    }
+}

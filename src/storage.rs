@@ -1,0 +1,99 @@
+//! Where tensor data lives: host vectors or GPU buffers.
+
+use crate::gpu::GpuBuffer;
+use crate::{DType, WithDType};
+use half::f16;
+
+/// Host-side data, one variant per dtype so every element is properly typed and aligned.
+#[derive(Clone, Debug)]
+pub(crate) enum CpuStorage {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    U8(Vec<u8>),
+}
+
+/// The data behind a tensor. Views share one `Storage` through an `Arc`.
+#[derive(Debug)]
+pub(crate) enum Storage {
+    Cpu(CpuStorage),
+    Gpu(GpuBuffer),
+}
+
+impl CpuStorage {
+    /// The raw little-endian bytes, as a GPU buffer holds them (f16 packs two per word).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            CpuStorage::F32(v) => bytemuck::cast_slice(v),
+            CpuStorage::F16(v) => bytemuck::cast_slice(v),
+            CpuStorage::I32(v) => bytemuck::cast_slice(v),
+            CpuStorage::U32(v) => bytemuck::cast_slice(v),
+            CpuStorage::U8(v) => v,
+        }
+    }
+
+    /// Rebuilds typed host data from bytes read back from a GPU buffer.
+    pub(crate) fn from_bytes(dtype: DType, bytes: &[u8]) -> CpuStorage {
+        // `pod_collect_to_vec` copies, so a byte buffer of any alignment is fine.
+        match dtype {
+            DType::F32 => CpuStorage::F32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::F16 => CpuStorage::F16(bytemuck::pod_collect_to_vec(bytes)),
+            DType::I32 => CpuStorage::I32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(bytes)),
+            DType::U8 => CpuStorage::U8(bytes.to_vec()),
+        }
+    }
+
+    /// Typed access; `None` when `T` is not this storage's element type.
+    pub(crate) fn as_slice<T: WithDType>(&self) -> Option<&[T]> {
+        match self {
+            CpuStorage::F32(v) => bytemuck::try_cast_slice(v)
+                .ok()
+                .filter(|_| T::DTYPE == DType::F32),
+            CpuStorage::F16(v) => bytemuck::try_cast_slice(v)
+                .ok()
+                .filter(|_| T::DTYPE == DType::F16),
+            CpuStorage::I32(v) => bytemuck::try_cast_slice(v)
+                .ok()
+                .filter(|_| T::DTYPE == DType::I32),
+            CpuStorage::U32(v) => bytemuck::try_cast_slice(v)
+                .ok()
+                .filter(|_| T::DTYPE == DType::U32),
+            CpuStorage::U8(v) => bytemuck::try_cast_slice(v)
+                .ok()
+                .filter(|_| T::DTYPE == DType::U8),
+        }
+    }
+
+    /// Wraps a typed vector without copying.
+    pub(crate) fn from_vec<T: WithDType>(v: Vec<T>) -> CpuStorage {
+        // Each arm only runs when `T` is exactly that type, so the casts are identity casts and
+        // `cast_vec` cannot fail on size or alignment.
+        match T::DTYPE {
+            DType::F32 => CpuStorage::F32(bytemuck::allocation::cast_vec(v)),
+            DType::F16 => CpuStorage::F16(bytemuck::allocation::cast_vec(v)),
+            DType::I32 => CpuStorage::I32(bytemuck::allocation::cast_vec(v)),
+            DType::U32 => CpuStorage::U32(bytemuck::allocation::cast_vec(v)),
+            DType::U8 => CpuStorage::U8(bytemuck::allocation::cast_vec(v)),
+        }
+    }
+
+    /// Packs the view `layout` into a new storage of the same dtype.
+    pub(crate) fn contiguous(&self, layout: &crate::shape::Layout) -> CpuStorage {
+        use crate::cpu::elementwise::contiguous as c;
+        match self {
+            CpuStorage::F32(v) => CpuStorage::F32(c(v, layout)),
+            CpuStorage::F16(v) => CpuStorage::F16(c(v, layout)),
+            CpuStorage::I32(v) => CpuStorage::I32(c(v, layout)),
+            CpuStorage::U32(v) => CpuStorage::U32(c(v, layout)),
+            CpuStorage::U8(v) => CpuStorage::U8(c(v, layout)),
+        }
+    }
+
+    /// Bytes held, as reported by memory statistics.
+    #[allow(dead_code)] // read by the memory statistics of the CPU device
+    pub(crate) fn size_in_bytes(&self) -> usize {
+        self.as_bytes().len()
+    }
+}

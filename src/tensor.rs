@@ -1,0 +1,206 @@
+//! The tensor type: shape, dtype, device and shared storage. This file and its submodules only
+//! validate arguments and dispatch to `cpu/` or `gpu/`; no kernel lives here.
+
+mod create;
+mod display;
+mod elementwise;
+mod transfer;
+
+pub use transfer::WgpuBufferView;
+
+use crate::device::DeviceInner;
+use crate::gpu::GpuDevice;
+use crate::shape::Layout;
+use crate::storage::{CpuStorage, Storage};
+use crate::{DType, Device, Error, Result};
+use std::sync::Arc;
+
+/// An n-dimensional array on a [`Device`].
+///
+/// Cloning is cheap: clones share storage. Tensors are immutable; every op returns a new tensor,
+/// and ops never move data between devices by themselves (use [`Tensor::to`]).
+///
+/// ```
+/// use wgtensor::{Device, Tensor};
+/// let device = Device::best();
+/// let x = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &device)?;
+/// let y = (&x * &x)?.add_scalar(1.0)?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![2.0, 5.0, 10.0, 17.0]);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Tensor(Arc<TensorInner>);
+
+struct TensorInner {
+    storage: Arc<Storage>,
+    layout: Layout,
+    dtype: DType,
+    device: Device,
+}
+
+impl Tensor {
+    pub(crate) fn from_parts(
+        storage: Storage,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            storage: Arc::new(storage),
+            layout: Layout::contiguous(shape),
+            dtype,
+            device,
+        }))
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    /// The shape (PyTorch's `t.shape`).
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[2, 3], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.shape(), &[2, 3]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn shape(&self) -> &[usize] {
+        &self.0.layout.shape
+    }
+
+    /// Same as [`Tensor::shape`] (candle's name).
+    pub fn dims(&self) -> &[usize] {
+        self.shape()
+    }
+
+    /// Number of dimensions (PyTorch's `t.dim()`).
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[2, 3], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.ndim(), 2);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn ndim(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// Number of elements.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[2, 3], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.numel(), 6);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    /// The device holding the data (PyTorch's `t.device`).
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.device().to_string(), "cpu");
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn device(&self) -> &Device {
+        &self.0.device
+    }
+
+    /// Whether the data is on a GPU (PyTorch's `t.is_cuda`).
+    pub fn is_gpu(&self) -> bool {
+        self.0.device.is_gpu()
+    }
+
+    /// Whether the data is on the CPU.
+    pub fn is_cpu(&self) -> bool {
+        self.0.device.is_cpu()
+    }
+
+    /// Whether elements are packed row-major (views such as broadcasts are not).
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    /// f32 host data, or the error `op` reports for other dtypes.
+    fn cpu_f32(&self, op: &'static str) -> Result<&[f32]> {
+        match self.storage() {
+            Storage::Cpu(CpuStorage::F32(v)) => Ok(v),
+            _ => Err(self.unsupported(op)),
+        }
+    }
+
+    /// Rejects dtypes without kernels yet.
+    fn require_f32(&self, op: &'static str) -> Result<()> {
+        if self.dtype() == DType::F32 {
+            Ok(())
+        } else {
+            Err(self.unsupported(op))
+        }
+    }
+
+    fn unsupported(&self, op: &'static str) -> Error {
+        Error::UnsupportedDType {
+            op,
+            dtype: self.dtype(),
+            device: self.device().to_string(),
+        }
+    }
+
+    /// Same device and dtype, or the error naming both.
+    fn check_pair(&self, op: &'static str, rhs: &Tensor) -> Result<()> {
+        if self.device() != rhs.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device().to_string(),
+                rhs: rhs.device().to_string(),
+            });
+        }
+        if self.dtype() != rhs.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: self.dtype(),
+                rhs: rhs.dtype(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A new contiguous tensor on `device` from freshly computed storage.
+    fn derived(&self, storage: Storage, shape: &[usize]) -> Tensor {
+        Tensor::from_parts(storage, shape, self.dtype(), self.device().clone())
+    }
+}
+
+/// Which backend a device dispatches to; keeps the exhaustive match in one place.
+pub(crate) enum Backend<'a> {
+    Cpu,
+    Gpu(&'a GpuDevice),
+}
+
+pub(crate) fn backend(device: &Device) -> Backend<'_> {
+    match &device.0 {
+        DeviceInner::Cpu => Backend::Cpu,
+        DeviceInner::Gpu(g) => Backend::Gpu(g),
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor(shape={:?}, dtype={}, device={})",
+            self.shape(),
+            self.dtype(),
+            self.device()
+        )
+    }
+}

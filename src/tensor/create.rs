@@ -1,0 +1,212 @@
+//! Creating tensors on the host or directly on a device.
+
+use super::{backend, Backend, Tensor};
+use crate::shape::numel_checked;
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, random, DType, Device, Error, Result, WithDType};
+use half::f16;
+
+impl Tensor {
+    /// A tensor holding `data` with `shape`, placed on `device` (uploaded if it is a GPU).
+    ///
+    /// # Errors
+    /// [`Error::DataLength`] when `data.len()` is not the product of `shape`;
+    /// [`Error::ShapeOverflow`] when that product overflows; GPU allocation errors.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::cpu())?;
+    /// assert_eq!(t.shape(), &[2, 3]);
+    /// assert!(Tensor::from_vec(vec![1f32, 2.0], &[3], &Device::cpu()).is_err());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn from_vec<T: WithDType>(
+        data: Vec<T>,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        let expected = numel_checked(shape)?;
+        if data.len() != expected {
+            return Err(Error::DataLength {
+                op: "from_vec",
+                shape: shape.to_vec(),
+                expected,
+                actual: data.len(),
+            });
+        }
+        let host = CpuStorage::from_vec(data);
+        let storage = match backend(device) {
+            Backend::Cpu => Storage::Cpu(host),
+            Backend::Gpu(g) => Storage::Gpu(g.upload("from_vec", host.as_bytes())?),
+        };
+        Ok(Tensor::from_parts(storage, shape, T::DTYPE, device.clone()))
+    }
+
+    /// Like [`Tensor::from_vec`], copying from a slice.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::from_slice(&[1i32, 2, 3], &[3], &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.to_vec::<i32>()?, vec![1, 2, 3]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn from_slice<T: WithDType>(
+        data: &[T],
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        Tensor::from_vec(data.to_vec(), shape, device)
+    }
+
+    /// A tensor of zeros (`torch.zeros(shape, dtype=dtype, device=device)`).
+    ///
+    /// ```
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let t = Tensor::zeros(&[2, 2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(t.to_vec::<f32>()?, vec![0.0; 4]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let n = numel_checked(shape)?;
+        match backend(device) {
+            // wgpu zero-initialises new buffers, so zeros cost one allocation and no transfer.
+            Backend::Gpu(g) => {
+                let bytes = (n as u64)
+                    .checked_mul(dtype.size_in_bytes() as u64)
+                    .ok_or_else(|| Error::ShapeOverflow {
+                        shape: shape.to_vec(),
+                    })?;
+                let buf = g.alloc("zeros", bytes)?;
+                Ok(Tensor::from_parts(
+                    Storage::Gpu(buf),
+                    shape,
+                    dtype,
+                    device.clone(),
+                ))
+            }
+            Backend::Cpu => Tensor::full(shape, 0.0, dtype, device),
+        }
+    }
+
+    /// A tensor of ones.
+    ///
+    /// ```
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let t = Tensor::ones(&[3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(t.to_vec::<f32>()?, vec![1.0; 3]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn ones(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::full(shape, 1.0, dtype, device)
+    }
+
+    /// A tensor filled with `value` (converted to `dtype`). f32 tensors are filled by a kernel on
+    /// the device, without a host transfer.
+    ///
+    /// ```
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let t = Tensor::full(&[2], 7.5, DType::F32, &Device::cpu())?;
+    /// assert_eq!(t.to_vec::<f32>()?, vec![7.5, 7.5]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+        let n = numel_checked(shape)?;
+        if let (Backend::Gpu(g), DType::F32) = (backend(device), dtype) {
+            let buf = g.fill("full", n, value as f32, None)?;
+            return Ok(Tensor::from_parts(
+                Storage::Gpu(buf),
+                shape,
+                dtype,
+                device.clone(),
+            ));
+        }
+        fn filled<T: WithDType>(n: usize, v: f64) -> CpuStorage {
+            CpuStorage::from_vec(vec![T::from_f64(v); n])
+        }
+        let host = match dtype {
+            DType::F32 => filled::<f32>(n, value),
+            DType::F16 => filled::<f16>(n, value),
+            DType::I32 => filled::<i32>(n, value),
+            DType::U32 => filled::<u32>(n, value),
+            DType::U8 => filled::<u8>(n, value),
+        };
+        let storage = match backend(device) {
+            Backend::Cpu => Storage::Cpu(host),
+            Backend::Gpu(g) => Storage::Gpu(g.upload("full", host.as_bytes())?),
+        };
+        Ok(Tensor::from_parts(storage, shape, dtype, device.clone()))
+    }
+
+    /// `[start, start + step, ...]` up to but excluding `end`, as f32 (`torch.arange`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `step` is zero or not finite, or points away from `end`.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let t = Tensor::arange(0.0, 5.0, 1.0, &Device::cpu())?;
+    /// assert_eq!(t.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn arange(start: f32, end: f32, step: f32, device: &Device) -> Result<Tensor> {
+        let bad = |message: String| Error::InvalidArgument {
+            op: "arange",
+            message,
+        };
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(bad(format!(
+                "start {start}, end {end} and step {step} must be finite and step non-zero"
+            )));
+        }
+        if (end - start) * step < 0.0 {
+            return Err(bad(format!(
+                "step {step} points away from end {end} (start {start})"
+            )));
+        }
+        let count = (((end as f64) - (start as f64)) / step as f64)
+            .ceil()
+            .max(0.0);
+        if count > u32::MAX as f64 {
+            return Err(bad(format!("{count} elements is too many")));
+        }
+        let n = count as usize;
+        let storage = match backend(device) {
+            Backend::Cpu => Storage::Cpu(CpuStorage::F32(cpu::elementwise::arange(n, start, step))),
+            Backend::Gpu(g) => Storage::Gpu(g.fill("arange", n, start, Some(step))?),
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            &[n],
+            DType::F32,
+            device.clone(),
+        ))
+    }
+
+    /// Uniform samples in `[0, 1)` as f32 (`torch.rand`). Drawn from the global generator (see
+    /// [`crate::manual_seed`]) on the host, so a seed gives the same values on every device.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::rand(&[100], &wgtensor::Device::cpu())?;
+    /// assert!(t.to_vec::<f32>()?.iter().all(|&x| (0.0..1.0).contains(&x)));
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn rand(shape: &[usize], device: &Device) -> Result<Tensor> {
+        let n = numel_checked(shape)?;
+        Tensor::from_vec(
+            random::sample(n, rand::distr::StandardUniform),
+            shape,
+            device,
+        )
+    }
+
+    /// Standard-normal samples as f32 (`torch.randn(3, 4, device=device)`); see [`Tensor::rand`].
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::randn(&[3, 4], &wgtensor::Device::best())?;
+    /// assert_eq!(t.shape(), &[3, 4]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn randn(shape: &[usize], device: &Device) -> Result<Tensor> {
+        let n = numel_checked(shape)?;
+        Tensor::from_vec(random::sample(n, rand_distr::StandardNormal), shape, device)
+    }
+}
