@@ -5,6 +5,7 @@ mod create;
 mod display;
 mod elementwise;
 mod transfer;
+mod view;
 
 pub use transfer::WgpuBufferView;
 
