@@ -2,6 +2,7 @@
 //! GPU results are compared with the CPU (the oracle) at an explicit tolerance.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::sync::Once;
 use wgtensor::{Device, Tensor};
 
@@ -24,7 +25,7 @@ pub fn gpus() -> Vec<Device> {
             "WGTENSOR_REQUIRE_GPU=1 but no GPU adapter was found: GPU tests would be skipped"
         );
         REPORT.call_once(|| {
-            eprintln!("wgtensor tests: no GPU adapter found; GPU variants SKIPPED (CPU only)")
+            say("wgtensor tests: no GPU adapter found; GPU variants SKIPPED (CPU only)")
         });
         return Vec::new();
     }
@@ -35,10 +36,15 @@ pub fn gpus() -> Vec<Device> {
         .collect();
     REPORT.call_once(|| {
         for d in &gpus {
-            eprintln!("wgtensor tests: running GPU variants on {d} = {}", d.name());
+            say(&format!("wgtensor tests: running GPU variants on {d} = {}", d.name()));
         }
     });
     gpus
+}
+
+/// Writes to stderr past libtest's capture, so the CI log shows which adapters ran.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Asserts `actual ≈ expected` elementwise: `|a - e| <= atol + rtol * |e|`; NaN matches only NaN,
