@@ -19,12 +19,19 @@ pub fn gpus() -> Vec<Device> {
     let n = wgtensor::gpu_count();
     let require = std::env::var("WGTENSOR_REQUIRE_GPU").is_ok_and(|v| v == "1");
     if n == 0 {
-        assert!(!require, "WGTENSOR_REQUIRE_GPU=1 but no GPU adapter was found: GPU tests would be skipped");
-        REPORT.call_once(|| eprintln!("wgtensor tests: no GPU adapter found; GPU variants SKIPPED (CPU only)"));
+        assert!(
+            !require,
+            "WGTENSOR_REQUIRE_GPU=1 but no GPU adapter was found: GPU tests would be skipped"
+        );
+        REPORT.call_once(|| {
+            eprintln!("wgtensor tests: no GPU adapter found; GPU variants SKIPPED (CPU only)")
+        });
         return Vec::new();
     }
     let gpus: Vec<Device> = (0..n)
-        .map(|i| Device::gpu(i).unwrap_or_else(|e| panic!("gpu:{i} is listed but does not open: {e}")))
+        .map(|i| {
+            Device::gpu(i).unwrap_or_else(|e| panic!("gpu:{i} is listed but does not open: {e}"))
+        })
         .collect();
     REPORT.call_once(|| {
         for d in &gpus {
@@ -46,7 +53,10 @@ pub fn assert_close(actual: &[f32], expected: &[f32], rtol: f32, atol: f32, ctx:
         } else {
             a.is_finite() && (a - e).abs() <= atol + rtol * e.abs()
         };
-        assert!(ok, "{ctx}: first mismatch at index {i}: got {a}, expected {e} (rtol {rtol}, atol {atol})");
+        assert!(
+            ok,
+            "{ctx}: first mismatch at index {i}: got {a}, expected {e} (rtol {rtol}, atol {atol})"
+        );
     }
 }
 
@@ -58,7 +68,9 @@ pub fn values(t: &Tensor) -> Vec<f32> {
 /// Deterministic pseudo-random f32 in [-scale, scale) (no global RNG state, so tests can run in
 /// parallel and still be reproducible).
 pub fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
             x ^= x << 13;
