@@ -279,6 +279,8 @@ impl FromStr for Device {
                 let d = registry().open_backend(s.trim(), kind, index.unwrap_or(0))?;
                 Ok(Device(DeviceInner::Gpu(d)))
             }
+            "cpu" => Err(bad("there is one cpu device, `cpu` (or `cpu:0`)".into())),
+            "auto" => Err(bad("`auto` takes no device index".into())),
             _ => Err(bad(format!("{kind:?} is not a device kind"))),
         }
     }
