@@ -50,6 +50,11 @@ fn row14_bad_device_strings_are_typed_errors() {
                         "{input:?}: message lacks {part:?}: {msg}"
                     );
                 }
+                // A kind that exists must not be called unknown ("cpu:1", "auto:0").
+                let kind = input.split(':').next().unwrap();
+                if ["cpu", "auto", "gpu", "cuda", "vulkan"].contains(&kind) {
+                    assert!(!msg.contains("is not a device kind"), "{input:?}: {msg}");
+                }
                 let Error::InvalidDevice { input: got, .. } = e else {
                     unreachable!()
                 };
