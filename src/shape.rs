@@ -47,10 +47,10 @@ pub(crate) fn broadcast_shapes(
 ) -> Result<Vec<usize>> {
     let n = lhs.len().max(rhs.len());
     let mut out = vec![0; n];
-    for i in 0..n {
+    for (i, o) in out.iter_mut().enumerate() {
         let l = dim_from_end(lhs, n - 1 - i);
         let r = dim_from_end(rhs, n - 1 - i);
-        out[i] = match (l, r) {
+        *o = match (l, r) {
             (a, b) if a == b => a,
             (1, b) => b,
             (a, 1) => a,
