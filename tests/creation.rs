@@ -6,36 +6,19 @@ mod common;
 
 use common::{assert_close, data, devices, gpus, values};
 use std::sync::Mutex;
-use wgtensor::{f16, DType, Device, Result, Tensor};
+use wgtensor::{f16, DType, Device, Result, Tensor, WithDType};
 
 /// Bit patterns of every element, for bit-exact comparisons across dtypes.
 fn bits(t: &Tensor) -> Vec<u32> {
+    fn get<T: WithDType>(t: &Tensor, f: fn(T) -> u32) -> Vec<u32> {
+        t.to_vec::<T>().unwrap().into_iter().map(f).collect()
+    }
     match t.dtype() {
-        DType::F32 => t
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits())
-            .collect(),
-        DType::F16 => t
-            .to_vec::<f16>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits() as u32)
-            .collect(),
-        DType::I32 => t
-            .to_vec::<i32>()
-            .unwrap()
-            .iter()
-            .map(|&x| x as u32)
-            .collect(),
-        DType::U32 => t.to_vec::<u32>().unwrap(),
-        DType::U8 => t
-            .to_vec::<u8>()
-            .unwrap()
-            .iter()
-            .map(|&x| x as u32)
-            .collect(),
+        DType::F32 => get(t, f32::to_bits),
+        DType::F16 => get(t, |x: f16| x.to_bits().into()),
+        DType::I32 => get(t, |x: i32| x as u32),
+        DType::U32 => get(t, |x: u32| x),
+        DType::U8 => get(t, |x: u8| x.into()),
     }
 }
 
@@ -177,7 +160,6 @@ fn rand_and_randn_with_one_seed_are_identical_on_every_device() {
 /// One host tensor per dtype with edge values (NaN payloads, -0, subnormals, extremes), `n` long.
 fn edge_tensor(dtype: DType, n: usize) -> Tensor {
     let cpu = Device::cpu();
-    let cyc = |i: usize, len: usize| i % len;
     match dtype {
         DType::F32 => {
             let e = [
@@ -189,7 +171,7 @@ fn edge_tensor(dtype: DType, n: usize) -> Tensor {
                 f32::MAX,
                 f32::from_bits(0xff80_0001),
             ];
-            Tensor::from_vec((0..n).map(|i| e[cyc(i, e.len())]).collect(), &[n], &cpu)
+            Tensor::from_vec((0..n).map(|i| e[i % e.len()]).collect(), &[n], &cpu)
         }
         DType::F16 => {
             let e = [1.5f32, -0.0, 65504.0, -1e-7].map(f16::from_f32);
@@ -202,24 +184,24 @@ fn edge_tensor(dtype: DType, n: usize) -> Tensor {
                 e[2],
                 e[3],
             ];
-            Tensor::from_vec((0..n).map(|i| e[cyc(i, e.len())]).collect(), &[n], &cpu)
+            Tensor::from_vec((0..n).map(|i| e[i % e.len()]).collect(), &[n], &cpu)
         }
         DType::I32 => Tensor::from_vec(
             (0..n)
-                .map(|i| [i32::MIN, -1, 0, 7, i32::MAX][cyc(i, 5)])
+                .map(|i| [i32::MIN, -1, 0, 7, i32::MAX][i % 5])
                 .collect(),
             &[n],
             &cpu,
         ),
         DType::U32 => Tensor::from_vec(
             (0..n)
-                .map(|i| [u32::MAX, 0, 0x8000_0000, 9][cyc(i, 4)])
+                .map(|i| [u32::MAX, 0, 0x8000_0000, 9][i % 4])
                 .collect(),
             &[n],
             &cpu,
         ),
         DType::U8 => Tensor::from_vec(
-            (0..n).map(|i| [255u8, 0, 128, 1, 77][cyc(i, 5)]).collect(),
+            (0..n).map(|i| [255u8, 0, 128, 1, 77][i % 5]).collect(),
             &[n],
             &cpu,
         ),
