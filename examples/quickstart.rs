@@ -14,9 +14,16 @@ fn main() -> Result<()> {
     // 1. Choose the device. PyTorch: `device = "cuda" if torch.cuda.is_available() else "cpu"`.
     //    wgtensor's `best()` also skips software adapters (slower than the native CPU path) and
     //    honours WGTENSOR_DEVICE; it says why it chose what it chose.
-    println!("GPUs visible: {} (gpu_is_available = {})", wgtensor::gpu_count(), wgtensor::gpu_is_available());
+    println!(
+        "GPUs visible: {} (gpu_is_available = {})",
+        wgtensor::gpu_count(),
+        wgtensor::gpu_is_available()
+    );
     for a in wgtensor::adapters() {
-        println!("  {:<10} {} [{}, {}]", a.names[0], a.name, a.backend, a.device_type);
+        println!(
+            "  {:<10} {} [{}, {}]",
+            a.names[0], a.name, a.backend, a.device_type
+        );
     }
     let (device, why) = Device::best_with_reason();
     println!("Using device: {device} ({})", device.name());
@@ -31,7 +38,11 @@ fn main() -> Result<()> {
     // 3. `.to()` returns a new tensor; the original stays where it was (the tutorial's pitfall).
     let ones = Tensor::ones(&[2, 2], DType::F32, &Device::cpu())?;
     let moved = ones.to(&device)?;
-    println!("Original tensor: {}; moved tensor: {}", ones.device(), moved.device());
+    println!(
+        "Original tensor: {}; moved tensor: {}",
+        ones.device(),
+        moved.device()
+    );
     let back = moved.cpu()?;
     println!("Tensor moved back to: {}\n{back}\n", back.device());
 
@@ -44,9 +55,15 @@ fn main() -> Result<()> {
             Ok(_) => unreachable!("mixed devices must not compute"),
         }
     } else {
-        let shapes = Tensor::ones(&[3, 1], DType::F32, &device)?.add(&Tensor::ones(&[2, 2], DType::F32, &device)?);
+        let shapes = Tensor::ones(&[3, 1], DType::F32, &device)?.add(&Tensor::ones(
+            &[2, 2],
+            DType::F32,
+            &device,
+        )?);
         if let Err(e) = shapes {
-            println!("(No GPU in use, so no device mismatch to show; a shape mismatch instead:)\n{e}\n");
+            println!(
+                "(No GPU in use, so no device mismatch to show; a shape mismatch instead:)\n{e}\n"
+            );
         }
     }
 
@@ -86,14 +103,19 @@ fn main() -> Result<()> {
         })
         .fold(0f32, f32::max);
     println!("Chain of 9 elementwise ops on {} elements ({device}): max |error| vs plain Rust = {max_err:.2e}", n);
-    println!("Result (first row, moved back): {}", y.narrow(0, 0, 1)?.cpu()?);
+    println!(
+        "Result (first row, moved back): {}",
+        y.narrow(0, 0, 1)?.cpu()?
+    );
     println!(
         "Time moving data: {:.2} ms; time computing: {:.2} ms",
         transfer.as_secs_f64() * 1e3,
         compute.as_secs_f64() * 1e3
     );
     if device.is_gpu() {
-        println!("(Keep data on the device between ops: every transfer costs as much as many ops.)");
+        println!(
+            "(Keep data on the device between ops: every transfer costs as much as many ops.)"
+        );
     }
     assert!(max_err < 1e-3, "device result disagrees with the host");
     Ok(())
@@ -107,7 +129,9 @@ fn sigmoid(x: f32) -> f32 {
 fn gelu(x: f32) -> f32 {
     let z = x / std::f32::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.3275911 * z.abs());
-    let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
     let erf = z.signum() * (1.0 - poly * (-z * z).exp());
     0.5 * x * (1.0 + erf)
 }

@@ -54,7 +54,11 @@ fn apply(x: f32) -> f32 {
         case 5u: { return select(0.0, x, x > 0.0); }
         case 6u: { return 1.0 / (1.0 + exp(-x)); }
         case 7u: { return tanh(clamp(x, -15.0, 15.0)); }
-        case 8u: { return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752)); }
+        case 8u: {
+            // The limit at -inf is 0; the formula alone would give -inf * 0 = NaN.
+            if (bitcast<u32>(x) == 0xff800000u) { return 0.0; }
+            return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752));
+        }
         case 9u: { return sin(x); }
         case 10u: { return cos(x); }
         default: { return x; }

@@ -194,7 +194,7 @@ impl Device {
     pub fn name(&self) -> String {
         match &self.0 {
             DeviceInner::Cpu => "cpu".into(),
-            DeviceInner::Gpu(g) => g.adapter_name(),
+            DeviceInner::Gpu(g) => g.0.info.name.clone(),
         }
     }
 
@@ -279,6 +279,8 @@ impl FromStr for Device {
                 let d = registry().open_backend(s.trim(), kind, index.unwrap_or(0))?;
                 Ok(Device(DeviceInner::Gpu(d)))
             }
+            "cpu" => Err(bad("there is one cpu device, `cpu` (or `cpu:0`)".into())),
+            "auto" => Err(bad("`auto` takes no device index".into())),
             _ => Err(bad(format!("{kind:?} is not a device kind"))),
         }
     }

@@ -122,6 +122,8 @@ pub(crate) fn apply_unary(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryOp::Tanh => x.tanh(),
         // Exact (erf) GELU, PyTorch's default `approximate='none'`.
+        // The limit at -inf is 0; the formula alone would give -inf * 0 = NaN.
+        UnaryOp::Gelu if x == f32::NEG_INFINITY => 0.0,
         UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),

@@ -1,6 +1,6 @@
 //! Shapes, strides and broadcasting. Pure arithmetic: no device, no allocation of tensor data.
 
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// Number of elements of `shape`, or [`Error::ShapeOverflow`] when it does not fit in `usize`.
 pub(crate) fn numel_checked(shape: &[usize]) -> Result<usize> {
@@ -10,6 +10,19 @@ pub(crate) fn numel_checked(shape: &[usize]) -> Result<usize> {
         .ok_or_else(|| Error::ShapeOverflow {
             shape: shape.to_vec(),
         })
+}
+
+/// Element count of a new `dtype` tensor of `shape`, or [`Error::ShapeOverflow`] when the count
+/// does not fit in `usize` or its byte size exceeds `isize::MAX`, the largest allocation there can
+/// be (`Vec` would panic with "capacity overflow" instead).
+pub(crate) fn numel_for(shape: &[usize], dtype: DType) -> Result<usize> {
+    let n = numel_checked(shape)?;
+    match n.checked_mul(dtype.size_in_bytes()) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(n),
+        _ => Err(Error::ShapeOverflow {
+            shape: shape.to_vec(),
+        }),
+    }
 }
 
 /// Row-major strides (in elements) of a contiguous tensor of `shape`.
@@ -34,10 +47,10 @@ pub(crate) fn broadcast_shapes(
 ) -> Result<Vec<usize>> {
     let n = lhs.len().max(rhs.len());
     let mut out = vec![0; n];
-    for i in 0..n {
+    for (i, o) in out.iter_mut().enumerate() {
         let l = dim_from_end(lhs, n - 1 - i);
         let r = dim_from_end(rhs, n - 1 - i);
-        out[i] = match (l, r) {
+        *o = match (l, r) {
             (a, b) if a == b => a,
             (1, b) => b,
             (a, 1) => a,
@@ -186,6 +199,11 @@ mod tests {
         assert!(numel_checked(&[1 << 40, 1 << 40]).is_err());
         assert_eq!(numel_checked(&[]).unwrap(), 1);
         assert_eq!(numel_checked(&[0, 5]).unwrap(), 0);
+        // The element count fits, the byte count does not.
+        assert!(numel_checked(&[1 << 31, 1 << 31]).is_ok());
+        assert!(numel_for(&[1 << 31, 1 << 31], DType::F32).is_err());
+        assert!(numel_for(&[1 << 31, 1 << 31], DType::F16).is_err());
+        assert_eq!(numel_for(&[2, 3], DType::F32).unwrap(), 6);
     }
 
     #[test]

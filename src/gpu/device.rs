@@ -73,7 +73,11 @@ impl GpuDevice {
         // own flag is the only reliable signal; every sync point checks it.
         let h = health.clone();
         device.set_device_lost_callback(move |reason, msg| {
-            h.mark_lost(format!("{reason:?}: {msg}"));
+            h.mark_lost(if msg.is_empty() {
+                format!("{reason:?}")
+            } else {
+                format!("{reason:?}: {msg}")
+            });
         });
         let limits = device.limits();
         GpuDevice(Arc::new(Inner {

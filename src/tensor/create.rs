@@ -1,7 +1,7 @@
 //! Creating tensors on the host or directly on a device.
 
 use super::{backend, Backend, Tensor};
-use crate::shape::numel_checked;
+use crate::shape::{numel_checked, numel_for};
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, random, DType, Device, Error, Result, WithDType};
 use half::f16;
@@ -66,7 +66,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
-        let n = numel_checked(shape)?;
+        let n = numel_for(shape, dtype)?;
         match backend(device) {
             // wgpu zero-initialises new buffers, so zeros cost one allocation and no transfer.
             Backend::Gpu(g) => {
@@ -109,7 +109,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
-        let n = numel_checked(shape)?;
+        let n = numel_for(shape, dtype)?;
         if let (Backend::Gpu(g), DType::F32) = (backend(device), dtype) {
             let buf = g.fill("full", n, value as f32, None)?;
             return Ok(Tensor::from_parts(
@@ -190,7 +190,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn rand(shape: &[usize], device: &Device) -> Result<Tensor> {
-        let n = numel_checked(shape)?;
+        let n = numel_for(shape, DType::F32)?;
         Tensor::from_vec(
             random::sample(n, rand::distr::StandardUniform),
             shape,
@@ -206,7 +206,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn randn(shape: &[usize], device: &Device) -> Result<Tensor> {
-        let n = numel_checked(shape)?;
+        let n = numel_for(shape, DType::F32)?;
         Tensor::from_vec(random::sample(n, rand_distr::StandardNormal), shape, device)
     }
 }

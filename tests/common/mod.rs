@@ -36,7 +36,10 @@ pub fn gpus() -> Vec<Device> {
         .collect();
     REPORT.call_once(|| {
         for d in &gpus {
-            say(&format!("wgtensor tests: running GPU variants on {d} = {}", d.name()));
+            say(&format!(
+                "wgtensor tests: running GPU variants on {d} = {}",
+                d.name()
+            ));
         }
     });
     gpus
@@ -85,4 +88,76 @@ pub fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
             ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
+}
+
+/// Env var that tells a child process which test body to run (see [`run_child`]).
+pub const CHILD_ENV: &str = "WGTENSOR_TEST_CHILD";
+
+/// Whether this process is the child [`run_child`] spawned to run `name`. Child entry points
+/// return at once (and pass) unless this is true, so a normal `cargo test` skips their bodies.
+pub fn is_child(name: &str) -> bool {
+    std::env::var(CHILD_ENV).is_ok_and(|v| v == name)
+}
+
+/// Printed by a child test at the end of its body; [`run_child`] requires it, so a child that
+/// returned early does not count as a pass.
+pub fn child_done(name: &str) {
+    println!("wgtensor child {name}: all checks passed");
+}
+
+/// Runs test `name` of the current test binary in a child process (`name --exact --nocapture`)
+/// with `envs` set and `WGTENSOR_DEVICE` removed, for process-global state (environment
+/// variables, adapter discovery, a destroyed device). Fails unless the child passed and reached
+/// [`child_done`] within 5 minutes; returns its stdout.
+pub fn run_child(name: &str, envs: &[(&str, &str)]) -> String {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let exe = std::env::current_exe().expect("path of the running test binary");
+    let mut cmd = Command::new(exe);
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, name)
+        .env_remove("WGTENSOR_DEVICE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn the child test process");
+    let pipe = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = pipe(Box::new(child.stdout.take().unwrap()));
+    let err = pipe(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    let report = format!("--- child stdout:\n{stdout}\n--- child stderr:\n{stderr}");
+    let status = status
+        .unwrap_or_else(|| panic!("child {name} hung for 5 minutes and was killed\n{report}"));
+    assert!(status.success(), "child {name} failed ({status})\n{report}");
+    assert!(
+        stdout.contains(&format!("test {name} ..."))
+            && stdout.contains("test result: ok. 1 passed"),
+        "child {name} did not report its test as passed\n{report}"
+    );
+    assert!(
+        stdout.contains(&format!("wgtensor child {name}: all checks passed")),
+        "child {name} passed without running its checks\n{report}"
+    );
+    stdout
 }

@@ -1,0 +1,347 @@
+//! Devices: `Device::best()` and `WGTENSOR_DEVICE`, canonical names and aliases, what
+//! `adapters()` reports, and `Device::from_wgpu` sharing buffers with an application's own wgpu
+//! device. Environment variables are process-global, so the `best()` checks run in child
+//! processes (`common::run_child`) with the variable set or removed.
+
+mod common;
+
+use common::{assert_close, child_done, data, gpus, is_child, run_child, values};
+use std::time::Duration;
+use wgtensor::{wgpu, AdapterSummary, DType, Device, Error, Tensor};
+
+/// The documented policy, computed from `adapters()`: the first hardware GPU in `gpu:N` order,
+/// else the CPU; and a phrase the reason must contain.
+fn expected_default() -> (String, &'static str) {
+    let adapters = wgtensor::adapters();
+    let mut listed: Vec<&AdapterSummary> =
+        adapters.iter().filter(|a| a.gpu_index.is_some()).collect();
+    listed.sort_by_key(|a| a.gpu_index);
+    match listed.iter().find(|a| !a.is_software) {
+        Some(a) => (
+            format!("gpu:{}", a.gpu_index.unwrap()),
+            "first hardware GPU",
+        ),
+        None if listed.is_empty() => ("cpu".into(), "no GPU adapter was found"),
+        None => ("cpu".into(), "software"),
+    }
+}
+
+/// Child: `best_with_reason()` must give `EXPECT_DEVICE` with a reason containing `EXPECT_REASON`.
+#[test]
+fn child_best() {
+    if !is_child("child_best") {
+        return;
+    }
+    let want = std::env::var("EXPECT_DEVICE").unwrap();
+    let phrase = std::env::var("EXPECT_REASON").unwrap();
+    let (d, why) = Device::best_with_reason();
+    println!(
+        "WGTENSOR_DEVICE={:?}: best() = {d}: {why}",
+        std::env::var("WGTENSOR_DEVICE").ok()
+    );
+    assert_eq!(d.to_string(), want, "reason: {why}");
+    assert!(why.contains(&phrase), "the reason lacks {phrase:?}: {why}");
+    assert_eq!(Device::best(), d, "best() and best_with_reason() disagree");
+    assert_eq!(
+        "auto".parse::<Device>().unwrap(),
+        d,
+        "\"auto\" is not best()"
+    );
+    child_done("child_best");
+}
+
+fn best_in_child(wgtensor_device: Option<&str>, want: &str, phrase: &str) {
+    let mut envs = vec![("EXPECT_DEVICE", want), ("EXPECT_REASON", phrase)];
+    envs.extend(wgtensor_device.map(|v| ("WGTENSOR_DEVICE", v)));
+    let out = run_child("child_best", &envs);
+    let line = out
+        .lines()
+        .find_map(|l| l.find("WGTENSOR_DEVICE=").map(|i| &l[i..]));
+    eprintln!("child: {}", line.unwrap_or("?"));
+}
+
+#[test]
+fn best_follows_the_documented_policy() {
+    // In this process too: never panics, whatever the environment says.
+    let (d, why) = Device::best_with_reason();
+    assert!(d.is_cpu() || d.is_gpu());
+    assert!(!why.is_empty());
+    let (want, phrase) = expected_default();
+    if wgtensor::adapters().iter().all(|a| a.is_software) && !wgtensor::adapters().is_empty() {
+        assert_eq!(
+            (want.as_str(), phrase),
+            ("cpu", "software"),
+            "only software adapters: the CPU"
+        );
+    }
+    best_in_child(None, &want, phrase);
+    best_in_child(Some("auto"), &want, phrase);
+}
+
+#[test]
+fn wgtensor_device_overrides_best() {
+    best_in_child(Some("cpu"), "cpu", "WGTENSOR_DEVICE=cpu selects it");
+    let (default, _) = expected_default();
+    // Unusable values are ignored with the reason saying so.
+    best_in_child(Some("tpu:3"), &default, "WGTENSOR_DEVICE=tpu:3 ignored");
+    if gpus().is_empty() {
+        best_in_child(Some("gpu:0"), &default, "WGTENSOR_DEVICE=gpu:0 ignored");
+        return;
+    }
+    best_in_child(Some("gpu:0"), "gpu:0", "WGTENSOR_DEVICE=gpu:0 selects it");
+    best_in_child(Some("cuda"), "gpu:0", "WGTENSOR_DEVICE=cuda selects it");
+    let n = wgtensor::gpu_count();
+    best_in_child(Some(&format!("gpu:{n}")), &default, "ignored");
+}
+
+#[test]
+fn display_is_canonical_and_aliases_are_the_same_device() {
+    assert_eq!(Device::cpu().to_string(), "cpu");
+    assert_eq!(format!("{:?}", Device::cpu()), "Device(cpu)");
+    assert_eq!(Device::default(), Device::cpu());
+    assert_eq!("cpu".parse::<Device>().unwrap().to_string(), "cpu");
+    for g in gpus() {
+        assert!(g.to_string().starts_with("gpu:"), "{g}");
+        assert_eq!(
+            g.to_string().parse::<Device>().unwrap(),
+            g,
+            "{g} does not round-trip"
+        );
+    }
+    for a in wgtensor::adapters() {
+        let canonical = &a.names[0];
+        let first: Device = canonical
+            .parse()
+            .unwrap_or_else(|e| panic!("{canonical}: {e}"));
+        assert_eq!(&first.to_string(), canonical, "Display of {canonical}");
+        assert!(
+            first.is_gpu() && first.name().starts_with(&a.name),
+            "{}: {}",
+            first.name(),
+            a.name
+        );
+        for alias in &a.names[1..] {
+            let d: Device = alias.parse().unwrap_or_else(|e| panic!("{alias}: {e}"));
+            assert_eq!(d, first, "{alias} is not the same device as {canonical}");
+            assert_eq!(&d.to_string(), canonical, "{alias} displays as {d}");
+        }
+        if let Some(i) = a.gpu_index {
+            assert_eq!(Device::gpu(i).unwrap(), first);
+        }
+    }
+    // This machine's case: gpu:0 is a Vulkan adapter, reachable as all of these.
+    let vulkan0 = wgtensor::adapters()
+        .into_iter()
+        .find(|a| a.gpu_index == Some(0) && a.backend == "vulkan");
+    if let Some(a) = vulkan0 {
+        let g0 = Device::gpu(0).unwrap();
+        for s in ["cuda:0", "gpu", "vulkan:0", "cuda", "gpu:0", "vulkan"] {
+            assert_eq!(s.parse::<Device>().unwrap(), g0, "{s} on {}", a.name);
+        }
+        assert_eq!(a.names[..4], ["gpu:0", "gpu", "cuda:0", "vulkan:0"]);
+    } else {
+        eprintln!(
+            "gpu:0 is not a Vulkan adapter here: the cuda:0 == gpu == vulkan:0 check SKIPPED"
+        );
+    }
+}
+
+#[test]
+fn adapters_report_names_and_limits() {
+    let adapters = wgtensor::adapters();
+    let listed: Vec<usize> = adapters.iter().filter_map(|a| a.gpu_index).collect();
+    assert_eq!(
+        listed,
+        (0..wgtensor::gpu_count()).collect::<Vec<_>>(),
+        "gpu:N first, in order"
+    );
+    assert_eq!(wgtensor::gpu_is_available(), wgtensor::gpu_count() > 0);
+    for a in &adapters {
+        assert!(!a.name.is_empty() && !a.names.is_empty(), "{a:?}");
+        match a.gpu_index {
+            Some(i) => assert_eq!(a.names[0], format!("gpu:{i}")),
+            None => assert!(a.names[0].starts_with(&format!("{}:", a.backend)), "{a:?}"),
+        }
+        assert!(
+            ["vulkan", "metal", "dx12", "gl"].contains(&a.backend.as_str()),
+            "{a:?}"
+        );
+        assert!(
+            a.names
+                .iter()
+                .any(|n| n.starts_with(&format!("{}:", a.backend))),
+            "{a:?}"
+        );
+        assert_eq!(a.is_software, a.device_type == "Cpu", "{a:?}");
+        // The kernels need 256-thread workgroups and bind whole tensors.
+        assert!(a.max_compute_invocations_per_workgroup >= 256, "{a:?}");
+        assert!(a.max_compute_workgroups_per_dimension >= 65_535, "{a:?}");
+        assert!(
+            a.max_buffer_size > 0 && a.max_storage_buffer_binding_size > 0,
+            "{a:?}"
+        );
+        assert!(!a.driver.is_empty(), "{a:?}");
+        eprintln!(
+            "{:?}: {} [{}, {}], max buffer {} MiB",
+            a.names,
+            a.name,
+            a.backend,
+            a.device_type,
+            a.max_buffer_size >> 20
+        );
+    }
+    if let Some(a) = adapters.iter().find(|a| a.name.contains("llvmpipe")) {
+        assert!(
+            a.is_software && a.device_type == "Cpu",
+            "llvmpipe is a software adapter: {a:?}"
+        );
+    }
+}
+
+/// Opens the application's own device and queue, as a renderer would.
+fn app_device() -> Option<(wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let options = wgpu::RequestAdapterOptions::default();
+    let adapter = match pollster::block_on(instance.request_adapter(&options)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("from_wgpu tests SKIPPED: wgpu found no adapter ({e})");
+            return None;
+        }
+    };
+    let desc = wgpu::DeviceDescriptor {
+        label: Some("app"),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    };
+    let (device, queue) =
+        pollster::block_on(adapter.request_device(&desc)).expect("the application's device");
+    Some((adapter, device, queue))
+}
+
+/// Copies `size` bytes at `offset` of `src` into a buffer of ours and maps it.
+fn read_with_own_encoder(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    src: &wgpu::Buffer,
+    offset: u64,
+    size: u64,
+) -> Vec<u8> {
+    let padded = size.div_ceil(4) * 4;
+    let mine = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("app readback"),
+        size: padded,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+        label: Some("app copy"),
+    });
+    enc.copy_buffer_to_buffer(src, offset, &mine, 0, padded);
+    queue.submit([enc.finish()]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    mine.map_async(wgpu::MapMode::Read, .., move |r| tx.send(r).unwrap());
+    let wait = wgpu::PollType::Wait {
+        submission_index: None,
+        timeout: Some(Duration::from_secs(60)),
+    };
+    device.poll(wait).expect("poll");
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap()
+        .expect("map our buffer");
+    let bytes = mine.get_mapped_range(..).unwrap()[..size as usize].to_vec();
+    mine.unmap();
+    bytes
+}
+
+#[test]
+fn from_wgpu_shares_buffers_with_the_application() {
+    if gpus().is_empty() {
+        return; // the harness printed the skip (or failed under WGTENSOR_REQUIRE_GPU=1)
+    }
+    let Some((adapter, device, queue)) = app_device() else {
+        panic!("wgtensor found a GPU but wgpu::Instance::request_adapter did not");
+    };
+    let dev = Device::from_wgpu(&adapter, device.clone(), queue.clone());
+    assert!(
+        dev.is_gpu() && dev.to_string().starts_with("wgpu:"),
+        "{dev}"
+    );
+    assert!(
+        dev.name().starts_with(&adapter.get_info().name),
+        "{}",
+        dev.name()
+    );
+    assert_ne!(
+        dev,
+        Device::gpu(0).unwrap(),
+        "a wrapped device is its own device"
+    );
+    let (own, _) = dev.wgpu().unwrap();
+    assert_eq!(own, &device, "Device::wgpu() returns the wrapped device");
+
+    // wgtensor computes on the application's device ...
+    let (a, b) = (data(1000, 1, 10.0), data(1000, 2, 10.0));
+    let ta = Tensor::from_slice(&a, &[10, 100], &dev).unwrap();
+    let tb = Tensor::from_slice(&b[..100], &[100], &dev).unwrap();
+    let c = (&(&ta * &tb).unwrap() + 1.0).unwrap();
+    assert_eq!((c.shape(), c.device()), (&[10, 100][..], &dev));
+    let cpu = Device::cpu();
+    let want = values(&(&(&ta.to(&cpu).unwrap() * &tb.to(&cpu).unwrap()).unwrap() + 1.0).unwrap());
+    assert_close(
+        &values(&c),
+        &want,
+        1e-6,
+        0.0,
+        "(a * b) + 1 on the wrapped device vs cpu",
+    );
+
+    // ... and the application reads the result with its own encoder.
+    let view = c.wgpu_buffer().unwrap();
+    assert_eq!((view.offset, view.size), (0, 4000));
+    assert!(view.buffer.size() >= view.size);
+    assert!(view
+        .buffer
+        .usage()
+        .contains(wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC));
+    let bytes = read_with_own_encoder(&device, &queue, view.buffer, view.offset, view.size);
+    let got: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|w| f32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    assert_close(
+        &got,
+        &want,
+        1e-6,
+        0.0,
+        "read back by the application's own encoder",
+    );
+
+    // Views of other dtypes cover exactly their elements (the buffer is padded to 4 bytes).
+    let h = Tensor::from_vec(vec![wgtensor::f16::from_f32(0.5); 3], &[3], &dev).unwrap();
+    let hv = h.wgpu_buffer().unwrap();
+    assert_eq!((hv.offset, hv.size, h.dtype()), (0, 6, DType::F16));
+    let raw = read_with_own_encoder(&device, &queue, hv.buffer, 0, 6);
+    assert_eq!(
+        raw,
+        [0x00, 0x38, 0x00, 0x38, 0x00, 0x38],
+        "f16 0.5 is 0x3800"
+    );
+    assert!(matches!(
+        Tensor::ones(&[2], DType::F32, &cpu).unwrap().wgpu_buffer(),
+        Err(Error::InvalidArgument { .. })
+    ));
+
+    // wgtensor replaced wgpu's panicking error handler on the application's device.
+    wgtensor::testing::inject_uncaptured_error(&dev);
+    assert!(matches!(dev.synchronize(), Err(Error::Wgpu { .. })));
+    assert_close(
+        &values(&c),
+        &want,
+        1e-6,
+        0.0,
+        "result after an injected error",
+    );
+    dev.synchronize().unwrap();
+}

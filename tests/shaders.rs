@@ -1,0 +1,111 @@
+//! Every WGSL shader is valid for naga 30 (the front end wgpu 30 uses), checked without a GPU:
+//! both the sources embedded in the library and the files in `shaders/` on disk, and the two
+//! lists name the same files with the same contents.
+
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Parses and validates one WGSL source; panics with the file name and naga's full report.
+fn validate(name: &str, source: &str) {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(source)));
+    Validator::new(ValidationFlags::all(), Capabilities::all())
+        .validate(&module)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{name}: naga validation error:\n{}",
+                e.emit_to_string(source)
+            )
+        });
+    // Every shader is a compute shader with at least one entry point.
+    assert!(!module.entry_points.is_empty(), "{name}: no entry points");
+    for ep in &module.entry_points {
+        assert_eq!(
+            ep.stage,
+            naga::ShaderStage::Compute,
+            "{name}: entry point {} is not a compute shader",
+            ep.name
+        );
+        assert_eq!(
+            ep.workgroup_size,
+            [256, 1, 1],
+            "{name}: entry point {} must use @workgroup_size(256) (the launch code assumes it)",
+            ep.name
+        );
+    }
+}
+
+fn on_disk() -> BTreeMap<String, String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("directory entry").path();
+        if path.extension().is_some_and(|e| e == "wgsl") {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            out.insert(name, text);
+        }
+    }
+    out
+}
+
+fn embedded() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (name, source) in wgtensor::testing::shader_sources() {
+        let previous = out.insert(name.to_string(), source.to_string());
+        assert!(previous.is_none(), "shader {name} is listed twice");
+    }
+    out
+}
+
+#[test]
+fn embedded_shaders_validate() {
+    let shaders = embedded();
+    assert!(!shaders.is_empty(), "the library embeds no shaders");
+    for (name, source) in &shaders {
+        validate(name, source);
+    }
+}
+
+#[test]
+fn shader_files_on_disk_validate() {
+    let shaders = on_disk();
+    assert!(!shaders.is_empty(), "shaders/ holds no .wgsl files");
+    for (name, source) in &shaders {
+        validate(name, source);
+    }
+}
+
+#[test]
+fn embedded_and_on_disk_lists_agree() {
+    let (disk, lib) = (on_disk(), embedded());
+    let disk_names: Vec<&String> = disk.keys().collect();
+    let lib_names: Vec<&String> = lib.keys().collect();
+    assert_eq!(
+        lib_names, disk_names,
+        "shaders embedded by the library (left) differ from shaders/*.wgsl on disk (right): \
+         a file is not embedded, or an embedded shader has no file"
+    );
+    for (name, text) in &disk {
+        assert_eq!(
+            &lib[name], text,
+            "{name}: the embedded source differs from the file on disk (stale build?)"
+        );
+    }
+}
+
+#[test]
+fn validator_rejects_a_broken_shader() {
+    // Guards the test itself: an invalid shader must fail, so the checks above are not vacuous.
+    let bad = "@compute @workgroup_size(256) fn main() { let x: f32 = 1u; }";
+    let parsed = naga::front::wgsl::parse_str(bad);
+    let rejected = match parsed {
+        Err(_) => true,
+        Ok(m) => Validator::new(ValidationFlags::all(), Capabilities::all())
+            .validate(&m)
+            .is_err(),
+    };
+    assert!(rejected, "naga accepted a shader with a type error");
+}
