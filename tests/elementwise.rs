@@ -73,6 +73,10 @@ fn erf(z: f64) -> f64 {
 }
 
 fn gelu_host(x: f32) -> f32 {
+    // gelu(x) -> 0 as x -> -inf (the bare formula would give -inf * 0 = NaN).
+    if x == f32::NEG_INFINITY {
+        return 0.0;
+    }
     f64_op(x, |x| {
         0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))
     })
