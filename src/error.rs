@@ -106,11 +106,12 @@ pub enum Error {
         limit_name: &'static str,
     },
 
-    /// The device could not allocate memory.
+    /// The device could not allocate memory, even after emptying wgtensor's cache.
     #[error(
         "out of memory on {device} ({adapter}) in {op}: tried to allocate {requested} bytes with \
-         {allocated} bytes already allocated by wgtensor (adapter max_buffer_size {limit}); \
-         free tensors you no longer need, use a smaller batch or f16, or run on the CPU"
+         {allocated} bytes allocated by tensors and {reserved} bytes reserved by wgtensor \
+         (adapter max_buffer_size {limit}); free tensors you no longer need, use a smaller batch \
+         or f16, call wgtensor::empty_cache, or run on the CPU"
     )]
     OutOfMemory {
         op: &'static str,
@@ -118,6 +119,7 @@ pub enum Error {
         adapter: String,
         requested: u64,
         allocated: u64,
+        reserved: u64,
         limit: u64,
     },
 

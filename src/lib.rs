@@ -26,6 +26,7 @@ mod device;
 mod dtype;
 mod error;
 mod gpu;
+mod memory;
 mod ops;
 mod random;
 mod shape;
@@ -35,6 +36,10 @@ mod tensor;
 pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
+pub use memory::{
+    empty_cache, max_memory_allocated, memory_allocated, memory_reserved, memory_summary,
+    reset_peak_memory_stats,
+};
 pub use random::manual_seed;
 pub use tensor::{Tensor, WgpuBufferView};
 

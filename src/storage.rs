@@ -21,6 +21,17 @@ pub(crate) enum Storage {
     Gpu(GpuBuffer),
 }
 
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // GPU buffers account for themselves; host data is counted here and in
+        // `Tensor::from_parts`, the one place a `Storage` becomes a tensor's.
+        match self {
+            Storage::Cpu(s) => crate::memory::cpu_free(s.size_in_bytes() as u64),
+            Storage::Gpu(_) => {}
+        }
+    }
+}
+
 impl CpuStorage {
     /// The raw little-endian bytes, as a GPU buffer holds them (f16 packs two per word).
     pub(crate) fn as_bytes(&self) -> &[u8] {
@@ -92,7 +103,6 @@ impl CpuStorage {
     }
 
     /// Bytes held, as reported by memory statistics.
-    #[allow(dead_code)] // read by the memory statistics of the CPU device
     pub(crate) fn size_in_bytes(&self) -> usize {
         self.as_bytes().len()
     }

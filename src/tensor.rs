@@ -46,6 +46,9 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Tensor {
+        if let Storage::Cpu(s) = &storage {
+            crate::memory::cpu_alloc(s.size_in_bytes() as u64);
+        }
         Tensor(Arc::new(TensorInner {
             storage: Arc::new(storage),
             layout: Layout::contiguous(shape),

@@ -2,7 +2,6 @@
 
 use super::device::GpuDevice;
 use crate::{Error, Result};
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 /// Copies and `write_buffer` need lengths and offsets that are multiples of 4 bytes
@@ -13,20 +12,20 @@ fn pad4(n: u64) -> u64 {
     n.div_ceil(ALIGN) * ALIGN
 }
 
-/// A storage buffer holding one tensor's elements, released (and un-counted) on drop.
+/// A storage buffer holding one tensor's elements. Dropping it returns the buffer to the
+/// device's caching allocator (see `memory.rs`).
 pub(crate) struct GpuBuffer {
     pub(crate) buffer: wgpu::Buffer,
-    /// Padded size in bytes (what the adapter actually holds for us).
+    /// Bytes the tensor uses, padded to 4: what `memory_allocated` counts.
     pub(crate) size: u64,
+    /// Bytes of the underlying buffer (its pool bucket): what `memory_reserved` counts.
+    pub(crate) capacity: u64,
     pub(crate) device: GpuDevice,
 }
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
-        self.device
-            .0
-            .allocated
-            .fetch_sub(self.size, Ordering::Relaxed);
+        self.device.release(self);
     }
 }
 
@@ -34,21 +33,39 @@ impl std::fmt::Debug for GpuBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "GpuBuffer({} bytes on {})",
+            "GpuBuffer({} of {} bytes on {})",
             self.size,
+            self.capacity,
             self.device.label()
         )
     }
 }
 
 impl GpuDevice {
-    /// Allocates a zero-filled tensor buffer of at least `bytes` bytes for `op`.
+    /// A zero-filled tensor buffer of at least `bytes` bytes for `op`.
     ///
     /// Sizes are checked against the adapter's limits before wgpu sees them, so an oversized
-    /// request is a typed error, never a wgpu validation error. Empty tensors get a 4-byte buffer
+    /// request is a typed error, never a wgpu validation error. Empty tensors get a small buffer
     /// that is never bound to a dispatch.
     pub(crate) fn alloc(&self, op: &'static str, bytes: u64) -> Result<GpuBuffer> {
-        let size = pad4(bytes).max(ALIGN);
+        let (buf, fresh) = self.alloc_inner(op, bytes)?;
+        if !fresh {
+            // Reused buffers hold a previous tensor's bytes; fresh ones are zeroed by wgpu.
+            self.record(op, |enc| enc.clear_buffer(&buf.buffer, 0, None))?;
+        }
+        Ok(buf)
+    }
+
+    /// A tensor buffer whose contents are unspecified, for outputs that a kernel or an upload
+    /// overwrites completely. Never combine with a clear: `write_buffer` data lands before the
+    /// pending encoder's commands, so a recorded clear would wipe it.
+    pub(crate) fn alloc_uninit(&self, op: &'static str, bytes: u64) -> Result<GpuBuffer> {
+        Ok(self.alloc_inner(op, bytes)?.0)
+    }
+
+    fn alloc_inner(&self, op: &'static str, bytes: u64) -> Result<(GpuBuffer, bool)> {
+        self.check(op)?;
+        let size = pad4(bytes);
         let limits = &self.0.limits;
         let too_large = |limit: u64, limit_name| Error::BufferTooLarge {
             op,
@@ -68,28 +85,23 @@ impl GpuDevice {
                 "max_storage_buffer_binding_size",
             ));
         }
-        let buffer = self.scoped(op, size, || {
-            self.0.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(op),
+        let capacity = super::memory::bucket(size.max(ALIGN), limits);
+        let (buffer, fresh) = self.obtain(op, size, capacity)?;
+        self.count_alloc(size);
+        Ok((
+            GpuBuffer {
+                buffer,
                 size,
-                // STORAGE for kernels; COPY_SRC for readback; COPY_DST for uploads.
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        })?;
-        self.0.allocated.fetch_add(size, Ordering::Relaxed);
-        Ok(GpuBuffer {
-            buffer,
-            size,
-            device: self.clone(),
-        })
+                capacity,
+                device: self.clone(),
+            },
+            fresh,
+        ))
     }
 
     /// Uploads `bytes` into a new buffer (`.to(&gpu)`).
     pub(crate) fn upload(&self, op: &'static str, bytes: &[u8]) -> Result<GpuBuffer> {
-        let buf = self.alloc(op, bytes.len() as u64)?;
+        let buf = self.alloc_uninit(op, bytes.len() as u64)?;
         if bytes.is_empty() {
             return Ok(buf);
         }
@@ -125,28 +137,26 @@ impl GpuDevice {
         let start = offset / ALIGN * ALIGN;
         let end = pad4(offset + len);
         let size = end - start;
-        let (staging, index) = self.scoped(op, size, || {
-            // A separate buffer, because MAP_READ may only be combined with COPY_DST.
-            let staging = self.0.device.create_buffer(&wgpu::BufferDescriptor {
+        // A separate buffer, because MAP_READ may only be combined with COPY_DST.
+        let staging = self.scoped(op, size, || {
+            self.0.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("wgtensor::readback"),
                 size,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
-            });
-            let mut enc = self
-                .0
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
-            enc.copy_buffer_to_buffer(&src.buffer, start, &staging, 0, size);
-            let index = self.0.queue.submit([enc.finish()]);
-            (staging, index)
+            })
         })?;
+        // The copy joins the pending batch, which is then submitted as a whole.
+        self.record(op, |enc| {
+            enc.copy_buffer_to_buffer(&src.buffer, start, &staging, 0, size)
+        })?;
+        let index = self.flush(op)?;
         let (tx, rx) = mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
         // The map callback runs inside a poll once the copy has finished.
-        self.wait(op, Some(index))?;
+        self.wait(op, index)?;
         let mapped = match rx.try_recv() {
             Ok(r) => r,
             // Completed work whose callback has not been delivered yet: one more poll delivers it.

@@ -4,6 +4,8 @@
 //! goes quiet, and `poll` can panic. Everything here exists to turn those into `Result`s.
 
 use super::kernels::KernelCache;
+use super::memory::{MemStats, Pool};
+use super::queue::Pending;
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,8 +30,9 @@ pub(crate) struct Inner {
     pub limits: wgpu::Limits,
     pub health: Arc<Health>,
     pub kernels: KernelCache,
-    /// Bytes held by live tensor buffers on this device.
-    pub allocated: AtomicU64,
+    pub mem: MemStats,
+    pub pool: Mutex<Pool>,
+    pub pending: Mutex<Pending>,
     timeout_ms: AtomicU64,
 }
 
@@ -88,7 +91,9 @@ impl GpuDevice {
             limits,
             health,
             kernels: KernelCache::default(),
-            allocated: AtomicU64::new(0),
+            mem: MemStats::default(),
+            pool: Mutex::default(),
+            pending: Mutex::default(),
             timeout_ms: AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64),
         }))
     }
@@ -183,7 +188,8 @@ impl GpuDevice {
                 device: self.0.label.clone(),
                 adapter: self.adapter_name(),
                 requested,
-                allocated: self.0.allocated.load(Ordering::Relaxed),
+                allocated: self.0.mem.allocated.load(Ordering::Relaxed),
+                reserved: self.0.mem.reserved.load(Ordering::Relaxed),
                 limit: self.0.limits.max_buffer_size,
             });
         }
@@ -203,6 +209,11 @@ impl GpuDevice {
         op: &'static str,
         index: Option<wgpu::SubmissionIndex>,
     ) -> Result<()> {
+        let index = match index {
+            Some(i) => Some(i),
+            // "Everything" includes work still in the pending encoder.
+            None => self.flush(op)?,
+        };
         let timeout = self.timeout();
         // wgpu 30 sends some poll failures (a device lost mid-wait) to a panicking handler.
         let polled = catch_unwind(AssertUnwindSafe(|| {

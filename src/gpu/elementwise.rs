@@ -37,7 +37,7 @@ impl GpuDevice {
         step: Option<f32>,
     ) -> Result<GpuBuffer> {
         index_u32(op, &Layout::contiguous(&[n]))?;
-        let out = self.alloc(op, n as u64 * 4)?;
+        let out = self.alloc_uninit(op, n as u64 * 4)?;
         let mut meta = vec![n as u32, a.to_bits()];
         let entry = match step {
             Some(s) => {
@@ -66,7 +66,7 @@ impl GpuDevice {
         let name = op.name();
         index_u32(name, layout)?;
         let n = layout.numel();
-        let out = self.alloc(name, n as u64 * 4)?;
+        let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = layout.is_contiguous();
         let mut meta = vec![n as u32, 0, layout.offset as u32];
         if !contiguous {
@@ -102,7 +102,7 @@ impl GpuDevice {
         index_u32(name, la)?;
         index_u32(name, lb)?;
         let n = la.numel();
-        let out = self.alloc(name, n as u64 * 4)?;
+        let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = la.is_contiguous() && lb.is_contiguous();
         let mut meta = vec![n as u32, 0, la.offset as u32, lb.offset as u32];
         if !contiguous {
@@ -138,7 +138,7 @@ impl GpuDevice {
         let name = op.scalar_name();
         index_u32(name, layout)?;
         let n = layout.numel();
-        let out = self.alloc(name, n as u64 * 4)?;
+        let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = layout.is_contiguous();
         let mut meta = vec![
             n as u32,

@@ -192,10 +192,10 @@ impl GpuDevice {
         })?;
         let pipeline = self.pipeline(op, (l.shader, l.entry, l.op_code))?;
         let (bgl, _) = self.layout(l.shader.inputs());
-        self.scoped(op, 0, || {
+        let bind = self.scoped(op, 0, || {
             let dev = &self.0.device;
             let meta = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("wgtensor::meta"),
+                label: Some("wgtensor::params"),
                 contents: bytemuck::cast_slice(l.meta),
                 usage: wgpu::BufferUsages::STORAGE,
             });
@@ -217,23 +217,23 @@ impl GpuDevice {
                 binding: k + 1,
                 resource: meta.as_entire_binding(),
             });
-            let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            // The bind group keeps the params buffer alive until the batch has run.
+            dev.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some(op),
                 layout: &bgl,
                 entries: &entries,
+            })
+        })?;
+        // Recorded into the pending batch; submitted at the next readback, synchronize, or
+        // after `FLUSH_EVERY` ops.
+        self.record(op, |enc| {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(op),
+                timestamp_writes: None,
             });
-            let mut enc =
-                dev.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(op),
-                    timestamp_writes: None,
-                });
-                pass.set_pipeline(&pipeline);
-                pass.set_bind_group(0, &bind, &[]);
-                pass.dispatch_workgroups(x, y, 1);
-            }
-            self.0.queue.submit([enc.finish()]);
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(x, y, 1);
         })
     }
 }

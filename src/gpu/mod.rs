@@ -7,6 +7,8 @@ pub(crate) mod buffer;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod kernels;
+pub(crate) mod memory;
+pub(crate) mod queue;
 pub(crate) mod registry;
 
 pub(crate) use buffer::GpuBuffer;

@@ -1,0 +1,82 @@
+//! Lazy submission: ops are recorded into one pending command encoder per device and submitted
+//! in batches (at a readback, at `synchronize`, or every `FLUSH_EVERY` ops), instead of one
+//! `queue.submit` per op, which costs tens of microseconds each.
+
+use super::device::GpuDevice;
+use crate::Result;
+use std::sync::Mutex;
+
+/// Ops recorded before a submit is forced: enough to amortise the submit, few enough that the GPU
+/// starts working while the host is still recording.
+pub(crate) const FLUSH_EVERY: usize = 64;
+
+#[derive(Default)]
+pub(crate) struct Pending {
+    encoder: Option<wgpu::CommandEncoder>,
+    ops: usize,
+    /// Buffers freed while the pending encoder may still use them. They are pooled only after
+    /// the encoder is submitted: a `queue.write_buffer` into a reused buffer lands before the
+    /// next submit's commands, so reusing one that unsubmitted commands read would corrupt them.
+    retired: Vec<(u64, wgpu::Buffer)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl GpuDevice {
+    /// Records `op`'s commands into the pending encoder (inside error scopes).
+    pub(crate) fn record(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Result<()> {
+        let flush_now = {
+            let mut p = lock(&self.0.pending);
+            let Pending { encoder, ops, .. } = &mut *p;
+            self.scoped(op, 0, || {
+                let enc = encoder.get_or_insert_with(|| {
+                    self.0
+                        .device
+                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                            label: Some("wgtensor::batch"),
+                        })
+                });
+                f(enc)
+            })?;
+            *ops += 1;
+            *ops >= FLUSH_EVERY
+        };
+        if flush_now {
+            self.flush(op)?;
+        }
+        Ok(())
+    }
+
+    /// Submits the pending encoder, if any; returns the index of that submission.
+    pub(crate) fn flush(&self, op: &'static str) -> Result<Option<wgpu::SubmissionIndex>> {
+        let (encoder, retired) = {
+            let mut p = lock(&self.0.pending);
+            p.ops = 0;
+            (p.encoder.take(), std::mem::take(&mut p.retired))
+        };
+        let index = match encoder {
+            // Encoder errors (wgpu 26+) surface at finish/submit, so both run inside the scopes.
+            Some(enc) => Some(self.scoped(op, 0, || self.0.queue.submit([enc.finish()]))?),
+            None => None,
+        };
+        self.pool_return(retired);
+        Ok(index)
+    }
+
+    /// Hands a freed buffer to the pool, or parks it until the pending encoder is submitted.
+    pub(crate) fn retire(&self, capacity: u64, buffer: wgpu::Buffer) {
+        let mut p = lock(&self.0.pending);
+        if p.encoder.is_some() {
+            p.retired.push((capacity, buffer));
+        } else {
+            drop(p);
+            self.pool_return(vec![(capacity, buffer)]);
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Memory statistics and cache control (PyTorch's `torch.cuda.memory_allocated` and friends).
+
+use crate::device::DeviceInner;
+use crate::Device;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes held by live CPU tensors (the CPU device reports its tensor bytes too).
+pub(crate) static CPU_ALLOCATED: AtomicU64 = AtomicU64::new(0);
+static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn cpu_alloc(bytes: u64) {
+    let now = CPU_ALLOCATED.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    CPU_PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+pub(crate) fn cpu_free(bytes: u64) {
+    let _ = CPU_ALLOCATED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_sub(bytes))
+    });
+}
+
+/// Bytes occupied by live tensors on `device`, exactly (GPU sizes padded to 4 bytes).
+///
+/// ```
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::best();
+/// let before = wgtensor::memory_allocated(&dev);
+/// let t = Tensor::zeros(&[256], DType::F32, &dev)?;
+/// // Other threads may allocate too; on a quiet device this grows by exactly 1024 bytes.
+/// assert!(wgtensor::memory_allocated(&dev) >= before + 1024 || dev.is_cpu());
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn memory_allocated(device: &Device) -> u64 {
+    match &device.0 {
+        DeviceInner::Cpu => CPU_ALLOCATED.load(Ordering::Relaxed),
+        DeviceInner::Gpu(g) => g.0.mem.allocated.load(Ordering::Relaxed),
+    }
+}
+
+/// Bytes wgtensor holds from the driver on `device`: live tensors plus the caching allocator's
+/// free buffers, at bucket size. Equals [`memory_allocated`] on the CPU, which has no cache.
+///
+/// ```
+/// let reserved = wgtensor::memory_reserved(&wgtensor::Device::best());
+/// # let _ = reserved;
+/// ```
+pub fn memory_reserved(device: &Device) -> u64 {
+    match &device.0 {
+        DeviceInner::Cpu => CPU_ALLOCATED.load(Ordering::Relaxed),
+        DeviceInner::Gpu(g) => g.0.mem.reserved.load(Ordering::Relaxed),
+    }
+}
+
+/// The peak of [`memory_allocated`] since start or the last [`reset_peak_memory_stats`].
+///
+/// ```
+/// let dev = wgtensor::Device::cpu();
+/// assert!(wgtensor::max_memory_allocated(&dev) >= wgtensor::memory_allocated(&dev));
+/// ```
+pub fn max_memory_allocated(device: &Device) -> u64 {
+    match &device.0 {
+        DeviceInner::Cpu => CPU_PEAK.load(Ordering::Relaxed),
+        DeviceInner::Gpu(g) => g.0.mem.peak.load(Ordering::Relaxed),
+    }
+}
+
+/// Restarts peak tracking from the current [`memory_allocated`].
+///
+/// ```
+/// let dev = wgtensor::Device::cpu();
+/// wgtensor::reset_peak_memory_stats(&dev);
+/// ```
+pub fn reset_peak_memory_stats(device: &Device) {
+    match &device.0 {
+        DeviceInner::Cpu => {
+            CPU_PEAK.store(CPU_ALLOCATED.load(Ordering::Relaxed), Ordering::Relaxed)
+        }
+        DeviceInner::Gpu(g) => {
+            g.0.mem
+                .peak
+                .store(g.0.mem.allocated.load(Ordering::Relaxed), Ordering::Relaxed)
+        }
+    }
+}
+
+/// Returns every cached (free) buffer to the driver (`torch.cuda.empty_cache()`). Live tensors
+/// are untouched. A no-op on the CPU.
+///
+/// ```
+/// wgtensor::empty_cache(&wgtensor::Device::best());
+/// ```
+pub fn empty_cache(device: &Device) {
+    match &device.0 {
+        DeviceInner::Cpu => {}
+        DeviceInner::Gpu(g) => g.empty_cache(),
+    }
+}
+
+/// A readable table of the statistics above (`torch.cuda.memory_summary()`).
+///
+/// ```
+/// println!("{}", wgtensor::memory_summary(&wgtensor::Device::cpu()));
+/// ```
+pub fn memory_summary(device: &Device) -> String {
+    let mib = |b: u64| format!("{:>12.3} MiB", b as f64 / (1 << 20) as f64);
+    let mut rows = vec![
+        ("allocated (live tensors)", mib(memory_allocated(device))),
+        ("peak allocated", mib(max_memory_allocated(device))),
+        ("reserved (tensors + cache)", mib(memory_reserved(device))),
+    ];
+    let extra;
+    if let DeviceInner::Gpu(g) = &device.0 {
+        let m = &g.0.mem;
+        extra = [
+            ("cached (free, reusable)", mib(g.cached_bytes())),
+            (
+                "driver allocations",
+                format!("{:>16}", m.allocations.load(Ordering::Relaxed)),
+            ),
+            (
+                "cache hits",
+                format!("{:>16}", m.cache_hits.load(Ordering::Relaxed)),
+            ),
+            (
+                "out-of-memory retries",
+                format!("{:>16}", m.ooms.load(Ordering::Relaxed)),
+            ),
+        ];
+        rows.extend(extra.iter().cloned());
+    }
+    let mut out = format!("memory summary for {device} ({})\n", device.name());
+    for (k, v) in rows {
+        out.push_str(&format!("  {k:<28}{v}\n"));
+    }
+    out
+}
