@@ -38,10 +38,11 @@ pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use memory::{
     empty_cache, max_memory_allocated, memory_allocated, memory_reserved, memory_summary,
-    reset_peak_memory_stats,
+    reset_peak_memory_stats, reset_transfer_stats, transfer_stats, warn_on_transfer_churn,
+    TransferStats,
 };
 pub use random::manual_seed;
-pub use tensor::{Tensor, WgpuBufferView};
+pub use tensor::{read_all, Tensor, WgpuBufferView};
 
 /// The f16 type of [`DType::F16`] tensors.
 pub use half::f16;

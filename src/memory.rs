@@ -134,3 +134,80 @@ pub fn memory_summary(device: &Device) -> String {
     }
     out
 }
+
+/// Host-device traffic of one device since start or [`reset_transfer_stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Uploads (`.to(&gpu)`, `from_vec` on a GPU).
+    pub uploads: u64,
+    /// Bytes uploaded.
+    pub upload_bytes: u64,
+    /// Tensors read back (`.cpu()`, `to_vec`, `read_all`).
+    pub downloads: u64,
+    /// Bytes read back.
+    pub download_bytes: u64,
+    /// Time spent waiting for readbacks.
+    pub wait_time: std::time::Duration,
+    /// Uploads of exactly the bytes just read back (the tight-loop pitfall; counted while
+    /// [`warn_on_transfer_churn`] is on).
+    pub round_trips: u64,
+}
+
+/// Transfer counters of `device` (all zero for the CPU, which has nothing to transfer).
+///
+/// ```
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::best();
+/// let t = Tensor::ones(&[256], wgtensor::DType::F32, &Device::cpu())?.to(&dev)?;
+/// let stats = wgtensor::transfer_stats(&dev);
+/// assert!(dev.is_cpu() || stats.upload_bytes >= 1024);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn transfer_stats(device: &Device) -> TransferStats {
+    match &device.0 {
+        DeviceInner::Cpu => TransferStats::default(),
+        DeviceInner::Gpu(g) => {
+            let t = &g.0.transfers;
+            TransferStats {
+                uploads: t.uploads.load(Ordering::Relaxed),
+                upload_bytes: t.upload_bytes.load(Ordering::Relaxed),
+                downloads: t.downloads.load(Ordering::Relaxed),
+                download_bytes: t.download_bytes.load(Ordering::Relaxed),
+                wait_time: std::time::Duration::from_nanos(t.wait_nanos.load(Ordering::Relaxed)),
+                round_trips: t.churn.load(Ordering::Relaxed),
+            }
+        }
+    }
+}
+
+/// Zeroes the transfer counters of `device`.
+///
+/// ```
+/// wgtensor::reset_transfer_stats(&wgtensor::Device::best());
+/// ```
+pub fn reset_transfer_stats(device: &Device) {
+    if let DeviceInner::Gpu(g) = &device.0 {
+        let t = &g.0.transfers;
+        for c in [
+            &t.uploads,
+            &t.upload_bytes,
+            &t.downloads,
+            &t.download_bytes,
+            &t.wait_nanos,
+            &t.churn,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Turns on (or off) a one-time warning on stderr when a program keeps reading a tensor back and
+/// uploading the same bytes again (the seeds' tight-loop pitfall). Also enabled by the
+/// environment variable `WGTENSOR_WARN_TRANSFERS=1`.
+///
+/// ```
+/// wgtensor::warn_on_transfer_churn(true);
+/// ```
+pub fn warn_on_transfer_churn(on: bool) {
+    crate::gpu::transfer::WARN_CHURN.store(on, Ordering::Relaxed);
+}

@@ -7,7 +7,7 @@ mod elementwise;
 mod transfer;
 mod view;
 
-pub use transfer::WgpuBufferView;
+pub use transfer::{read_all, WgpuBufferView};
 
 use crate::device::DeviceInner;
 use crate::gpu::GpuDevice;

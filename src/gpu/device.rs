@@ -6,6 +6,7 @@
 use super::kernels::KernelCache;
 use super::memory::{MemStats, Pool};
 use super::queue::Pending;
+use super::transfer::{StagingPool, TransferCounters};
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +34,9 @@ pub(crate) struct Inner {
     pub mem: MemStats,
     pub pool: Mutex<Pool>,
     pub pending: Mutex<Pending>,
+    pub submit_lock: Mutex<()>,
+    pub transfers: TransferCounters,
+    pub staging: Mutex<StagingPool>,
     timeout_ms: AtomicU64,
 }
 
@@ -83,6 +87,9 @@ impl GpuDevice {
             });
         });
         let limits = device.limits();
+        if std::env::var("WGTENSOR_WARN_TRANSFERS").is_ok_and(|v| v == "1") {
+            super::transfer::WARN_CHURN.store(true, Ordering::Relaxed);
+        }
         GpuDevice(Arc::new(Inner {
             label,
             info,
@@ -94,6 +101,9 @@ impl GpuDevice {
             mem: MemStats::default(),
             pool: Mutex::default(),
             pending: Mutex::default(),
+            submit_lock: Mutex::default(),
+            transfers: TransferCounters::default(),
+            staging: Mutex::default(),
             timeout_ms: AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64),
         }))
     }
@@ -238,6 +248,17 @@ impl GpuDevice {
                 self.0.health.mark_lost("device poll panicked".into());
                 Err(self.lost_error())
             }
+        }
+    }
+
+    /// Runs ready callbacks without blocking (guarded like `wait`).
+    pub(crate) fn poll_once(&self) {
+        if catch_unwind(AssertUnwindSafe(|| {
+            self.0.device.poll(wgpu::PollType::Poll)
+        }))
+        .is_err()
+        {
+            self.0.health.mark_lost("device poll panicked".into());
         }
     }
 

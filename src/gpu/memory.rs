@@ -155,6 +155,7 @@ impl GpuDevice {
     pub(crate) fn empty_cache(&self) {
         // Retired buffers become poolable once pending work is submitted.
         let _ = self.flush("empty_cache");
+        self.empty_staging();
         let freed = {
             let mut pool = lock(&self.0.pool);
             pool.free.clear();

@@ -10,6 +10,7 @@ pub(crate) mod kernels;
 pub(crate) mod memory;
 pub(crate) mod queue;
 pub(crate) mod registry;
+pub(crate) mod transfer;
 
 pub(crate) use buffer::GpuBuffer;
 pub(crate) use device::GpuDevice;

@@ -55,6 +55,10 @@ impl GpuDevice {
 
     /// Submits the pending encoder, if any; returns the index of that submission.
     pub(crate) fn flush(&self, op: &'static str) -> Result<Option<wgpu::SubmissionIndex>> {
+        // Held until the submit is done: a thread that finds nothing pending must not go on to
+        // map a readback buffer that another thread's batch, taken but not yet submitted, copies
+        // into (wgpu rejects submitting work on a buffer that is being mapped).
+        let _submitting = lock(&self.0.submit_lock);
         let (encoder, retired) = {
             let mut p = lock(&self.0.pending);
             p.ops = 0;

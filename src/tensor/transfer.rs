@@ -1,10 +1,13 @@
 //! Moving tensors between devices (`.to()`, `.cpu()`, `.gpu()`) and reading them back.
 
 use super::{backend, Backend, Tensor};
+use crate::gpu::transfer::ReadPart;
+use crate::gpu::GpuDevice;
 use crate::ops::UnaryOp;
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, WithDType};
+use std::future::Future;
 
 /// A GPU tensor's buffer, for use in the application's own wgpu passes (see
 /// [`Tensor::wgpu_buffer`]).
@@ -73,6 +76,43 @@ impl Tensor {
     /// ```
     pub fn gpu(&self) -> Result<Tensor> {
         self.to(&Device::gpu(0)?)
+    }
+
+    /// `t.to(device)` without blocking the caller (PyTorch's `non_blocking=True`): the copy runs
+    /// on a worker thread and the returned future resolves to the moved tensor, with `pollster`,
+    /// tokio or any other executor. Prepare the next batch while it runs.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let x = Tensor::ones(&[1024], wgtensor::DType::F32, &Device::cpu())?;
+    /// let pending = x.to_async(&Device::best());   // returns at once
+    /// let on_device = pollster::block_on(pending)?; // ...and is awaited when needed
+    /// assert_eq!(on_device.shape(), &[1024]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn to_async(
+        &self,
+        device: &Device,
+    ) -> impl Future<Output = Result<Tensor>> + Send + 'static {
+        let (t, d) = (self.clone(), device.clone());
+        in_background("to_async", device.to_string(), move || t.to(&d))
+    }
+
+    /// [`Tensor::to_vec`] without blocking the caller: the readback runs on a worker thread.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::arange(0.0, 4.0, 1.0, &wgtensor::Device::best())?;
+    /// let v = pollster::block_on(t.to_vec_async::<f32>())?;
+    /// assert_eq!(v, vec![0.0, 1.0, 2.0, 3.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn to_vec_async<T: WithDType>(
+        &self,
+    ) -> impl Future<Output = Result<Vec<T>>> + Send + 'static {
+        let t = self.clone();
+        in_background("to_vec_async", self.device().to_string(), move || {
+            t.to_vec::<T>()
+        })
     }
 
     /// The elements in row-major order, copied to the host.
@@ -180,29 +220,123 @@ impl Tensor {
         }
     }
 
-    /// The elements, packed row-major, on the host (the one readback path).
+    /// The elements, packed row-major, on the host.
     pub(crate) fn host_contiguous(&self, op: &'static str) -> Result<CpuStorage> {
-        let layout = self.layout();
-        match self.storage() {
-            Storage::Cpu(s) => Ok(s.contiguous(layout)),
-            Storage::Gpu(b) => {
-                let esize = self.dtype().size_in_bytes() as u64;
-                // Read the span the view touches, then gather on the host: one transfer, for
-                // every dtype, whatever the strides.
-                let start = layout.offset as u64 * esize;
-                let len = (layout.span() as u64).saturating_sub(layout.offset as u64) * esize;
-                let bytes = b.device.read(op, b, start, len)?;
-                let host = CpuStorage::from_bytes(self.dtype(), &bytes);
-                if layout.is_contiguous() {
-                    return Ok(host);
-                }
-                let local = Layout {
-                    offset: 0,
-                    ..layout.clone()
-                };
-                Ok(host.contiguous(&local))
+        Ok(host_many(op, &[self])?
+            .pop()
+            .expect("one tensor in, one out"))
+    }
+}
+
+/// The one readback path: every tensor's elements, packed row-major, on the host. GPU tensors
+/// on one device are read with one submit and one wait; each reads the span its view touches,
+/// then views are gathered on the host (one transfer, for every dtype, whatever the strides).
+pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<CpuStorage>> {
+    let mut out: Vec<Option<CpuStorage>> = tensors
+        .iter()
+        .map(|t| match t.storage() {
+            Storage::Cpu(s) => Some(s.contiguous(t.layout())),
+            Storage::Gpu(_) => None,
+        })
+        .collect();
+    // Group the GPU tensors by device, preserving order.
+    let mut groups: Vec<(&GpuDevice, Vec<usize>)> = Vec::new();
+    for (i, t) in tensors.iter().enumerate() {
+        if let Storage::Gpu(b) = t.storage() {
+            match groups.iter_mut().find(|(d, _)| **d == b.device) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((&b.device, vec![i])),
             }
         }
+    }
+    for (device, members) in groups {
+        let parts: Vec<ReadPart<'_>> = members
+            .iter()
+            .map(|&i| {
+                let t = tensors[i];
+                let Storage::Gpu(b) = t.storage() else {
+                    unreachable!("grouped GPU tensors")
+                };
+                let esize = t.dtype().size_in_bytes() as u64;
+                let l = t.layout();
+                ReadPart {
+                    buffer: b,
+                    offset: l.offset as u64 * esize,
+                    len: (l.span() as u64).saturating_sub(l.offset as u64) * esize,
+                }
+            })
+            .collect();
+        let hosts = device.read_many(op, &parts, |k, bytes| {
+            let t = tensors[members[k]];
+            let host = CpuStorage::from_bytes(t.dtype(), bytes);
+            if t.layout().is_contiguous() {
+                device.note_read(bytes);
+                return host;
+            }
+            let local = Layout {
+                offset: 0,
+                ..t.layout().clone()
+            };
+            host.contiguous(&local)
+        })?;
+        for (k, h) in hosts.into_iter().enumerate() {
+            out[members[k]] = Some(h);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|h| h.expect("every tensor was read"))
+        .collect())
+}
+
+/// Reads several tensors back to the CPU with one submit and one wait per device (instead of one
+/// round trip each); returns CPU tensors in the same order.
+///
+/// ```
+/// use wgtensor::{Device, Tensor};
+/// let dev = Device::best();
+/// let a = Tensor::ones(&[3], wgtensor::DType::F32, &dev)?;
+/// let b = a.mul_scalar(2.0)?;
+/// let host = wgtensor::read_all(&[&a, &b])?;
+/// assert_eq!(host[1].to_vec::<f32>()?, vec![2.0; 3]);
+/// assert!(host[0].is_cpu());
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn read_all(tensors: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let hosts = host_many("read_all", tensors)?;
+    Ok(tensors
+        .iter()
+        .zip(hosts)
+        .map(|(t, h)| Tensor::from_parts(Storage::Cpu(h), t.shape(), t.dtype(), Device::cpu()))
+        .collect())
+}
+
+/// Runs `work` on a new thread; the future resolves to its result.
+fn in_background<T: Send + 'static>(
+    op: &'static str,
+    device: String,
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> impl Future<Output = Result<T>> + Send + 'static {
+    let (tx, rx) = futures_intrusive::channel::shared::oneshot_channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("wgtensor-{op}"))
+        .spawn(move || {
+            let _ = tx.send(work());
+        });
+    async move {
+        let lost = || Error::Wgpu {
+            op,
+            device: device.clone(),
+            message: "the transfer thread ended without a result".into(),
+        };
+        if spawned.is_err() {
+            return Err(Error::Wgpu {
+                op,
+                device: device.clone(),
+                message: "could not start a transfer thread".into(),
+            });
+        }
+        rx.receive().await.unwrap_or_else(|| Err(lost()))
     }
 }
 

@@ -1,0 +1,270 @@
+//! Uploads and readbacks (`.to(&gpu)`, `.cpu()`), with reusable staging buffers, batched
+//! readbacks (one submit and one wait for many tensors) and transfer statistics.
+
+use super::buffer::{pad4, GpuBuffer, ALIGN};
+use super::device::GpuDevice;
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::Instant;
+
+/// Staging buffers kept per size bucket, and in total: reuse is the pinned-memory analog, but a
+/// program that once read a huge tensor should not keep that much host-visible memory forever.
+const STAGING_PER_BUCKET: usize = 4;
+const STAGING_MAX_BYTES: u64 = 256 << 20;
+
+/// After this many uploads of exactly the bytes just read back, the churn warning fires.
+const CHURN_LIMIT: u64 = 8;
+
+/// Whether to warn about data moved back and forth (`wgtensor::warn_on_transfer_churn`).
+pub(crate) static WARN_CHURN: AtomicBool = AtomicBool::new(false);
+
+/// Transfer counters of one device.
+#[derive(Default)]
+pub(crate) struct TransferCounters {
+    pub uploads: AtomicU64,
+    pub upload_bytes: AtomicU64,
+    pub downloads: AtomicU64,
+    pub download_bytes: AtomicU64,
+    pub wait_nanos: AtomicU64,
+    pub churn: AtomicU64,
+    warned: AtomicBool,
+    /// Length and a cheap fingerprint of the last bytes read back, to spot them coming back.
+    last_read: Mutex<Option<(usize, u64)>>,
+}
+
+/// Reusable MAP_READ buffers by bucket size.
+#[derive(Default)]
+pub(crate) struct StagingPool {
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    bytes: u64,
+}
+
+/// FNV-1a over the length, the first and the last 256 bytes: enough to tell "the same tensor
+/// again" in a loop, cheap enough to run on every transfer.
+fn fingerprint(bytes: &[u8]) -> (usize, u64) {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let head = &bytes[..bytes.len().min(256)];
+    let tail = &bytes[bytes.len().saturating_sub(256)..];
+    for &b in head.iter().chain(tail) {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    (bytes.len(), h)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One region to read back: `len` bytes at byte `offset` of a tensor buffer.
+pub(crate) struct ReadPart<'a> {
+    pub buffer: &'a GpuBuffer,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl GpuDevice {
+    /// Uploads `bytes` into a new buffer (`.to(&gpu)`). Returns once the bytes are staged: the
+    /// GPU receives them with the next submitted batch, so the host can go on preparing work.
+    pub(crate) fn upload(&self, op: &'static str, bytes: &[u8]) -> Result<GpuBuffer> {
+        let buf = self.alloc_uninit(op, bytes.len() as u64)?;
+        if bytes.is_empty() {
+            return Ok(buf);
+        }
+        let whole = bytes.len() & !(ALIGN as usize - 1);
+        self.scoped(op, 0, || {
+            // `write_buffer` copies into wgpu's staging memory now and lands before the next
+            // submit's commands, which always precede any kernel or readback that uses it.
+            if whole > 0 {
+                self.0.queue.write_buffer(&buf.buffer, 0, &bytes[..whole]);
+            }
+            if whole < bytes.len() {
+                // The tail (odd f16 or u8 counts) is padded with zeros to a whole word.
+                let mut tail = [0u8; ALIGN as usize];
+                tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+                self.0.queue.write_buffer(&buf.buffer, whole as u64, &tail);
+            }
+        })?;
+        let t = &self.0.transfers;
+        t.uploads.fetch_add(1, Ordering::Relaxed);
+        t.upload_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.note_upload(bytes);
+        Ok(buf)
+    }
+
+    /// Reads several regions back with one submit and one wait; `consume(i, bytes)` receives each
+    /// region while the staging buffer is mapped (so the caller copies once, into its own type).
+    pub(crate) fn read_many<R>(
+        &self,
+        op: &'static str,
+        parts: &[ReadPart<'_>],
+        mut consume: impl FnMut(usize, &[u8]) -> R,
+    ) -> Result<Vec<R>> {
+        // Each region is copied as whole words to its own 4-aligned slot of one staging buffer.
+        let mut slots = Vec::with_capacity(parts.len());
+        let mut total = 0u64;
+        for p in parts {
+            let start = p.offset / ALIGN * ALIGN;
+            let size = if p.len == 0 {
+                0
+            } else {
+                pad4(p.offset + p.len) - start
+            };
+            slots.push((start, size, total));
+            total += size;
+        }
+        if total == 0 {
+            return Ok((0..parts.len()).map(|i| consume(i, &[])).collect());
+        }
+        let began = Instant::now();
+        let capacity = super::memory::bucket(total, &self.0.limits).max(total);
+        let staging = self.take_staging(op, capacity)?;
+        self.record(op, |enc| {
+            for (p, &(start, size, at)) in parts.iter().zip(&slots) {
+                if size > 0 {
+                    enc.copy_buffer_to_buffer(&p.buffer.buffer, start, &staging, at, size);
+                }
+            }
+        })?;
+        let index = self.flush(op)?;
+        let result = self.map_and_consume(op, &staging, total, index, |view| {
+            parts
+                .iter()
+                .zip(&slots)
+                .enumerate()
+                .map(|(i, (p, &(start, _, at)))| {
+                    let lo = (at + p.offset - start) as usize;
+                    consume(i, &view[lo..lo + p.len as usize])
+                })
+                .collect::<Vec<R>>()
+        });
+        if result.is_ok() {
+            self.give_staging(capacity, staging);
+        }
+        let t = &self.0.transfers;
+        t.wait_nanos
+            .fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        t.downloads.fetch_add(parts.len() as u64, Ordering::Relaxed);
+        t.download_bytes
+            .fetch_add(parts.iter().map(|p| p.len).sum(), Ordering::Relaxed);
+        result
+    }
+
+    /// Maps `staging` after submission `index`, hands the first `len` bytes to `f`, unmaps.
+    fn map_and_consume<R>(
+        &self,
+        op: &'static str,
+        staging: &wgpu::Buffer,
+        len: u64,
+        index: Option<wgpu::SubmissionIndex>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let (tx, rx) = mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
+            let _ = tx.send(r);
+        });
+        // The map callback runs inside a poll once the copy has finished.
+        self.wait(op, index)?;
+        // Another thread's poll may have picked up our callback and be about to run it: keep
+        // polling without blocking until it arrives (bounded by the timeout).
+        let began = Instant::now();
+        let mapped = loop {
+            match rx.recv_timeout(std::time::Duration::from_millis(1)) {
+                Ok(r) => break r,
+                Err(_) if began.elapsed() < self.timeout() => self.poll_once(),
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        op,
+                        device: self.label().to_string(),
+                        waited: self.timeout(),
+                    })
+                }
+            }
+        };
+        if mapped.is_err() {
+            // Mapping is the one call that still fails after device loss.
+            self.check(op)?;
+            return Err(Error::Wgpu {
+                op,
+                device: self.label().to_string(),
+                message: format!("mapping the readback buffer failed: {mapped:?}"),
+            });
+        }
+        let out = {
+            let view = staging.get_mapped_range(..len).map_err(|e| Error::Wgpu {
+                op,
+                device: self.label().to_string(),
+                message: e.to_string(),
+            })?;
+            f(&view)
+        };
+        // The view is dropped above: unmapping while it lives would panic.
+        staging.unmap();
+        Ok(out)
+    }
+
+    fn take_staging(&self, op: &'static str, capacity: u64) -> Result<wgpu::Buffer> {
+        {
+            let mut pool = lock(&self.0.staging);
+            if let Some(b) = pool.free.get_mut(&capacity).and_then(Vec::pop) {
+                pool.bytes -= capacity;
+                return Ok(b);
+            }
+        }
+        self.scoped(op, capacity, || {
+            // A separate buffer, because MAP_READ may only be combined with COPY_DST.
+            self.0.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("wgtensor::readback"),
+                size: capacity,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    fn give_staging(&self, capacity: u64, buffer: wgpu::Buffer) {
+        let mut pool = lock(&self.0.staging);
+        let held = pool.free.get(&capacity).map_or(0, Vec::len);
+        if held < STAGING_PER_BUCKET && pool.bytes + capacity <= STAGING_MAX_BYTES {
+            pool.free.entry(capacity).or_default().push(buffer);
+            pool.bytes += capacity;
+        }
+    }
+
+    /// Drops cached staging buffers (part of `empty_cache`).
+    pub(crate) fn empty_staging(&self) {
+        let mut pool = lock(&self.0.staging);
+        pool.free.clear();
+        pool.bytes = 0;
+    }
+
+    /// Remembers what was read back, to recognise it if it comes straight back.
+    pub(crate) fn note_read(&self, bytes: &[u8]) {
+        if WARN_CHURN.load(Ordering::Relaxed) {
+            *lock(&self.0.transfers.last_read) = Some(fingerprint(bytes));
+        }
+    }
+
+    /// The seeds' tight-loop pitfall: the same data moved back and forth every iteration.
+    fn note_upload(&self, bytes: &[u8]) {
+        if !WARN_CHURN.load(Ordering::Relaxed) {
+            return;
+        }
+        let t = &self.0.transfers;
+        if *lock(&t.last_read) != Some(fingerprint(bytes)) {
+            return;
+        }
+        let n = t.churn.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= CHURN_LIMIT && !t.warned.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "wgtensor warning: {n} times the same {} bytes were read back from {} and uploaded \
+                 to it again; keep the tensor on the device and compute there instead \
+                 (disable with wgtensor::warn_on_transfer_churn(false))",
+                bytes.len(),
+                self.label()
+            );
+        }
+    }
+}
