@@ -91,15 +91,15 @@ impl CpuStorage {
     }
 
     /// Packs the view `layout` into a new storage of the same dtype.
-    pub(crate) fn contiguous(&self, layout: &crate::shape::Layout) -> CpuStorage {
+    pub(crate) fn contiguous(&self, layout: &crate::shape::Layout) -> crate::Result<CpuStorage> {
         use crate::cpu::elementwise::contiguous as c;
-        match self {
-            CpuStorage::F32(v) => CpuStorage::F32(c(v, layout)),
-            CpuStorage::F16(v) => CpuStorage::F16(c(v, layout)),
-            CpuStorage::I32(v) => CpuStorage::I32(c(v, layout)),
-            CpuStorage::U32(v) => CpuStorage::U32(c(v, layout)),
-            CpuStorage::U8(v) => CpuStorage::U8(c(v, layout)),
-        }
+        Ok(match self {
+            CpuStorage::F32(v) => CpuStorage::F32(c(v, layout)?),
+            CpuStorage::F16(v) => CpuStorage::F16(c(v, layout)?),
+            CpuStorage::I32(v) => CpuStorage::I32(c(v, layout)?),
+            CpuStorage::U32(v) => CpuStorage::U32(c(v, layout)?),
+            CpuStorage::U8(v) => CpuStorage::U8(c(v, layout)?),
+        })
     }
 
     /// Bytes held, as reported by memory statistics.

@@ -1,17 +1,18 @@
 //! CPU kernels for elementwise ops: the fallback device and the oracle for the GPU shaders
 //! (`shaders/unary.wgsl`, `shaders/binary.wgsl`, `shaders/fill.wgsl`).
 
-use super::strided::{build_vec, walk};
+use super::strided::{build_vec, try_vec, walk};
 use crate::ops::{apply_binary, apply_unary, BinaryOp, UnaryOp};
 use crate::shape::Layout;
+use crate::Result;
 
 /// `op(x)` for every element of the view `layout` of `src`; the result is packed row-major.
-pub(crate) fn unary(op: UnaryOp, src: &[f32], layout: &Layout) -> Vec<f32> {
+pub(crate) fn unary(op: UnaryOp, src: &[f32], layout: &Layout) -> Result<Vec<f32>> {
     // Monomorphise per op so the hot loop has no `match` per element and can vectorise.
     macro_rules! go {
         ($($v:ident),*) => {
             match op {
-                $(UnaryOp::$v => map1(src, layout, |x| apply_unary(UnaryOp::$v, x)),)*
+                $(UnaryOp::$v => map1(op.name(), src, layout, |x| apply_unary(UnaryOp::$v, x)),)*
             }
         };
     }
@@ -19,11 +20,17 @@ pub(crate) fn unary(op: UnaryOp, src: &[f32], layout: &Layout) -> Vec<f32> {
 }
 
 /// `op(a, b)` over two views already broadcast to the same shape.
-pub(crate) fn binary(op: BinaryOp, a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<f32> {
+pub(crate) fn binary(
+    op: BinaryOp,
+    a: &[f32],
+    la: &Layout,
+    b: &[f32],
+    lb: &Layout,
+) -> Result<Vec<f32>> {
     macro_rules! go {
         ($($v:ident),*) => {
             match op {
-                $(BinaryOp::$v => map2(a, la, b, lb, |x, y| apply_binary(BinaryOp::$v, x, y)),)*
+                $(BinaryOp::$v => map2(op.name(), a, la, b, lb, |x, y| apply_binary(BinaryOp::$v, x, y)),)*
             }
         };
     }
@@ -37,12 +44,12 @@ pub(crate) fn scalar(
     layout: &Layout,
     s: f32,
     scalar_first: bool,
-) -> Vec<f32> {
+) -> Result<Vec<f32>> {
     macro_rules! go {
         ($($v:ident),*) => {
             match (op, scalar_first) {
-                $((BinaryOp::$v, false) => map1(src, layout, |x| apply_binary(BinaryOp::$v, x, s)),
-                  (BinaryOp::$v, true) => map1(src, layout, |x| apply_binary(BinaryOp::$v, s, x)),)*
+                $((BinaryOp::$v, false) => map1(op.scalar_name(), src, layout, |x| apply_binary(BinaryOp::$v, x, s)),
+                  (BinaryOp::$v, true) => map1(op.scalar_name(), src, layout, |x| apply_binary(BinaryOp::$v, s, x)),)*
             }
         };
     }
@@ -50,26 +57,31 @@ pub(crate) fn scalar(
 }
 
 /// `start + i * step` for `i in 0..n`, the same formula as `shaders/fill.wgsl::arange`.
-pub(crate) fn arange(n: usize, start: f32, step: f32) -> Vec<f32> {
-    build_vec(n, |off, out| {
+pub(crate) fn arange(n: usize, start: f32, step: f32) -> Result<Vec<f32>> {
+    build_vec("arange", n, |off, out| {
         for (i, o) in out.iter_mut().enumerate() {
             o.write(start + (off + i) as f32 * step);
         }
     })
 }
 
-fn map1(src: &[f32], l: &Layout, f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
+fn map1(
+    op: &'static str,
+    src: &[f32],
+    l: &Layout,
+    f: impl Fn(f32) -> f32 + Sync,
+) -> Result<Vec<f32>> {
     let n = l.numel();
     if l.is_contiguous() {
         let src = &src[l.offset..l.offset + n];
-        return build_vec(n, |off, out| {
+        return build_vec(op, n, |off, out| {
             let end = off + out.len();
             for (o, &x) in out.iter_mut().zip(&src[off..end]) {
                 o.write(f(x));
             }
         });
     }
-    build_vec(n, |off, out| {
+    build_vec(op, n, |off, out| {
         let mut it = out.iter_mut();
         walk(
             &l.shape,
@@ -87,24 +99,25 @@ fn map1(src: &[f32], l: &Layout, f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
 }
 
 fn map2(
+    op: &'static str,
     a: &[f32],
     la: &Layout,
     b: &[f32],
     lb: &Layout,
     f: impl Fn(f32, f32) -> f32 + Sync,
-) -> Vec<f32> {
+) -> Result<Vec<f32>> {
     let n = la.numel();
     if la.is_contiguous() && lb.is_contiguous() {
         let a = &a[la.offset..la.offset + n];
         let b = &b[lb.offset..lb.offset + n];
-        return build_vec(n, |off, out| {
+        return build_vec(op, n, |off, out| {
             let end = off + out.len();
             for ((o, &x), &y) in out.iter_mut().zip(&a[off..end]).zip(&b[off..end]) {
                 o.write(f(x, y));
             }
         });
     }
-    build_vec(n, |off, out| {
+    build_vec(op, n, |off, out| {
         let mut it = out.iter_mut();
         walk(
             &la.shape,
@@ -122,12 +135,15 @@ fn map2(
 }
 
 /// Gathers any view into a packed row-major `Vec` (dtype-agnostic: used for every dtype).
-pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Vec<T> {
+pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Result<Vec<T>> {
+    let op = "contiguous";
     let n = l.numel();
     if l.is_contiguous() {
-        return src[l.offset..l.offset + n].to_vec();
+        let mut v = try_vec("contiguous", n)?;
+        v.extend_from_slice(&src[l.offset..l.offset + n]);
+        return Ok(v);
     }
-    build_vec(n, |off, out| {
+    build_vec(op, n, |off, out| {
         let mut it = out.iter_mut();
         walk(
             &l.shape,

@@ -1,5 +1,6 @@
 //! Walking strided layouts on the host: the CPU twin of the `strided` shader entry points.
 
+use crate::{Error, Result};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -81,11 +82,16 @@ pub(crate) fn walk<const K: usize>(
 
 /// Builds a `Vec` of `n` elements by filling disjoint ranges, in parallel when `n` is large.
 /// `fill(start, out)` must write every slot of `out`, which holds indices `start..start+out.len()`.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] naming `op` when the host cannot allocate the result (a failed
+/// allocation would otherwise abort the process).
 pub(crate) fn build_vec<T: Send>(
+    op: &'static str,
     n: usize,
     fill: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
-) -> Vec<T> {
-    let mut v: Vec<T> = Vec::with_capacity(n);
+) -> Result<Vec<T>> {
+    let mut v: Vec<T> = try_vec(op, n)?;
     // Filling spare capacity skips the zeroing pass a `vec![0; n]` would pay for.
     let spare = &mut v.spare_capacity_mut()[..n];
     if n >= PAR_THRESHOLD {
@@ -98,7 +104,22 @@ pub(crate) fn build_vec<T: Send>(
     }
     // SAFETY: `fill` wrote all `n` slots (every caller writes its whole chunk).
     unsafe { v.set_len(n) };
-    v
+    Ok(v)
+}
+
+/// An empty `Vec` with room for `n` elements, or [`Error::OutOfMemory`].
+pub(crate) fn try_vec<T>(op: &'static str, n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        op,
+        device: "cpu".into(),
+        adapter: "host memory".into(),
+        requested: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        allocated: crate::memory::CPU_ALLOCATED.load(std::sync::atomic::Ordering::Relaxed),
+        reserved: crate::memory::CPU_ALLOCATED.load(std::sync::atomic::Ordering::Relaxed),
+        limit: isize::MAX as u64,
+    })?;
+    Ok(v)
 }
 
 #[cfg(test)]

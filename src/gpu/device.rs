@@ -37,7 +37,7 @@ pub(crate) struct Inner {
     pub submit_lock: Mutex<()>,
     pub transfers: TransferCounters,
     pub staging: Mutex<StagingPool>,
-    timeout_ms: AtomicU64,
+    timeout_ns: AtomicU64,
 }
 
 /// State written from wgpu's callbacks, which may run on any thread.
@@ -104,7 +104,7 @@ impl GpuDevice {
             submit_lock: Mutex::default(),
             transfers: TransferCounters::default(),
             staging: Mutex::default(),
-            timeout_ms: AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64),
+            timeout_ns: AtomicU64::new(DEFAULT_TIMEOUT.as_nanos() as u64),
         }))
     }
 
@@ -118,12 +118,12 @@ impl GpuDevice {
     }
 
     pub(crate) fn timeout(&self) -> Duration {
-        Duration::from_millis(self.0.timeout_ms.load(Ordering::Relaxed))
+        Duration::from_nanos(self.0.timeout_ns.load(Ordering::Relaxed))
     }
 
     pub(crate) fn set_timeout(&self, t: Duration) {
-        self.0.timeout_ms.store(
-            t.as_millis().clamp(1, u64::MAX as u128) as u64,
+        self.0.timeout_ns.store(
+            t.as_nanos().clamp(1, u64::MAX as u128) as u64,
             Ordering::Relaxed,
         );
     }

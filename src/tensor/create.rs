@@ -119,15 +119,17 @@ impl Tensor {
                 device.clone(),
             ));
         }
-        fn filled<T: WithDType>(n: usize, v: f64) -> CpuStorage {
-            CpuStorage::from_vec(vec![T::from_f64(v); n])
+        fn filled<T: WithDType>(n: usize, v: f64) -> Result<CpuStorage> {
+            let mut data = cpu::strided::try_vec("full", n)?;
+            data.resize(n, T::from_f64(v));
+            Ok(CpuStorage::from_vec(data))
         }
         let host = match dtype {
-            DType::F32 => filled::<f32>(n, value),
-            DType::F16 => filled::<f16>(n, value),
-            DType::I32 => filled::<i32>(n, value),
-            DType::U32 => filled::<u32>(n, value),
-            DType::U8 => filled::<u8>(n, value),
+            DType::F32 => filled::<f32>(n, value)?,
+            DType::F16 => filled::<f16>(n, value)?,
+            DType::I32 => filled::<i32>(n, value)?,
+            DType::U32 => filled::<u32>(n, value)?,
+            DType::U8 => filled::<u8>(n, value)?,
         };
         let storage = match backend(device) {
             Backend::Cpu => Storage::Cpu(host),
@@ -170,7 +172,9 @@ impl Tensor {
         }
         let n = count as usize;
         let storage = match backend(device) {
-            Backend::Cpu => Storage::Cpu(CpuStorage::F32(cpu::elementwise::arange(n, start, step))),
+            Backend::Cpu => {
+                Storage::Cpu(CpuStorage::F32(cpu::elementwise::arange(n, start, step)?))
+            }
             Backend::Gpu(g) => Storage::Gpu(g.fill("arange", n, start, Some(step))?),
         };
         Ok(Tensor::from_parts(

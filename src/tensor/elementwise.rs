@@ -14,7 +14,7 @@ impl Tensor {
                 op,
                 self.cpu_f32(op.name())?,
                 self.layout(),
-            ))),
+            )?)),
             Storage::Gpu(b) => Storage::Gpu(b.device.unary(op, b, self.layout())?),
         };
         Ok(self.derived(storage, self.shape()))
@@ -31,7 +31,7 @@ impl Tensor {
         );
         let storage = match (self.storage(), rhs.storage()) {
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(
-                cpu::elementwise::binary(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb),
+                cpu::elementwise::binary(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb)?,
             )),
             (Storage::Gpu(a), Storage::Gpu(b)) => {
                 Storage::Gpu(a.device.binary(op, a, &la, b, &lb)?)
@@ -57,7 +57,7 @@ impl Tensor {
                 self.layout(),
                 s,
                 scalar_first,
-            ))),
+            )?)),
             Storage::Gpu(b) => {
                 Storage::Gpu(b.device.scalar(op, b, self.layout(), s, scalar_first)?)
             }

@@ -172,7 +172,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let storage = match self.storage() {
-            Storage::Cpu(s) => Storage::Cpu(s.contiguous(self.layout())),
+            Storage::Cpu(s) => Storage::Cpu(s.contiguous(self.layout())?),
             Storage::Gpu(b) if self.dtype() == DType::F32 => {
                 Storage::Gpu(b.device.unary(UnaryOp::Copy, b, self.layout())?)
             }
@@ -235,10 +235,10 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
     let mut out: Vec<Option<CpuStorage>> = tensors
         .iter()
         .map(|t| match t.storage() {
-            Storage::Cpu(s) => Some(s.contiguous(t.layout())),
-            Storage::Gpu(_) => None,
+            Storage::Cpu(s) => s.contiguous(t.layout()).map(Some),
+            Storage::Gpu(_) => Ok(None),
         })
-        .collect();
+        .collect::<Result<_>>()?;
     // Group the GPU tensors by device, preserving order.
     let mut groups: Vec<(&GpuDevice, Vec<usize>)> = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
@@ -271,7 +271,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
             let host = CpuStorage::from_bytes(t.dtype(), bytes);
             if t.layout().is_contiguous() {
                 device.note_read(bytes);
-                return host;
+                return Ok(host);
             }
             let local = Layout {
                 offset: 0,
@@ -280,7 +280,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
             host.contiguous(&local)
         })?;
         for (k, h) in hosts.into_iter().enumerate() {
-            out[members[k]] = Some(h);
+            out[members[k]] = Some(h?);
         }
     }
     Ok(out
