@@ -77,13 +77,8 @@ impl GpuDevice {
         if size > limits.max_buffer_size {
             return Err(too_large(limits.max_buffer_size, "max_buffer_size"));
         }
-        // A tensor is bound whole to its kernels, so one binding must be able to hold it.
-        if size > limits.max_storage_buffer_binding_size {
-            return Err(too_large(
-                limits.max_storage_buffer_binding_size,
-                "max_storage_buffer_binding_size",
-            ));
-        }
+        // Larger than one binding is fine: such tensors are processed in blocks (see
+        // `tensor/chunked.rs`); larger than one buffer is refused above.
         let capacity = super::memory::bucket(size.max(ALIGN), limits);
         let (buffer, fresh) = self.obtain(op, size, capacity)?;
         self.count_alloc(size);
@@ -96,5 +91,48 @@ impl GpuDevice {
             },
             fresh,
         ))
+    }
+
+    /// The largest tensor buffer a kernel can bind whole.
+    pub(crate) fn binding_limit(&self) -> u64 {
+        self.0.limits.max_storage_buffer_binding_size
+    }
+
+    /// A new buffer holding `len` bytes copied from byte `offset` of `src` (no kernel, so no
+    /// binding limit applies). Offsets and lengths are multiples of 4.
+    pub(crate) fn extract(
+        &self,
+        op: &'static str,
+        src: &GpuBuffer,
+        offset: u64,
+        len: u64,
+    ) -> Result<GpuBuffer> {
+        let out = self.alloc_uninit(op, len)?;
+        if len > 0 {
+            self.record(op, |enc| {
+                enc.copy_buffer_to_buffer(&src.buffer, offset, &out.buffer, 0, pad4(len))
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// One buffer holding `parts` back to back (each a whole number of 4-byte words).
+    pub(crate) fn assemble(
+        &self,
+        op: &'static str,
+        parts: &[(&GpuBuffer, u64)],
+    ) -> Result<GpuBuffer> {
+        let total: u64 = parts.iter().map(|(_, len)| len).sum();
+        let out = self.alloc_uninit(op, total)?;
+        self.record(op, |enc| {
+            let mut at = 0;
+            for (b, len) in parts {
+                if *len > 0 {
+                    enc.copy_buffer_to_buffer(&b.buffer, 0, &out.buffer, at, *len);
+                }
+                at += len;
+            }
+        })?;
+        Ok(out)
     }
 }

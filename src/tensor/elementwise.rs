@@ -1,5 +1,6 @@
 //! Elementwise ops with numpy/PyTorch broadcasting: validate, then dispatch to `cpu/` or `gpu/`.
 
+use super::chunked::{blocks_needed, map_row_blocks};
 use super::Tensor;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::broadcast_shapes;
@@ -9,6 +10,9 @@ use crate::{cpu, Error, Result};
 impl Tensor {
     fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
         self.require_f32(op.name())?;
+        if let Some(g) = blocks_needed(&[self], self.numel()) {
+            return map_row_blocks(op.name(), g, self.shape(), &[self], &|b| b[0].unary_op(op));
+        }
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::elementwise::unary(
                 op,
@@ -25,6 +29,11 @@ impl Tensor {
         self.check_pair(name, rhs)?;
         self.require_f32(name)?;
         let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
+        if let Some(g) = blocks_needed(&[self, rhs], shape.iter().product()) {
+            return map_row_blocks(name, g, &shape, &[self, rhs], &|b| {
+                b[0].binary_op(&b[1], op)
+            });
+        }
         let (la, lb) = (
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
@@ -50,6 +59,11 @@ impl Tensor {
     fn scalar_op(&self, op: BinaryOp, s: f32, scalar_first: bool) -> Result<Tensor> {
         let name = op.scalar_name();
         self.require_f32(name)?;
+        if let Some(g) = blocks_needed(&[self], self.numel()) {
+            return map_row_blocks(name, g, self.shape(), &[self], &|b| {
+                b[0].scalar_op(op, s, scalar_first)
+            });
+        }
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::elementwise::scalar(
                 op,

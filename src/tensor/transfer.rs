@@ -171,6 +171,11 @@ impl Tensor {
         if self.is_contiguous() && self.layout().offset == 0 {
             return Ok(self.clone());
         }
+        if let Some(g) = super::chunked::blocks_needed(&[self], self.numel()) {
+            return super::chunked::map_row_blocks("contiguous", g, self.shape(), &[self], &|b| {
+                b[0].contiguous()
+            });
+        }
         let storage = match self.storage() {
             Storage::Cpu(s) => Storage::Cpu(s.contiguous(self.layout())?),
             Storage::Gpu(b) if self.dtype() == DType::F32 => {

@@ -1,0 +1,192 @@
+//! Tensors larger than one GPU binding (`max_storage_buffer_binding_size`: 128 MiB on the
+//! software adapter and on many GPUs). A kernel cannot bind such a buffer whole, so an op over it
+//! runs on blocks of rows: each block of each operand is copied into a bindable buffer (a plain
+//! buffer copy, which has no binding limit), the op runs on the blocks, and the blocks' results
+//! are copied back to back into one output buffer. Tensors larger than `max_buffer_size` are
+//! refused at allocation with `Error::BufferTooLarge`.
+
+use super::{Tensor, TensorInner};
+use crate::gpu::GpuDevice;
+use crate::shape::Layout;
+use crate::storage::Storage;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// The GPU that must run `operands` in blocks, if any: one whose operand or output (of
+/// `out_numel` elements of the operands' dtype) exceeds what one binding holds.
+pub(crate) fn blocks_needed<'a>(
+    operands: &[&'a Tensor],
+    out_numel: usize,
+) -> Option<&'a GpuDevice> {
+    operands.iter().find_map(|t| match t.storage() {
+        Storage::Gpu(b) => {
+            let limit = b.device.binding_limit();
+            let out_bytes = out_numel as u64 * t.dtype().size_in_bytes() as u64;
+            (b.size > limit || out_bytes > limit).then_some(&b.device)
+        }
+        Storage::Cpu(_) => None,
+    })
+}
+
+/// Runs `f` on row blocks of `operands` (each broadcastable to `out_shape`) and joins the
+/// blocks' results along dim 0. `f` receives operands of equal shape that each fit one binding,
+/// and must return a tensor whose dim 0 is the block's rows.
+pub(crate) fn map_row_blocks(
+    op: &'static str,
+    device: &GpuDevice,
+    out_shape: &[usize],
+    operands: &[&Tensor],
+    f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let limit = device.binding_limit();
+    let too_large = |bytes: u64| Error::BufferTooLarge {
+        op,
+        device: device.label().to_string(),
+        adapter: device.adapter_name(),
+        bytes,
+        limit,
+        limit_name:
+            "max_storage_buffer_binding_size (a broadcast or strided operand cannot be split)",
+    };
+    let esize = operands[0].dtype().size_in_bytes() as u64;
+    let numel: usize = out_shape.iter().product();
+    let expanded: Vec<Tensor> = operands
+        .iter()
+        .map(|t| t.expand(out_shape))
+        .collect::<Result<_>>()?;
+
+    // Rows per block: every operand's block span and the output block must fit one binding.
+    let rows = out_shape.first().copied().unwrap_or(1);
+    let row_elems = numel / rows.max(1);
+    let mut per_block = (limit / (row_elems as u64 * esize).max(1)) as usize;
+    for t in &expanded {
+        let l = t.layout();
+        if matches!(t.storage(), Storage::Gpu(b) if b.size <= limit) {
+            continue; // small operands are bound whole, unchanged
+        }
+        let stride0 = l.strides.first().copied().unwrap_or(0) as u64 * esize;
+        let rest = (Layout {
+            offset: 0,
+            ..narrowed_row_layout(l)
+        }
+        .span() as u64)
+            * esize;
+        per_block = per_block.min(if stride0 == 0 {
+            0
+        } else {
+            (limit.saturating_sub(rest) / stride0) as usize
+        });
+    }
+    if per_block == 0 {
+        // One row is too wide: packed operands of the output's shape can be split as 1-D.
+        let flat = operands
+            .iter()
+            .all(|t| t.shape() == out_shape && t.is_contiguous());
+        if flat && out_shape.len() > 1 {
+            let flat_ops: Vec<Tensor> = operands
+                .iter()
+                .map(|t| t.reshape(&[numel]))
+                .collect::<Result<_>>()?;
+            let refs: Vec<&Tensor> = flat_ops.iter().collect();
+            let joined = map_row_blocks(op, device, &[numel], &refs, f)?;
+            return joined.reshape(out_shape);
+        }
+        return Err(too_large(
+            operands.iter().map(|t| storage_bytes(t)).max().unwrap_or(0),
+        ));
+    }
+
+    let mut results = Vec::new();
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = per_block.min(rows - r0);
+        let block: Vec<Tensor> = expanded
+            .iter()
+            .map(|t| {
+                bindable(op, device, &t.narrow(0, r0, n)?, limit).map_err(|e| match e {
+                    Error::BufferTooLarge { bytes, .. } => too_large(bytes),
+                    other => other,
+                })
+            })
+            .collect::<Result<_>>()?;
+        results.push(f(&block)?.contiguous()?);
+        r0 += n;
+    }
+    join_rows(op, device, &results)
+}
+
+/// A view of one row (dim 0 dropped), to measure the span the other dims cover.
+fn narrowed_row_layout(l: &Layout) -> Layout {
+    Layout {
+        shape: l.shape.iter().skip(1).copied().collect(),
+        strides: l.strides.iter().skip(1).copied().collect(),
+        offset: l.offset,
+    }
+}
+
+fn storage_bytes(t: &Tensor) -> u64 {
+    match t.storage() {
+        Storage::Gpu(b) => b.size,
+        Storage::Cpu(_) => 0,
+    }
+}
+
+/// `t` itself if its buffer fits one binding, else a copy of just the bytes its view spans.
+fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Result<Tensor> {
+    let Storage::Gpu(b) = t.storage() else {
+        return Ok(t.clone());
+    };
+    if b.size <= limit {
+        return Ok(t.clone());
+    }
+    let esize = t.dtype().size_in_bytes() as u64;
+    let l = t.layout();
+    let start = l.offset as u64 * esize;
+    let len = (l.span() as u64).saturating_sub(l.offset as u64) * esize;
+    if len > limit || start % 4 != 0 {
+        return Err(Error::BufferTooLarge {
+            op,
+            device: device.label().to_string(),
+            adapter: device.adapter_name(),
+            bytes: len,
+            limit,
+            limit_name: "max_storage_buffer_binding_size",
+        });
+    }
+    let copy = device.extract(op, b, start, len)?;
+    Ok(Tensor(Arc::new(TensorInner {
+        storage: Arc::new(Storage::Gpu(copy)),
+        layout: Layout {
+            offset: 0,
+            ..l.clone()
+        },
+        dtype: t.dtype(),
+        device: t.device().clone(),
+    })))
+}
+
+/// Concatenates contiguous blocks along dim 0 by buffer copies.
+fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor]) -> Result<Tensor> {
+    let first = &blocks[0];
+    let mut shape = first.shape().to_vec();
+    shape[0] = blocks.iter().map(|b| b.shape()[0]).sum();
+    let esize = first.dtype().size_in_bytes() as u64;
+    let parts: Vec<_> = blocks
+        .iter()
+        .map(|b| match b.storage() {
+            Storage::Gpu(buf) => Ok((buf, b.numel() as u64 * esize)),
+            Storage::Cpu(_) => Err(Error::DeviceMismatch {
+                op,
+                lhs: device.label().to_string(),
+                rhs: "cpu".into(),
+            }),
+        })
+        .collect::<Result<_>>()?;
+    let out = device.assemble(op, &parts)?;
+    Ok(Tensor::from_parts(
+        Storage::Gpu(out),
+        &shape,
+        first.dtype(),
+        first.device().clone(),
+    ))
+}

@@ -1,0 +1,130 @@
+//! Tensors larger than one GPU binding (FAULTS rows 5-7): 136 MiB and 300 MiB f32 tensors on
+//! adapters whose `max_storage_buffer_binding_size` is 128 MiB, and one larger than
+//! `max_buffer_size`, which must be refused before wgpu sees it.
+
+mod common;
+use common::{assert_close, gpus};
+use wgtensor::{DType, Error, Tensor};
+
+const MIB: usize = 1 << 20;
+
+fn ramp(n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i % 4099) as f32 - 2049.0) * scale)
+        .collect()
+}
+
+#[test]
+fn transfers_of_300_mib_round_trip() {
+    for d in gpus() {
+        let n = 300 * MIB / 4;
+        let host = ramp(n, 0.5);
+        let t = Tensor::from_vec(host.clone(), &[2400, n / 2400], &d).unwrap();
+        assert_eq!(
+            t.to_vec::<f32>().unwrap(),
+            host,
+            "300 MiB round trip on {d}"
+        );
+        // A block of rows from the middle, read through a view.
+        let rows = t.narrow(0, 1000, 3).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(rows, host[1000 * (n / 2400)..1003 * (n / 2400)].to_vec());
+    }
+}
+
+#[test]
+fn elementwise_on_tensors_larger_than_one_binding() {
+    for d in gpus() {
+        let limit = wgtensor::adapters()
+            .into_iter()
+            .find(|a| a.names[0] == d.to_string())
+            .map(|a| a.max_storage_buffer_binding_size)
+            .unwrap();
+        let n = 136 * MIB / 4;
+        assert!(
+            n as u64 * 4 > limit || limit > 136 << 20,
+            "the test must exceed the binding limit"
+        );
+        let (a, b) = (ramp(n, 0.25), ramp(n, -0.125));
+        let cols = 32768;
+        let ta = Tensor::from_vec(a.clone(), &[n / cols, cols], &d).unwrap();
+        let tb = Tensor::from_vec(b.clone(), &[n / cols, cols], &d).unwrap();
+        let sum = ta.add(&tb).unwrap().to_vec::<f32>().unwrap();
+        let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        assert_eq!(sum, want, "136 MiB add on {d}");
+        // Broadcast a small row over the big tensor; scalar and unary forms; 1-D tensors.
+        let row = Tensor::from_vec(ramp(cols, 1.0), &[cols], &d).unwrap();
+        let out = (&ta * &row).unwrap().to_vec::<f32>().unwrap();
+        let rowv = ramp(cols, 1.0);
+        let want: Vec<f32> = a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * rowv[i % cols])
+            .collect();
+        assert_eq!(out, want, "136 MiB broadcast mul on {d}");
+        let flat = Tensor::from_vec(a.clone(), &[n], &d).unwrap();
+        let r = flat
+            .mul_scalar(2.0)
+            .unwrap()
+            .relu()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let want: Vec<f32> = a.iter().map(|x| (x * 2.0).max(0.0)).collect();
+        assert_close(
+            &r,
+            &want,
+            0.0,
+            0.0,
+            &format!("136 MiB 1-D scalar+relu on {d}"),
+        );
+        // A view with an offset into the big buffer, made contiguous on the device.
+        let tail = ta
+            .narrow(0, 10, 5)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(tail, a[10 * cols..15 * cols].to_vec());
+    }
+}
+
+#[test]
+fn unsplittable_views_and_oversized_buffers_are_typed_errors() {
+    for d in gpus() {
+        let n = 136 * MIB / 4;
+        let cols = 32768;
+        let t = Tensor::zeros(&[n / cols, cols], DType::F32, &d).unwrap();
+        // A transposed view of a tensor past the binding limit: every block would span the
+        // whole buffer, so the op is refused with the limit named (never a wgpu error).
+        match t.t().unwrap().contiguous() {
+            Err(Error::BufferTooLarge { limit_name, .. }) => {
+                assert!(limit_name.starts_with("max_storage_buffer_binding_size"))
+            }
+            other => panic!("expected BufferTooLarge on {d}, got {other:?}"),
+        }
+        // Past max_buffer_size: refused before wgpu sees the request.
+        let max = wgtensor::adapters()
+            .into_iter()
+            .find(|a| a.names[0] == d.to_string())
+            .map(|a| a.max_buffer_size)
+            .unwrap();
+        let elems = (max / 4 + 1024) as usize;
+        match Tensor::zeros(&[elems], DType::F32, &d) {
+            Err(e @ Error::BufferTooLarge { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("max_buffer_size") && msg.contains(&max.to_string()),
+                    "{msg}"
+                );
+                assert!(msg.contains(&d.to_string()), "{msg}");
+            }
+            other => panic!("expected BufferTooLarge past max_buffer_size on {d}, got {other:?}"),
+        }
+        // The device is still fine.
+        assert_eq!(
+            t.narrow(0, 0, 1).unwrap().to_vec::<f32>().unwrap()[..2],
+            [0.0, 0.0]
+        );
+    }
+}
