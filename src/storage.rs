@@ -56,24 +56,19 @@ impl CpuStorage {
         }
     }
 
-    /// Typed access; `None` when `T` is not this storage's element type.
-    pub(crate) fn as_slice<T: WithDType>(&self) -> Option<&[T]> {
+    /// Unwraps the typed vector without copying; `None` when `T` is not the element type.
+    pub(crate) fn into_vec<T: WithDType>(self) -> Option<Vec<T>> {
+        fn cast<A: bytemuck::Pod, T: WithDType>(v: Vec<A>, want: DType) -> Option<Vec<T>> {
+            (T::DTYPE == want)
+                .then(|| bytemuck::allocation::try_cast_vec(v).ok())
+                .flatten()
+        }
         match self {
-            CpuStorage::F32(v) => bytemuck::try_cast_slice(v)
-                .ok()
-                .filter(|_| T::DTYPE == DType::F32),
-            CpuStorage::F16(v) => bytemuck::try_cast_slice(v)
-                .ok()
-                .filter(|_| T::DTYPE == DType::F16),
-            CpuStorage::I32(v) => bytemuck::try_cast_slice(v)
-                .ok()
-                .filter(|_| T::DTYPE == DType::I32),
-            CpuStorage::U32(v) => bytemuck::try_cast_slice(v)
-                .ok()
-                .filter(|_| T::DTYPE == DType::U32),
-            CpuStorage::U8(v) => bytemuck::try_cast_slice(v)
-                .ok()
-                .filter(|_| T::DTYPE == DType::U8),
+            CpuStorage::F32(v) => cast(v, DType::F32),
+            CpuStorage::F16(v) => cast(v, DType::F16),
+            CpuStorage::I32(v) => cast(v, DType::I32),
+            CpuStorage::U32(v) => cast(v, DType::U32),
+            CpuStorage::U8(v) => cast(v, DType::U8),
         }
     }
 

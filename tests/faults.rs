@@ -233,16 +233,51 @@ fn row03_data_length_mismatch_names_expected_and_actual() {
     let _g = shared();
     for d in devices() {
         let sentinel = Sentinel::new(&d);
-        let cases: Vec<(&[usize], usize, Result<Tensor>)> = vec![
-            (&[2, 3], 5, Tensor::from_vec(vec![1f32; 5], &[2, 3], &d)),
-            (&[2, 3], 7, Tensor::from_slice(&[1f32; 7], &[2, 3], &d)),
-            (&[2, 4], 7, Tensor::from_vec(vec![1u8; 7], &[2, 4], &d)),
-            (&[3], 2, Tensor::from_vec(vec![f16::ONE; 2], &[3], &d)),
-            (&[4], 0, Tensor::from_vec(Vec::<i32>::new(), &[4], &d)),
-            (&[], 0, Tensor::from_vec(Vec::<f32>::new(), &[], &d)),
-            (&[0, 3], 1, Tensor::from_vec(vec![1u32], &[0, 3], &d)),
+        let cases: Vec<(&str, &[usize], usize, Result<Tensor>)> = vec![
+            (
+                "from_vec",
+                &[2, 3],
+                5,
+                Tensor::from_vec(vec![1f32; 5], &[2, 3], &d),
+            ),
+            (
+                "from_slice",
+                &[2, 3],
+                7,
+                Tensor::from_slice(&[1f32; 7], &[2, 3], &d),
+            ),
+            (
+                "from_vec",
+                &[2, 4],
+                7,
+                Tensor::from_vec(vec![1u8; 7], &[2, 4], &d),
+            ),
+            (
+                "from_vec",
+                &[3],
+                2,
+                Tensor::from_vec(vec![f16::ONE; 2], &[3], &d),
+            ),
+            (
+                "from_vec",
+                &[4],
+                0,
+                Tensor::from_vec(Vec::<i32>::new(), &[4], &d),
+            ),
+            (
+                "from_vec",
+                &[],
+                0,
+                Tensor::from_vec(Vec::<f32>::new(), &[], &d),
+            ),
+            (
+                "from_vec",
+                &[0, 3],
+                1,
+                Tensor::from_vec(vec![1u32], &[0, 3], &d),
+            ),
         ];
-        for (shape, actual, r) in cases {
+        for (want_op, shape, actual, r) in cases {
             let expected: usize = shape.iter().product();
             match r {
                 Err(e @ Error::DataLength { .. }) => {
@@ -258,7 +293,7 @@ fn row03_data_length_mismatch_names_expected_and_actual() {
                     };
                     assert_eq!(
                         (op, s.as_slice(), x, a),
-                        ("from_vec", shape, expected, actual),
+                        (want_op, shape, expected, actual),
                         "on {d}"
                     );
                     for part in [

@@ -54,7 +54,28 @@ impl Tensor {
         shape: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
-        Tensor::from_vec(data.to_vec(), shape, device)
+        let expected = numel_checked(shape)?;
+        if data.len() != expected {
+            return Err(Error::DataLength {
+                op: "from_slice",
+                shape: shape.to_vec(),
+                expected,
+                actual: data.len(),
+            });
+        }
+        match backend(device) {
+            // Straight from the caller's memory into the upload: no intermediate Vec.
+            Backend::Gpu(g) => {
+                let buf = g.upload("from_slice", bytemuck::cast_slice(data))?;
+                Ok(Tensor::from_parts(
+                    Storage::Gpu(buf),
+                    shape,
+                    T::DTYPE,
+                    device.clone(),
+                ))
+            }
+            Backend::Cpu => Tensor::from_vec(data.to_vec(), shape, device),
+        }
     }
 
     /// A tensor of zeros (`torch.zeros(shape, dtype=dtype, device=device)`).

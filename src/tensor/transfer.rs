@@ -37,10 +37,18 @@ impl Tensor {
         if self.device() == device {
             return Ok(self.clone());
         }
-        let host = self.host_contiguous("to")?;
-        let storage = match backend(device) {
-            Backend::Cpu => Storage::Cpu(host),
-            Backend::Gpu(g) => Storage::Gpu(g.upload("to", host.as_bytes())?),
+        let storage = match (self.storage(), backend(device)) {
+            // A packed host tensor uploads straight from its own memory (no intermediate copy).
+            (Storage::Cpu(s), Backend::Gpu(g)) if self.is_contiguous() => {
+                let esize = self.dtype().size_in_bytes();
+                let start = self.layout().offset * esize;
+                let bytes = &s.as_bytes()[start..start + self.numel() * esize];
+                Storage::Gpu(g.upload("to", bytes)?)
+            }
+            (_, Backend::Cpu) => Storage::Cpu(self.host_contiguous("to")?),
+            (_, Backend::Gpu(g)) => {
+                Storage::Gpu(g.upload("to", self.host_contiguous("to")?.as_bytes())?)
+            }
         };
         Ok(Tensor::from_parts(
             storage,
@@ -134,9 +142,10 @@ impl Tensor {
                 rhs: T::DTYPE,
             });
         }
-        let host = self.host_contiguous("to_vec")?;
-        let slice = host.as_slice::<T>().expect("dtype checked above");
-        Ok(slice.to_vec())
+        Ok(self
+            .host_contiguous("to_vec")?
+            .into_vec::<T>()
+            .expect("dtype checked above"))
     }
 
     /// The single element of a one-element tensor (PyTorch's `.item()`).
