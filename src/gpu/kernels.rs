@@ -21,18 +21,21 @@ pub(crate) enum Shader {
     Fill,
     Unary,
     Binary,
+    Reduce,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 3] = [Shader::Fill, Shader::Unary, Shader::Binary];
+    pub(crate) const ALL: [Shader; 4] =
+        [Shader::Fill, Shader::Unary, Shader::Binary, Shader::Reduce];
 
     pub(crate) fn file(self) -> &'static str {
         match self {
             Shader::Fill => "fill.wgsl",
             Shader::Unary => "unary.wgsl",
             Shader::Binary => "binary.wgsl",
+            Shader::Reduce => "reduce.wgsl",
         }
     }
 
@@ -41,6 +44,7 @@ impl Shader {
             Shader::Fill => include_str!("../../shaders/fill.wgsl"),
             Shader::Unary => include_str!("../../shaders/unary.wgsl"),
             Shader::Binary => include_str!("../../shaders/binary.wgsl"),
+            Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
         }
     }
 
@@ -50,6 +54,8 @@ impl Shader {
             Shader::Fill => 0,
             Shader::Unary => 1,
             Shader::Binary => 2,
+            // reduce binds an auxiliary input (softmax's row maxima) beside the data.
+            Shader::Reduce => 2,
         }
     }
 }
@@ -73,6 +79,8 @@ pub(crate) struct Launch<'a> {
     pub inputs: &'a [&'a wgpu::Buffer],
     pub output: &'a wgpu::Buffer,
     pub meta: &'a [u32],
+    /// Invocations to cover: `ceil(threads / 256)` workgroups are dispatched. Kernels that give
+    /// each workgroup one item (`reduce.wgsl::reduce_wg`) pass `items * WORKGROUP`.
     pub threads: u64,
 }
 

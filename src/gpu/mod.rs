@@ -7,6 +7,8 @@ pub(crate) mod buffer;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod kernels;
+pub(crate) mod params;
+pub(crate) mod reduce;
 pub(crate) mod registry;
 
 pub(crate) use buffer::GpuBuffer;
