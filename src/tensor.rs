@@ -5,6 +5,7 @@ mod create;
 mod display;
 mod elementwise;
 mod reduce;
+mod softmax;
 mod transfer;
 mod view;
 

@@ -3,4 +3,5 @@
 
 pub(crate) mod elementwise;
 pub(crate) mod reduce;
+pub(crate) mod softmax;
 pub(crate) mod strided;

@@ -22,13 +22,19 @@ pub(crate) enum Shader {
     Unary,
     Binary,
     Reduce,
+    Softmax,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 4] =
-        [Shader::Fill, Shader::Unary, Shader::Binary, Shader::Reduce];
+    pub(crate) const ALL: [Shader; 5] = [
+        Shader::Fill,
+        Shader::Unary,
+        Shader::Binary,
+        Shader::Reduce,
+        Shader::Softmax,
+    ];
 
     pub(crate) fn file(self) -> &'static str {
         match self {
@@ -36,6 +42,7 @@ impl Shader {
             Shader::Unary => "unary.wgsl",
             Shader::Binary => "binary.wgsl",
             Shader::Reduce => "reduce.wgsl",
+            Shader::Softmax => "softmax.wgsl",
         }
     }
 
@@ -45,6 +52,7 @@ impl Shader {
             Shader::Unary => include_str!("../../shaders/unary.wgsl"),
             Shader::Binary => include_str!("../../shaders/binary.wgsl"),
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
+            Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
         }
     }
 
@@ -56,6 +64,7 @@ impl Shader {
             Shader::Binary => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
+            Shader::Softmax => 3,
         }
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod kernels;
 pub(crate) mod params;
 pub(crate) mod reduce;
 pub(crate) mod registry;
+pub(crate) mod softmax;
 
 pub(crate) use buffer::GpuBuffer;
 pub(crate) use device::GpuDevice;
