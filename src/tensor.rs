@@ -1,6 +1,7 @@
 //! The tensor type: shape, dtype, device and shared storage. This file and its submodules only
 //! validate arguments and dispatch to `cpu/` or `gpu/`; no kernel lives here.
 
+mod compare;
 mod create;
 mod display;
 mod elementwise;

@@ -23,17 +23,21 @@ pub(crate) enum Shader {
     Binary,
     Reduce,
     Softmax,
+    Compare,
+    Where,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 5] = [
+    pub(crate) const ALL: [Shader; 7] = [
         Shader::Fill,
         Shader::Unary,
         Shader::Binary,
         Shader::Reduce,
         Shader::Softmax,
+        Shader::Compare,
+        Shader::Where,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -43,6 +47,8 @@ impl Shader {
             Shader::Binary => "binary.wgsl",
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
+            Shader::Compare => "compare.wgsl",
+            Shader::Where => "where.wgsl",
         }
     }
 
@@ -53,6 +59,8 @@ impl Shader {
             Shader::Binary => include_str!("../../shaders/binary.wgsl"),
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            Shader::Compare => include_str!("../../shaders/compare.wgsl"),
+            Shader::Where => include_str!("../../shaders/where.wgsl"),
         }
     }
 
@@ -65,6 +73,8 @@ impl Shader {
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
             Shader::Softmax => 3,
+            Shader::Compare => 2,
+            Shader::Where => 3,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! family that records dispatches (`elementwise`).
 
 pub(crate) mod buffer;
+pub(crate) mod compare;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod kernels;
