@@ -5,6 +5,7 @@ mod compare;
 mod create;
 mod display;
 mod elementwise;
+mod join;
 mod reduce;
 mod softmax;
 mod transfer;

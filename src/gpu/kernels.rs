@@ -25,12 +25,13 @@ pub(crate) enum Shader {
     Softmax,
     Compare,
     Where,
+    Join,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 7] = [
+    pub(crate) const ALL: [Shader; 8] = [
         Shader::Fill,
         Shader::Unary,
         Shader::Binary,
@@ -38,6 +39,7 @@ impl Shader {
         Shader::Softmax,
         Shader::Compare,
         Shader::Where,
+        Shader::Join,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -49,6 +51,7 @@ impl Shader {
             Shader::Softmax => "softmax.wgsl",
             Shader::Compare => "compare.wgsl",
             Shader::Where => "where.wgsl",
+            Shader::Join => "join.wgsl",
         }
     }
 
@@ -61,6 +64,7 @@ impl Shader {
             Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
             Shader::Compare => include_str!("../../shaders/compare.wgsl"),
             Shader::Where => include_str!("../../shaders/where.wgsl"),
+            Shader::Join => include_str!("../../shaders/join.wgsl"),
         }
     }
 
@@ -75,6 +79,7 @@ impl Shader {
             Shader::Softmax => 3,
             Shader::Compare => 2,
             Shader::Where => 3,
+            Shader::Join => 1,
         }
     }
 }
