@@ -126,6 +126,9 @@ fn where_cond_selects_with_broadcasting() {
         let m = Tensor::from_vec(vec![1u8, 0, 1], &[3], &d).unwrap();
         let picked = values(&m.where_cond(&nan, &zero).unwrap());
         assert!(picked[0].is_nan() && picked[1] == 0.0 && picked[2].is_nan());
+        // Empty selections dispatch nothing.
+        let none = Tensor::zeros(&[0, 6], DType::U8, &d).unwrap();
+        assert_eq!(none.where_cond(&row, &zero).unwrap().shape(), &[0, 6]);
         // Errors: a float mask, mismatched value dtypes, shapes that do not broadcast.
         assert!(matches!(
             t.where_cond(&t, &t),
@@ -176,6 +179,8 @@ fn clamp_keeps_nan_and_follows_pytorch_bounds() {
                 }
             }
         }
+        let empty = Tensor::zeros(&[0, 3], DType::F32, &d).unwrap();
+        assert_eq!(empty.clamp(0.0, 1.0).unwrap().shape(), &[0, 3]);
         let got = values(&t.clamp(f32::NAN, 1.0).unwrap());
         assert!(got.iter().all(|x| x.is_nan()), "NaN bound on {d}");
         // Strided input.

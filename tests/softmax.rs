@@ -143,6 +143,17 @@ fn long_rows() {
         }
         let total = t.softmax(1).unwrap().sum(1, false).unwrap();
         assert_close(&values(&total), &[1.0, 1.0], 1e-4, 0.0, "rows sum to 1");
+        // The same data as [300000, 2] over dim 0: two long interleaved rows (stride 2).
+        let cols = t.reshape(&[300_000, 2]).unwrap();
+        for log in [false, true] {
+            assert_close(
+                &values(&run(&cols, 0, log)),
+                &reference(&v, &[300_000, 2], 0, log),
+                1e-4,
+                1e-9,
+                &format!("dim 0, log {log} on {d}"),
+            );
+        }
     }
 }
 
