@@ -93,14 +93,32 @@ fn ratio_summary() {
         black_box(wg_sum(black_box(&t)));
         best_wg = best_wg.min(s.elapsed().as_secs_f64());
     }
-    let gbs = |secs: f64| N_CPU as f64 * 4.0 / secs / 1e9;
+    let gbs = |n: usize, secs: f64| n as f64 * 4.0 / secs / 1e9;
     println!(
         "sum over 16M f32 (best of 30, interleaved): plain loop {:.2} GB/s, wgtensor sum_all \
          {:.2} GB/s, ratio {:.2}x (target >= 0.8x)",
-        gbs(best_plain),
-        gbs(best_wg),
+        gbs(N_CPU, best_plain),
+        gbs(N_CPU, best_wg),
         best_plain / best_wg
     );
+    let v = data(N_GPU);
+    for i in 0..wgtensor::gpu_count() {
+        let dev = Device::gpu(i).unwrap();
+        let t = Tensor::from_vec(v.clone(), &[N_GPU], &dev).unwrap();
+        let best = (0..10)
+            .map(|_| {
+                let s = Instant::now();
+                black_box(wg_sum(&t));
+                s.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min);
+        println!(
+            "sum over 1M f32 on {dev} ({}), readback included (best of 10): {:.3} GB/s, {:.2} ms",
+            dev.name(),
+            gbs(N_GPU, best),
+            best * 1e3
+        );
+    }
 }
 
 criterion_group!(benches, cpu_sum, gpu_sum);
