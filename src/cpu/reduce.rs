@@ -6,6 +6,8 @@
 //! SIMD registers), the lanes are combined by a halving tree, and leaves are combined by a binary
 //! tree whose split points depend only on the length. The tree never depends on the thread
 //! count, so a result is bit-identical from run to run however rayon schedules the halves.
+//! Rows that interleave in memory (a reduction over a non-last dim) are folded a tile of
+//! adjacent rows at a time, so every cache line loaded serves many rows.
 
 use super::strided::PAR_THRESHOLD;
 use crate::shape::Layout;
