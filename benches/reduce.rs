@@ -1,6 +1,7 @@
 //! Reductions. CPU: wgtensor's `sum_all` over 16 M f32 next to a plain loop with 8 accumulators
 //! (what a careful hand-written loop does) in the same run; the target is >= 0.8x its
-//! throughput. GPU: `sum_all` at 1 M on every adapter, readback included (synchronised).
+//! throughput. GPU: `sum_all` at 1 M on every adapter (each backend view: `gpu:N`, `gl:N`),
+//! readback included (synchronised).
 //! Throughput is bytes read per second (4 bytes per element).
 //!
 //! `cargo bench --bench reduce` (add `-- --quick` for a faster, noisier run). After criterion's
@@ -56,20 +57,27 @@ fn cpu_sum(c: &mut Criterion) {
     g.finish();
 }
 
-fn gpu_sum(c: &mut Criterion) {
-    let n = wgtensor::gpu_count();
-    if n == 0 {
+/// Every adapter wgpu found, through each backend that reaches it (`gpu:0` and its GL view
+/// `gl:0` are separate wgpu devices with separate compilers).
+fn adapters() -> Vec<Device> {
+    let devices: Vec<Device> = wgtensor::adapters()
+        .iter()
+        .filter_map(|a| a.names.first()?.parse().ok())
+        .collect();
+    if devices.is_empty() {
         eprintln!("reduce bench: no GPU adapter found; GPU sums SKIPPED");
-        return;
     }
+    devices
+}
+
+fn gpu_sum(c: &mut Criterion) {
     let v = data(N_GPU);
     let mut g = c.benchmark_group("sum_1M_f32_gpu");
     g.throughput(Throughput::Bytes(N_GPU as u64 * 4));
     g.sample_size(10);
     g.warm_up_time(Duration::from_millis(500));
     g.measurement_time(Duration::from_secs(3));
-    for i in 0..n {
-        let dev = Device::gpu(i).unwrap();
+    for dev in adapters() {
         let t = Tensor::from_vec(v.clone(), &[N_GPU], &dev).unwrap();
         // The readback inside `wg_sum` waits for the GPU: the timing covers the whole reduction.
         g.bench_function(format!("wgtensor_sum_all/{dev} ({})", dev.name()), |b| {
@@ -102,8 +110,7 @@ fn ratio_summary() {
         best_plain / best_wg
     );
     let v = data(N_GPU);
-    for i in 0..wgtensor::gpu_count() {
-        let dev = Device::gpu(i).unwrap();
+    for dev in adapters() {
         let t = Tensor::from_vec(v.clone(), &[N_GPU], &dev).unwrap();
         let best = (0..10)
             .map(|_| {

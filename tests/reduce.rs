@@ -450,3 +450,31 @@ proptest! {
         }
     }
 }
+
+/// The GL view of each adapter (`gl:N`) is a separate wgpu device whose shaders go through
+/// another compiler: the multi-pass reductions must agree with the CPU there too.
+#[test]
+fn gl_views_agree_with_cpu() {
+    let gl: Vec<Device> = wgtensor::adapters()
+        .iter()
+        .filter_map(|a| a.names.first().filter(|n| n.starts_with("gl:"))?.parse().ok())
+        .collect();
+    if gl.is_empty() {
+        eprintln!("wgtensor tests: no GL adapter view; GL reduction checks SKIPPED");
+    }
+    let shape = [3usize, 5, 7, 11];
+    let v = data(shape.iter().product(), 17, 2.0);
+    let n = 1 << 20;
+    let long: Vec<f32> = data(n, 4, 1.0).iter().map(|x| x + 1.5).collect();
+    for d in gl {
+        let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+        for op in OPS {
+            check(&t, &v, &shape, op, None, false);
+            check(&t, &v, &shape, op, Some(-3), true);
+        }
+        let l = Tensor::from_vec(long.clone(), &[n], &d).unwrap();
+        for op in ["sum", "max", "argmin"] {
+            check(&l, &long, &[n], op, None, false);
+        }
+    }
+}
