@@ -23,7 +23,7 @@
 //              [items, C, R, L, stride_r, offset, flags, bitcast<u32>(divisor), ndim,
 //               out_shape[ndim], out_strides[ndim]]
 //              flags: 1 = src holds pairs, 2 = divide the final value by divisor (mean)
-// Dispatch   reduce_wg:     one 256-thread workgroup per item, L = 4096 (16 elements per thread,
+// Dispatch   reduce_wg:     one 256-thread workgroup per item, L = 16384 (64 elements per thread,
 //                           then a shared-memory tree); `items` workgroups on a 2-D grid,
 //                           flattened as wid.y * nwg.x + wid.x.
 //            reduce_thread: one thread per item, L <= 256 elements folded in order;
@@ -38,8 +38,10 @@ override OP: u32 = 0u;
 @group(0) @binding(3) var<storage, read> params: array<u32>;
 
 const WG: u32 = 256u;
-// Elements each thread of reduce_wg folds before the tree: L = WG * PER_THREAD.
-const PER_THREAD: u32 = 16u;
+// Elements each thread of reduce_wg folds before the tree: L = WG * PER_THREAD. Long enough that
+// the tree's barriers (slow on software drivers) are rare, short enough to stay far below the
+// 65,535-iteration cap and to leave several workgroups per row on large GPUs.
+const PER_THREAD: u32 = 64u;
 // The longest row chunk reduce_thread folds (the host never asks for more).
 const THREAD_MAX: u32 = 256u;
 const NAN_BITS: u32 = 0x7fc00000u;
