@@ -222,6 +222,42 @@ fn operands_on_different_devices_or_dtypes_are_errors() {
     }
 }
 
+/// The GL view of each adapter compiles the shaders separately: same masks and selections.
+#[test]
+fn gl_views_match_cpu() {
+    let (a, b) = (special(257, 1), special(257, 2));
+    let cpu = Device::cpu();
+    let (ca, cb) = (
+        Tensor::from_vec(a, &[257], &cpu).unwrap(),
+        Tensor::from_vec(b, &[257], &cpu).unwrap(),
+    );
+    for d in common::gl_views() {
+        let (ga, gb) = (ca.to(&d).unwrap(), cb.to(&d).unwrap());
+        for (name, op, op_scalar, _) in OPS {
+            let want = op(&ca, &cb).unwrap().to_vec::<u8>().unwrap();
+            assert_eq!(
+                op(&ga, &gb).unwrap().to_vec::<u8>().unwrap(),
+                want,
+                "{name} on {d}"
+            );
+            let want = op_scalar(&ca, 1.0).unwrap().to_vec::<u8>().unwrap();
+            let got = op_scalar(&ga, 1.0).unwrap().to_vec::<u8>().unwrap();
+            assert_eq!(got, want, "{name}_scalar on {d}");
+        }
+        let mask = ca.lt(&cb).unwrap();
+        let want = values(&mask.where_cond(&ca, &cb).unwrap());
+        let got = values(&mask.to(&d).unwrap().where_cond(&ga, &gb).unwrap());
+        assert_eq!(
+            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "where_cond on {d}"
+        );
+        let want = values(&ca.clamp(-1.0, 1.0).unwrap());
+        let got = values(&ga.clamp(-1.0, 1.0).unwrap());
+        common::assert_close(&got, &want, 0.0, 0.0, &format!("clamp on {d}"));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 

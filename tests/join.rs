@@ -190,6 +190,33 @@ fn validation_errors_name_op_and_shapes() {
     }
 }
 
+/// The GL view of each adapter compiles the shaders separately: same joins.
+#[test]
+fn gl_views_join() {
+    let a = data(2 * 3 * 4, 1, 1.0);
+    let b = data(2 * 5 * 4, 2, 1.0);
+    let want = cat_ref(&[(a.clone(), vec![2, 3, 4]), (b.clone(), vec![2, 5, 4])], 1);
+    for d in common::gl_views() {
+        let ta = Tensor::from_vec(a.clone(), &[2, 3, 4], &d).unwrap();
+        let tb = Tensor::from_vec(b.clone(), &[2, 5, 4], &d).unwrap();
+        assert_eq!(
+            values(&Tensor::cat(&[&ta, &tb], -2).unwrap()),
+            want,
+            "cat on {d}"
+        );
+        // A strided second input with the same values.
+        let tt = ta
+            .transpose(0, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        let s = Tensor::stack(&[&ta, &tt], 0).unwrap();
+        assert_eq!(values(&s), [a.clone(), a.clone()].concat(), "stack on {d}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 

@@ -466,19 +466,7 @@ proptest! {
 /// another compiler: the multi-pass reductions must agree with the CPU there too.
 #[test]
 fn gl_views_agree_with_cpu() {
-    let gl: Vec<Device> = wgtensor::adapters()
-        .iter()
-        .filter_map(|a| {
-            a.names
-                .first()
-                .filter(|n| n.starts_with("gl:"))?
-                .parse()
-                .ok()
-        })
-        .collect();
-    if gl.is_empty() {
-        eprintln!("wgtensor tests: no GL adapter view; GL reduction checks SKIPPED");
-    }
+    let gl = common::gl_views();
     let shape = [3usize, 5, 7, 11];
     let v = data(shape.iter().product(), 17, 2.0);
     let n = 1 << 20;

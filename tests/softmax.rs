@@ -157,6 +157,27 @@ fn long_rows() {
     }
 }
 
+/// The GL view of each adapter compiles the shaders separately: same results expected.
+#[test]
+fn gl_views_match_reference() {
+    let shape = [3usize, 4, 70];
+    let v = data(shape.iter().product(), 9, 8.0);
+    for d in common::gl_views() {
+        let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+        for dim in 0..3 {
+            for log in [false, true] {
+                assert_close(
+                    &values(&run(&t, dim as isize, log)),
+                    &reference(&v, &shape, dim, log),
+                    1e-5,
+                    1e-6,
+                    &format!("dim {dim} log {log} on {d}"),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn edge_shapes_and_errors() {
     for d in devices() {
