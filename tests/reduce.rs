@@ -438,6 +438,34 @@ proptest! {
         }
     }
 
+    /// FAULTS row 9: any dim is either valid or a typed error, never a panic.
+    #[test]
+    fn dims_in_or_out_of_range(shape in prop::collection::vec(0usize..4, 0..4), dim in -6isize..6) {
+        let t = Tensor::zeros(&shape, DType::F32, &Device::cpu()).unwrap();
+        let nd = shape.len().max(1) as isize;
+        let valid = (-nd..nd).contains(&dim);
+        let results = [
+            t.sum(dim, false).map(|_| ()),
+            t.mean(dim, true).map(|_| ()),
+            t.softmax(dim).map(|_| ()),
+            Tensor::stack(&[&t, &t], dim).map(|_| ()),
+        ];
+        for r in &results[..3] {
+            match r {
+                Ok(()) => prop_assert!(valid),
+                Err(Error::InvalidArgument { .. }) => prop_assert!(!valid),
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+        // stack takes one more position (a new dim).
+        let stack_valid = (-(shape.len() as isize + 1)..=shape.len() as isize).contains(&dim);
+        prop_assert_eq!(results[3].is_ok(), stack_valid);
+        let size = shape.get(dim.rem_euclid(nd) as usize).copied().unwrap_or(1);
+        if valid && size > 0 {
+            prop_assert!(t.argmax(dim, false).is_ok());
+        }
+    }
+
     #[test]
     fn gpu_matches_cpu((shape, dim) in shape_and_dim(), keepdim: bool, seed: u64) {
         let v = data(shape.iter().product(), seed, 4.0);

@@ -163,6 +163,14 @@ macro_rules! comparisons {
                 }
 
                 #[doc = concat!("[`Tensor::", stringify!($name), "`] against one scalar.")]
+                ///
+                /// ```
+                /// use wgtensor::{DType, Device, Tensor};
+                /// let t = Tensor::arange(0.0, 3.0, 1.0, &Device::cpu())?;
+                #[doc = concat!("let m = t.", stringify!($scalar), "(1.0)?;")]
+                /// assert_eq!((m.dtype(), m.shape()), (DType::U8, &[3][..]));
+                /// # Ok::<(), wgtensor::Error>(())
+                /// ```
                 pub fn $scalar(&self, rhs: f32) -> Result<Tensor> {
                     self.compare_scalar_op(rhs, CmpOp::$op)
                 }
