@@ -75,18 +75,18 @@ fn dim_from_end(shape: &[usize], k: usize) -> usize {
     }
 }
 
-/// Resolves a PyTorch-style dim (`-1` is the last) against `ndim` dims.
-#[allow(dead_code)] // used by the view and reduction ops
+/// Resolves a PyTorch-style dim (`-1` is the last) against `ndim` dims. A 0-d tensor accepts
+/// `0` and `-1`, as in PyTorch.
 pub(crate) fn normalize_dim(op: &'static str, dim: isize, ndim: usize) -> Result<usize> {
-    let n = ndim as isize;
+    let n = ndim.max(1) as isize;
     let d = if dim < 0 { dim + n } else { dim };
-    if d < 0 || d >= n.max(1) || (ndim == 0 && d != 0) {
+    if d < 0 || d >= n {
         return Err(Error::InvalidArgument {
             op,
             message: format!(
                 "dim {dim} is out of range for a tensor with {ndim} dims (expected {} to {})",
-                -n.max(1),
-                n.max(1) - 1
+                -n,
+                n - 1
             ),
         });
     }
@@ -212,5 +212,7 @@ mod tests {
         assert_eq!(normalize_dim("t", 0, 3).unwrap(), 0);
         assert!(normalize_dim("t", 3, 3).is_err());
         assert!(normalize_dim("t", -4, 3).is_err());
+        assert_eq!(normalize_dim("t", -1, 0).unwrap(), 0);
+        assert!(normalize_dim("t", 1, 0).is_err());
     }
 }

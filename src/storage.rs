@@ -56,6 +56,22 @@ impl CpuStorage {
         }
     }
 
+    /// Typed access; `None` when `T` is not this storage's element type.
+    pub(crate) fn as_slice<T: WithDType>(&self) -> Option<&[T]> {
+        fn view<A: bytemuck::Pod, T: WithDType>(v: &[A], want: DType) -> Option<&[T]> {
+            (T::DTYPE == want)
+                .then(|| bytemuck::try_cast_slice(v).ok())
+                .flatten()
+        }
+        match self {
+            CpuStorage::F32(v) => view(v, DType::F32),
+            CpuStorage::F16(v) => view(v, DType::F16),
+            CpuStorage::I32(v) => view(v, DType::I32),
+            CpuStorage::U32(v) => view(v, DType::U32),
+            CpuStorage::U8(v) => view(v, DType::U8),
+        }
+    }
+
     /// Unwraps the typed vector without copying; `None` when `T` is not the element type.
     pub(crate) fn into_vec<T: WithDType>(self) -> Option<Vec<T>> {
         fn cast<A: bytemuck::Pod, T: WithDType>(v: Vec<A>, want: DType) -> Option<Vec<T>> {

@@ -2,9 +2,13 @@
 //! validate arguments and dispatch to `cpu/` or `gpu/`; no kernel lives here.
 
 mod chunked;
+mod compare;
 mod create;
 mod display;
 mod elementwise;
+mod join;
+mod reduce;
+mod softmax;
 mod transfer;
 mod view;
 

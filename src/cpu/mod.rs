@@ -1,5 +1,9 @@
 //! The native CPU backend: the fallback device when no GPU exists and the oracle every GPU kernel
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
+pub(crate) mod compare;
 pub(crate) mod elementwise;
+pub(crate) mod join;
+pub(crate) mod reduce;
+pub(crate) mod softmax;
 pub(crate) mod strided;

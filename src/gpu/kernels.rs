@@ -21,18 +21,37 @@ pub(crate) enum Shader {
     Fill,
     Unary,
     Binary,
+    Reduce,
+    Softmax,
+    Compare,
+    Where,
+    Join,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 3] = [Shader::Fill, Shader::Unary, Shader::Binary];
+    pub(crate) const ALL: [Shader; 8] = [
+        Shader::Fill,
+        Shader::Unary,
+        Shader::Binary,
+        Shader::Reduce,
+        Shader::Softmax,
+        Shader::Compare,
+        Shader::Where,
+        Shader::Join,
+    ];
 
     pub(crate) fn file(self) -> &'static str {
         match self {
             Shader::Fill => "fill.wgsl",
             Shader::Unary => "unary.wgsl",
             Shader::Binary => "binary.wgsl",
+            Shader::Reduce => "reduce.wgsl",
+            Shader::Softmax => "softmax.wgsl",
+            Shader::Compare => "compare.wgsl",
+            Shader::Where => "where.wgsl",
+            Shader::Join => "join.wgsl",
         }
     }
 
@@ -41,6 +60,11 @@ impl Shader {
             Shader::Fill => include_str!("../../shaders/fill.wgsl"),
             Shader::Unary => include_str!("../../shaders/unary.wgsl"),
             Shader::Binary => include_str!("../../shaders/binary.wgsl"),
+            Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
+            Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            Shader::Compare => include_str!("../../shaders/compare.wgsl"),
+            Shader::Where => include_str!("../../shaders/where.wgsl"),
+            Shader::Join => include_str!("../../shaders/join.wgsl"),
         }
     }
 
@@ -50,6 +74,12 @@ impl Shader {
             Shader::Fill => 0,
             Shader::Unary => 1,
             Shader::Binary => 2,
+            // reduce binds an auxiliary input (softmax's row maxima) beside the data.
+            Shader::Reduce => 2,
+            Shader::Softmax => 3,
+            Shader::Compare => 2,
+            Shader::Where => 3,
+            Shader::Join => 1,
         }
     }
 }
@@ -73,6 +103,8 @@ pub(crate) struct Launch<'a> {
     pub inputs: &'a [&'a wgpu::Buffer],
     pub output: &'a wgpu::Buffer,
     pub meta: &'a [u32],
+    /// Invocations to cover: `ceil(threads / 256)` workgroups are dispatched. Kernels that give
+    /// each workgroup one item (`reduce.wgsl::reduce_wg`) pass `items * WORKGROUP`.
     pub threads: u64,
 }
 

@@ -4,12 +4,17 @@
 //! family that records dispatches (`elementwise`).
 
 pub(crate) mod buffer;
+pub(crate) mod compare;
 pub(crate) mod device;
 pub(crate) mod elementwise;
+pub(crate) mod join;
 pub(crate) mod kernels;
 pub(crate) mod memory;
+pub(crate) mod params;
 pub(crate) mod queue;
+pub(crate) mod reduce;
 pub(crate) mod registry;
+pub(crate) mod softmax;
 pub(crate) mod transfer;
 
 pub(crate) use buffer::GpuBuffer;

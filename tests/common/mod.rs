@@ -161,3 +161,22 @@ pub fn run_child(name: &str, envs: &[(&str, &str)]) -> String {
     );
     stdout
 }
+
+/// The GL views of the adapters (`gl:N`): separate wgpu devices whose shaders go through another
+/// compiler. Skipped loudly when there are none.
+pub fn gl_views() -> Vec<Device> {
+    let gl: Vec<Device> = wgtensor::adapters()
+        .iter()
+        .filter_map(|a| {
+            a.names
+                .first()
+                .filter(|n| n.starts_with("gl:"))?
+                .parse()
+                .ok()
+        })
+        .collect();
+    if gl.is_empty() {
+        eprintln!("wgtensor tests: no GL adapter view; GL variants SKIPPED");
+    }
+    gl
+}

@@ -1,0 +1,40 @@
+// join.wgsl: copies one strided view into a region of a larger packed tensor (cat and stack).
+//
+// Computes   dst[dst_offset + sum_d idx_d * dst_strides[d]] = src[src_offset + sum_d idx_d *
+//            src_strides[d]] for every multi-index idx of `shape` (element i row-major). cat runs
+//            one dispatch per input, each with dst_offset at the input's start along the cat dim.
+//            32-bit words are moved, never computed on: f32, i32 and u32 tensors all work and
+//            NaN payloads pass through unchanged.
+// Bindings   @group(0) @binding(0) src    : array<u32>, read-only
+//            @group(0) @binding(1) dst    : array<u32>, read-write
+//            @group(0) @binding(2) params : array<u32>, read-only:
+//              [n, ndim, src_offset, dst_offset, shape[ndim], src_strides[ndim], dst_strides[ndim]]
+// Dispatch   256 threads per workgroup, one element per thread, ceil(n / 256) workgroups laid
+//            out as a 2-D grid (x <= 65,535) and flattened as (wid.y * nwg.x + wid.x) * 256 + lid.
+
+@group(0) @binding(0) var<storage, read> src: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(2) var<storage, read> params: array<u32>;
+
+@compute @workgroup_size(256)
+fn copy_into(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+    if (i >= params[0]) {
+        return;
+    }
+    let nd = params[1];
+    var s = params[2];
+    var t = params[3];
+    var rem = i;
+    // At most ndim iterations.
+    for (var k = nd; k > 0u; k = k - 1u) {
+        let d = k - 1u;
+        let idx = rem % params[4u + d];
+        rem = rem / params[4u + d];
+        s = s + idx * params[4u + nd + d];
+        t = t + idx * params[4u + 2u * nd + d];
+    }
+    dst[t] = src[s];
+}

@@ -1,0 +1,241 @@
+//! Comparisons into U8 masks, `where_cond` and `clamp`: validate, then dispatch to
+//! `cpu/compare.rs` or `gpu/compare.rs`.
+
+use super::Tensor;
+use crate::cpu::compare::CmpOp;
+use crate::shape::broadcast_shapes;
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, DType, Error, Result};
+
+impl Tensor {
+    fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
+        let name = op.name();
+        self.check_pair(name, rhs)?;
+        self.require_f32(name)?;
+        let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
+        let (la, lb) = (
+            self.layout().broadcast_to(&shape),
+            rhs.layout().broadcast_to(&shape),
+        );
+        let storage = match (self.storage(), rhs.storage()) {
+            (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::U8(
+                cpu::compare::compare(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb)?,
+            )),
+            (Storage::Gpu(a), Storage::Gpu(b)) => {
+                Storage::Gpu(a.device.compare(op, a, &la, b, &lb)?)
+            }
+            _ => return Err(self.device_mismatch(name, rhs)),
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            &shape,
+            DType::U8,
+            self.device().clone(),
+        ))
+    }
+
+    fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
+        let name = op.scalar_name();
+        self.require_f32(name)?;
+        let storage = match self.storage() {
+            Storage::Cpu(_) => Storage::Cpu(CpuStorage::U8(cpu::compare::compare_scalar(
+                op,
+                self.cpu_f32(name)?,
+                self.layout(),
+                s,
+            )?)),
+            Storage::Gpu(b) => Storage::Gpu(b.device.compare_scalar(op, b, self.layout(), s)?),
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            self.shape(),
+            DType::U8,
+            self.device().clone(),
+        ))
+    }
+
+    pub(super) fn device_mismatch(&self, op: &'static str, other: &Tensor) -> Error {
+        Error::DeviceMismatch {
+            op,
+            lhs: self.device().to_string(),
+            rhs: other.device().to_string(),
+        }
+    }
+
+    /// `self` (a [`DType::U8`] mask) selects `on_true` where non-zero, else `on_false`
+    /// (`torch.where(mask, on_true, on_false)`). All three broadcast to one shape; the values
+    /// are f32.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedDType`] when the mask is not U8 or the values are not f32;
+    /// [`Error::DTypeMismatch`] when `on_true` and `on_false` differ; [`Error::ShapeMismatch`]
+    /// when the shapes do not broadcast; [`Error::DeviceMismatch`].
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::cpu();
+    /// let x = Tensor::from_vec(vec![-1f32, 2.0, -3.0], &[3], &d)?;
+    /// let zero = Tensor::zeros(&[1], wgtensor::DType::F32, &d)?;
+    /// let relu = x.gt_scalar(0.0)?.where_cond(&x, &zero)?;
+    /// assert_eq!(relu.to_vec::<f32>()?, vec![0.0, 2.0, 0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let name = "where_cond";
+        if self.dtype() != DType::U8 {
+            return Err(self.unsupported(name));
+        }
+        for t in [on_true, on_false] {
+            if self.device() != t.device() {
+                return Err(self.device_mismatch(name, t));
+            }
+        }
+        on_true.check_pair(name, on_false)?;
+        on_true.require_f32(name)?;
+        let values = broadcast_shapes(name, on_true.shape(), on_false.shape())?;
+        let shape = broadcast_shapes(name, self.shape(), &values)?;
+        let lm = self.layout().broadcast_to(&shape);
+        let lt = on_true.layout().broadcast_to(&shape);
+        let lf = on_false.layout().broadcast_to(&shape);
+        let storage = match (self.storage(), on_true.storage(), on_false.storage()) {
+            (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(_), Storage::Cpu(_)) => {
+                Storage::Cpu(CpuStorage::F32(cpu::compare::where_cond(
+                    m,
+                    &lm,
+                    on_true.cpu_f32(name)?,
+                    &lt,
+                    on_false.cpu_f32(name)?,
+                    &lf,
+                )?))
+            }
+            (Storage::Gpu(m), Storage::Gpu(t), Storage::Gpu(f)) => {
+                Storage::Gpu(m.device.where_cond((m, &lm), (t, &lt), (f, &lf))?)
+            }
+            // Unreachable after the checks above; kept as an error rather than a panic.
+            _ => return Err(self.device_mismatch(name, on_true)),
+        };
+        Ok(on_true.derived(storage, &shape))
+    }
+
+    /// Limits every element to `[min, max]` (`torch.clamp`): `min(max(x, min), max)`, so
+    /// `min > max` gives `max` everywhere as in PyTorch. NaN stays NaN (and a NaN bound gives
+    /// NaN). Pass `f32::NEG_INFINITY` / `f32::INFINITY` for a one-sided clamp.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let t = Tensor::from_vec(vec![-2f32, 0.5, 3.0, f32::NAN], &[4], &Device::cpu())?;
+    /// let c = t.clamp(0.0, 1.0)?.to_vec::<f32>()?;
+    /// assert_eq!(&c[..3], &[0.0, 0.5, 1.0]);
+    /// assert!(c[3].is_nan());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn clamp(&self, min: f32, max: f32) -> Result<Tensor> {
+        self.require_f32("clamp")?;
+        let storage = match self.storage() {
+            Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::compare::clamp(
+                self.cpu_f32("clamp")?,
+                self.layout(),
+                min,
+                max,
+            )?)),
+            Storage::Gpu(b) => Storage::Gpu(b.device.clamp(b, self.layout(), min, max)?),
+        };
+        Ok(self.derived(storage, self.shape()))
+    }
+}
+
+/// Defines the broadcasting comparisons and their scalar forms.
+macro_rules! comparisons {
+    ($($(#[$doc:meta])* $name:ident, $scalar:ident => $op:ident;)*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                ///
+                /// The result is a [`DType::U8`] mask (1 true, 0 false) of the broadcast shape.
+                /// IEEE rules: comparisons with NaN are false, except `ne`, which is true.
+                ///
+                /// # Errors
+                /// [`Error::ShapeMismatch`] when the shapes do not broadcast;
+                /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands
+                /// differ; [`Error::UnsupportedDType`] for non-f32 operands.
+                pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
+                    self.compare_op(rhs, CmpOp::$op)
+                }
+
+                #[doc = concat!("[`Tensor::", stringify!($name), "`] against one scalar.")]
+                ///
+                /// ```
+                /// use wgtensor::{DType, Device, Tensor};
+                /// let t = Tensor::arange(0.0, 3.0, 1.0, &Device::cpu())?;
+                #[doc = concat!("let m = t.", stringify!($scalar), "(1.0)?;")]
+                /// assert_eq!((m.dtype(), m.shape()), (DType::U8, &[3][..]));
+                /// # Ok::<(), wgtensor::Error>(())
+                /// ```
+                pub fn $scalar(&self, rhs: f32) -> Result<Tensor> {
+                    self.compare_scalar_op(rhs, CmpOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+comparisons! {
+    /// `self == rhs` elementwise, with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, f32::NAN], &[3], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![1f32, 5.0, f32::NAN], &[3], &Device::cpu())?;
+    /// assert_eq!(a.eq(&b)?.to_vec::<u8>()?, vec![1, 0, 0]);
+    /// assert_eq!(a.eq_scalar(2.0)?.to_vec::<u8>()?, vec![0, 1, 0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    eq, eq_scalar => Eq;
+    /// `self != rhs` elementwise, with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, f32::NAN], &[2], &Device::cpu())?;
+    /// assert_eq!(a.ne(&a)?.to_vec::<u8>()?, vec![0, 1]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ne, ne_scalar => Ne;
+    /// `self < rhs` elementwise, with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3, 1], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![2f32, 3.0], &[1, 2], &Device::cpu())?;
+    /// assert_eq!(a.lt(&b)?.to_vec::<u8>()?, vec![1, 1, 0, 1, 0, 0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    lt, lt_scalar => Lt;
+    /// `self <= rhs` elementwise, with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
+    /// assert_eq!(a.le_scalar(2.0)?.to_vec::<u8>()?, vec![1, 1, 0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    le, le_scalar => Le;
+    /// `self > rhs` elementwise, with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
+    /// assert_eq!(a.gt_scalar(2.0)?.to_vec::<u8>()?, vec![0, 0, 1]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    gt, gt_scalar => Gt;
+    /// `self >= rhs` elementwise, with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![2f32], &[1], &Device::cpu())?;
+    /// assert_eq!(a.ge(&b)?.to_vec::<u8>()?, vec![0, 1, 1]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ge, ge_scalar => Ge;
+}

@@ -1,0 +1,152 @@
+//! `cat` and `stack`: validate, then dispatch to `cpu/join.rs` or `gpu/join.rs`.
+
+use super::{backend, Backend, Tensor};
+use crate::shape::normalize_dim;
+use crate::storage::Storage;
+use crate::{cpu, Error, Result};
+
+impl Tensor {
+    /// Concatenates tensors along an existing `dim` (`torch.cat`; negative dims count from the
+    /// end). Every tensor must have the same device, dtype and number of dims, and the same size
+    /// in every dim but `dim`. Inputs may be strided views; the result is packed row-major.
+    /// Every dtype works (f16 and u8 on a GPU go through the host).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty list, 0-d tensors, a bad `dim` or mismatched
+    /// shapes (the message names both shapes); [`Error::DeviceMismatch`] /
+    /// [`Error::DTypeMismatch`] naming the first tensor and the offending one.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::cpu();
+    /// let a = Tensor::from_vec(vec![1f32, 2.0], &[1, 2], &d)?;
+    /// let b = Tensor::from_vec(vec![3f32, 4.0, 5.0, 6.0], &[2, 2], &d)?;
+    /// let c = Tensor::cat(&[&a, &b], 0)?;
+    /// assert_eq!(c.shape(), &[3, 2]);
+    /// assert_eq!(c.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    /// assert!(Tensor::cat(&[&a, &b], 1).is_err()); // dim 0 differs: 1 vs 2
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let op = "cat";
+        let Some(&first) = tensors.first() else {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "expected a non-empty list of tensors".into(),
+            });
+        };
+        if first.ndim() == 0 {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "0-d tensors cannot be concatenated; use stack".into(),
+            });
+        }
+        let d = normalize_dim(op, dim, first.ndim())?;
+        let mut out_shape = first.shape().to_vec();
+        out_shape[d] = 0;
+        for (i, t) in tensors.iter().enumerate() {
+            first.check_pair(op, t)?;
+            let compatible = t.ndim() == first.ndim()
+                && (0..t.ndim()).all(|k| k == d || t.shape()[k] == first.shape()[k]);
+            if !compatible {
+                return Err(Error::InvalidArgument {
+                    op,
+                    message: format!(
+                        "tensor {i} has shape {:?} but tensor 0 has shape {:?}: every dim but \
+                         dim {d} must match",
+                        t.shape(),
+                        first.shape()
+                    ),
+                });
+            }
+            out_shape[d] += t.shape()[d];
+        }
+        crate::shape::numel_checked(&out_shape)?;
+        let device = first.device();
+        let storage = match backend(device) {
+            Backend::Cpu => {
+                let mut parts = Vec::with_capacity(tensors.len());
+                for t in tensors {
+                    match t.storage() {
+                        Storage::Cpu(s) => parts.push((s, t.layout())),
+                        Storage::Gpu(_) => return Err(first.device_mismatch(op, t)),
+                    }
+                }
+                Storage::Cpu(cpu::join::cat(&parts, d, &out_shape)?)
+            }
+            Backend::Gpu(g) if first.dtype().size_in_bytes() == 4 => {
+                let mut parts = Vec::with_capacity(tensors.len());
+                for t in tensors {
+                    match t.storage() {
+                        Storage::Gpu(b) => parts.push((b, t.layout())),
+                        Storage::Cpu(_) => return Err(first.device_mismatch(op, t)),
+                    }
+                }
+                Storage::Gpu(g.cat(&parts, d, &out_shape)?)
+            }
+            // The copy kernel moves 32-bit words; 16- and 8-bit elements share words, so they
+            // are joined on the host and uploaded once.
+            Backend::Gpu(g) => {
+                let host: Vec<_> = tensors
+                    .iter()
+                    .map(|t| t.host_contiguous(op))
+                    .collect::<Result<_>>()?;
+                let layouts: Vec<_> = tensors
+                    .iter()
+                    .map(|t| crate::shape::Layout::contiguous(t.shape()))
+                    .collect();
+                let parts: Vec<_> = host.iter().zip(&layouts).collect();
+                let joined = cpu::join::cat(&parts, d, &out_shape)?;
+                Storage::Gpu(g.upload(op, joined.as_bytes())?)
+            }
+        };
+        Ok(first.derived(storage, &out_shape))
+    }
+
+    /// Stacks tensors of one shape along a new `dim` (`torch.stack`): `dim` ranges over
+    /// `ndim + 1` positions, `-1` appending a last dim.
+    ///
+    /// # Errors
+    /// As [`Tensor::cat`]; all shapes must be equal (the message names both).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::cpu();
+    /// let a = Tensor::from_vec(vec![1f32, 2.0], &[2], &d)?;
+    /// let b = Tensor::from_vec(vec![3f32, 4.0], &[2], &d)?;
+    /// assert_eq!(Tensor::stack(&[&a, &b], 0)?.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+    /// let s = Tensor::stack(&[&a, &b], -1)?;
+    /// assert_eq!(s.shape(), &[2, 2]);
+    /// assert_eq!(s.to_vec::<f32>()?, vec![1.0, 3.0, 2.0, 4.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let op = "stack";
+        let Some(&first) = tensors.first() else {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "expected a non-empty list of tensors".into(),
+            });
+        };
+        let d = normalize_dim(op, dim, first.ndim() + 1)?;
+        for (i, t) in tensors.iter().enumerate() {
+            if t.shape() != first.shape() {
+                return Err(Error::InvalidArgument {
+                    op,
+                    message: format!(
+                        "tensor {i} has shape {:?} but tensor 0 has shape {:?}: stack needs \
+                         equal shapes",
+                        t.shape(),
+                        first.shape()
+                    ),
+                });
+            }
+        }
+        let views = tensors
+            .iter()
+            .map(|t| t.unsqueeze(d as isize))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = views.iter().collect();
+        Tensor::cat(&refs, d as isize)
+    }
+}

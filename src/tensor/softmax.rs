@@ -1,0 +1,69 @@
+//! softmax and log_softmax: validate, then dispatch to `cpu/softmax.rs` or `gpu/softmax.rs`.
+
+use super::Tensor;
+use crate::shape::normalize_dim;
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, Result};
+
+impl Tensor {
+    fn softmax_op(&self, dim: isize, log: bool) -> Result<Tensor> {
+        let name = if log { "log_softmax" } else { "softmax" };
+        self.require_f32(name)?;
+        if self.ndim() == 0 {
+            // One element over a dim of size 1, as PyTorch treats 0-d tensors: softmax is 1.
+            // Dims 0 and -1 are valid (checked as one dim: `normalize_dim(_, -1, 0)` rejects -1).
+            normalize_dim(name, dim, 1)?;
+            return self.reshape(&[1])?.softmax_op(0, log)?.reshape(&[]);
+        }
+        let d = normalize_dim(name, dim, self.ndim())?;
+        if self.numel() == 0 {
+            return Tensor::zeros(self.shape(), self.dtype(), self.device());
+        }
+        let storage = match self.storage() {
+            Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::softmax::softmax(
+                self.cpu_f32(name)?,
+                self.layout(),
+                d,
+                log,
+            ))),
+            Storage::Gpu(b) => Storage::Gpu(b.device.softmax(name, b, self.layout(), d, log)?),
+        };
+        Ok(self.derived(storage, self.shape()))
+    }
+
+    /// `exp(x) / Σ exp(x)` along `dim` (`-1` is the last), computed as
+    /// `exp(x - max) / Σ exp(x - max)` so large inputs do not overflow. A NaN in a row makes
+    /// that row NaN, as in PyTorch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
+    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for non-f32 tensors.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let t = Tensor::from_vec(vec![1000f32, 1000.0, 0.0, 0.0], &[2, 2], &Device::cpu())?;
+    /// assert_eq!(t.softmax(-1)?.to_vec::<f32>()?, vec![0.5, 0.5, 0.5, 0.5]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn softmax(&self, dim: isize) -> Result<Tensor> {
+        self.softmax_op(dim, false)
+    }
+
+    /// `log(softmax(x))` along `dim`, computed as `(x - max) - log Σ exp(x - max)`: finite where
+    /// `softmax(x).log()` would underflow to `-inf`.
+    ///
+    /// # Errors
+    /// As [`Tensor::softmax`].
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let t = Tensor::from_vec(vec![0f32, -200.0], &[2], &Device::cpu())?;
+    /// let l = t.log_softmax(0)?.to_vec::<f32>()?;
+    /// assert_eq!(l[0], 0.0);
+    /// assert_eq!(l[1], -200.0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
+        self.softmax_op(dim, true)
+    }
+}
