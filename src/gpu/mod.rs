@@ -7,6 +7,7 @@ pub(crate) mod buffer;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod kernels;
+pub(crate) mod matmul;
 pub(crate) mod registry;
 
 pub(crate) use buffer::GpuBuffer;
