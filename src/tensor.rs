@@ -4,6 +4,7 @@
 mod create;
 mod display;
 mod elementwise;
+mod matmul;
 mod transfer;
 mod view;
 

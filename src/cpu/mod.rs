@@ -2,4 +2,5 @@
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
 pub(crate) mod elementwise;
+pub(crate) mod matmul;
 pub(crate) mod strided;
