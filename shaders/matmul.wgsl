@@ -8,11 +8,15 @@
 //            loop here may depend on the full K. A and B are read through their strides, so
 //            transposed, permuted, narrowed and broadcast (stride 0) views need no copy.
 // Entries    naive    one output per invocation: the baseline the benchmarks compare against.
-//            register_tile 4×4 outputs per invocation kept in registers, no workgroup memory and no
-//                     barriers: the variant for software adapters (lavapipe runs barriers as
-//                     coroutine switches). Out-of-range rows/columns are clamped to the last one
-//                     on load (computing duplicates that are never stored) so the K loop has no
-//                     branches; any shape and any strides.
+//            register_tile
+//                     8×8 outputs per invocation kept in registers, no workgroup memory and no
+//                     barriers: the variant for software adapters. lavapipe runs an invocation
+//                     as one SIMD lane: arithmetic is 8 lanes wide, but every storage (and
+//                     workgroup-memory) load is a loop over the lanes, so loads, not FMAs, set
+//                     the speed, and barriers are coroutine switches. 16 loads feed 64 FMAs
+//                     here (naive: 2 loads per FMA). Out-of-range rows/columns are read as the
+//                     tile's first row/column (computing duplicates that are never stored), so
+//                     the K loop has no branches; any shape and any strides.
 //            tiled    64×64 output tile per workgroup staged through workgroup memory in 16-deep
 //                     K slices (each element of A and B is fetched from memory once per tile,
 //                     not once per output), 4×4 outputs per invocation read from the staged
@@ -28,7 +32,7 @@
 //              [13] first batch of this dispatch  [14] batch ndim = nd
 //              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
 // Dispatch   naive: @workgroup_size(16, 16), grid (ceil(N/16), ceil(M/16), batches);
-//            register_tile: @workgroup_size(8, 8), grid (ceil(N/32), ceil(M/32), batches);
+//            register_tile: @workgroup_size(8, 8), grid (ceil(N/64), ceil(M/64), batches);
 //            tiled: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
 //            x/y count from the row/column origin, z from the first batch; every store guarded.
 
@@ -123,47 +127,70 @@ fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
     store(p, row, col, acc);
 }
 
+// The 8×8 register tile: lo[r] holds columns 0..3 of row r, hi[r] columns 4..7.
+struct Tile {
+    lo: array<vec4<f32>, 8>,
+    hi: array<vec4<f32>, 8>,
+}
+
+// tile += a ⊗ b for one k: a = rows 0..3 (a0) and 4..7 (a1), b = columns 0..3 (b0), 4..7 (b1).
+fn rank1(t: ptr<function, Tile>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    (*t).lo[0] = fma(vec4<f32>(a0.x), b0, (*t).lo[0]);
+    (*t).hi[0] = fma(vec4<f32>(a0.x), b1, (*t).hi[0]);
+    (*t).lo[1] = fma(vec4<f32>(a0.y), b0, (*t).lo[1]);
+    (*t).hi[1] = fma(vec4<f32>(a0.y), b1, (*t).hi[1]);
+    (*t).lo[2] = fma(vec4<f32>(a0.z), b0, (*t).lo[2]);
+    (*t).hi[2] = fma(vec4<f32>(a0.z), b1, (*t).hi[2]);
+    (*t).lo[3] = fma(vec4<f32>(a0.w), b0, (*t).lo[3]);
+    (*t).hi[3] = fma(vec4<f32>(a0.w), b1, (*t).hi[3]);
+    (*t).lo[4] = fma(vec4<f32>(a1.x), b0, (*t).lo[4]);
+    (*t).hi[4] = fma(vec4<f32>(a1.x), b1, (*t).hi[4]);
+    (*t).lo[5] = fma(vec4<f32>(a1.y), b0, (*t).lo[5]);
+    (*t).hi[5] = fma(vec4<f32>(a1.y), b1, (*t).hi[5]);
+    (*t).lo[6] = fma(vec4<f32>(a1.z), b0, (*t).lo[6]);
+    (*t).hi[6] = fma(vec4<f32>(a1.z), b1, (*t).hi[6]);
+    (*t).lo[7] = fma(vec4<f32>(a1.w), b0, (*t).lo[7]);
+    (*t).hi[7] = fma(vec4<f32>(a1.w), b1, (*t).hi[7]);
+}
+
 @compute @workgroup_size(8, 8)
 fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     let p = problem(gid.z);
-    let r0 = params[2] + gid.y * 4u;
-    let c0 = params[3] + gid.x * 4u;
+    let r0 = params[2] + gid.y * 8u;
+    let c0 = params[3] + gid.x * 8u;
     // No barrier follows, so whole-tile-outside invocations may leave early.
     if (r0 >= p.m || c0 >= p.n) {
         return;
     }
-    let rl = p.m - 1u;
-    let cl = p.n - 1u;
-    var ia = vec4<u32>(
-        p.a + r0 * p.a_rs,
-        p.a + min(r0 + 1u, rl) * p.a_rs,
-        p.a + min(r0 + 2u, rl) * p.a_rs,
-        p.a + min(r0 + 3u, rl) * p.a_rs,
-    );
-    var ib = vec4<u32>(
-        p.b + c0 * p.b_cs,
-        p.b + min(c0 + 1u, cl) * p.b_cs,
-        p.b + min(c0 + 2u, cl) * p.b_cs,
-        p.b + min(c0 + 3u, cl) * p.b_cs,
-    );
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
-    // k1 - k0 <= 16,384 iterations.
-    for (var k = p.k0; k < p.k1; k = k + 1u) {
-        let b = vec4<f32>(rhs[ib.x], rhs[ib.y], rhs[ib.z], rhs[ib.w]);
-        acc0 = fma(vec4<f32>(lhs[ia.x]), b, acc0);
-        acc1 = fma(vec4<f32>(lhs[ia.y]), b, acc1);
-        acc2 = fma(vec4<f32>(lhs[ia.z]), b, acc2);
-        acc3 = fma(vec4<f32>(lhs[ia.w]), b, acc3);
-        ia = ia + vec4<u32>(p.a_ks);
-        ib = ib + vec4<u32>(p.b_ks);
+    // Rows (columns) past the end are read as the tile's first row (column) again: computed,
+    // never stored, and the K loop stays free of branches.
+    var ia: array<u32, 8>;
+    var ib: array<u32, 8>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        ia[i] = p.a + select(r0 + i, r0, r0 + i >= p.m) * p.a_rs;
+        ib[i] = p.b + select(c0 + i, c0, c0 + i >= p.n) * p.b_cs;
     }
-    store4(p, r0, c0, acc0);
-    store4(p, r0 + 1u, c0, acc1);
-    store4(p, r0 + 2u, c0, acc2);
-    store4(p, r0 + 3u, c0, acc3);
+    var t: Tile;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        t.lo[i] = vec4<f32>(0.0);
+        t.hi[i] = vec4<f32>(0.0);
+    }
+    // k1 - k0 <= 16,384 iterations; 16 loads per 64 FMAs.
+    var ka = 0u;
+    var kb = 0u;
+    for (var k = p.k0; k < p.k1; k = k + 1u) {
+        let a0 = vec4<f32>(lhs[ia[0] + ka], lhs[ia[1] + ka], lhs[ia[2] + ka], lhs[ia[3] + ka]);
+        let a1 = vec4<f32>(lhs[ia[4] + ka], lhs[ia[5] + ka], lhs[ia[6] + ka], lhs[ia[7] + ka]);
+        let b0 = vec4<f32>(rhs[ib[0] + kb], rhs[ib[1] + kb], rhs[ib[2] + kb], rhs[ib[3] + kb]);
+        let b1 = vec4<f32>(rhs[ib[4] + kb], rhs[ib[5] + kb], rhs[ib[6] + kb], rhs[ib[7] + kb]);
+        rank1(&t, a0, a1, b0, b1);
+        ka = ka + p.a_ks;
+        kb = kb + p.b_ks;
+    }
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        store4(p, r0 + i, c0, t.lo[i]);
+        store4(p, r0 + i, c0 + 4u, t.hi[i]);
+    }
 }
 
 const TILE: u32 = 64u;
@@ -226,3 +253,4 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
     store4(p, r0 + 2u, c0, acc2);
     store4(p, r0 + 3u, c0, acc3);
 }
+
