@@ -118,6 +118,16 @@ impl Tensor {
     /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
     /// wgtensor's benchmarks and tests: `naive`, `register`, `register_vec4` (aligned operands
     /// only) or `tiled`. The CPU has one kernel and ignores the name once it is validated.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let a = Tensor::ones(&[3, 5], wgtensor::DType::F32, &d)?;
+    /// let c = a.matmul_with_kernel(&a.t()?, "naive")?;
+    /// assert_eq!(c.to_vec::<f32>()?, vec![5.0; 9]);
+    /// assert!(a.matmul_with_kernel(&a.t()?, "strassen").is_err());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     #[doc(hidden)]
     pub fn matmul_with_kernel(&self, rhs: &Tensor, kernel: &str) -> Result<Tensor> {
         let k = MatmulKernel::from_name(kernel).ok_or_else(|| Error::InvalidArgument {
@@ -131,12 +141,23 @@ impl Tensor {
     }
 
     /// The GPU kernel names [`Tensor::matmul_with_kernel`] accepts.
+    ///
+    /// ```
+    /// assert!(wgtensor::Tensor::matmul_kernels().contains(&"naive"));
+    /// ```
     #[doc(hidden)]
     pub fn matmul_kernels() -> Vec<&'static str> {
         MatmulKernel::ALL.iter().map(|k| k.name()).collect()
     }
 
     /// The kernel [`Tensor::matmul`] would run for these operands (`gemm` on the CPU).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::ones(&[4, 4], wgtensor::DType::F32, &Device::cpu())?;
+    /// assert_eq!(a.matmul_kernel_choice(&a)?, "gemm");
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     #[doc(hidden)]
     pub fn matmul_kernel_choice(&self, rhs: &Tensor) -> Result<&'static str> {
         self.check_pair("matmul", rhs)?;
