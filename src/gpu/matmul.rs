@@ -187,7 +187,7 @@ impl GpuDevice {
     /// workgroup-memory load is a loop over the lanes, and each barrier a coroutine switch. So
     /// the barrier-free 8×8 register tile wins there (most FMAs per load), with vec4 loads
     /// (about the cost of one scalar load) when the operands allow them; measured on lavapipe at
-    /// 512³: ~10× the naive kernel, ~3× the workgroup-tiled one (see `benches/matmul.rs`).
+    /// 256³ and 512³: ~10× the naive kernel, 2–3× the workgroup-tiled one (`benches/matmul.rs`).
     /// Hardware GPUs need workgroup-memory tiles to reuse each loaded element across a tile.
     pub(crate) fn matmul_kernel(&self, la: &Layout, lb: &Layout) -> MatmulKernel {
         let p = Problem::new(la, lb);
