@@ -7,6 +7,7 @@ mod create;
 mod display;
 mod elementwise;
 mod join;
+mod matmul;
 mod reduce;
 mod softmax;
 mod transfer;

@@ -4,6 +4,7 @@
 pub(crate) mod compare;
 pub(crate) mod elementwise;
 pub(crate) mod join;
+pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod strided;

@@ -3,7 +3,8 @@
 //! Every kernel follows one binding convention, so one bind-group layout per input count serves
 //! them all: `@binding(0..k)` read-only inputs, `@binding(k)` the read-write output,
 //! `@binding(k + 1)` a read-only `array<u32>` of metadata (sizes, offsets, strides, scalars).
-//! Every kernel uses 256-thread workgroups on a 2-D grid (see [`grid`]).
+//! Elementwise kernels use 256-thread workgroups on a 2-D grid (see [`grid`]); matmul kernels
+//! choose their own workgroup size and 3-D grid through [`GpuDevice::launch_workgroups`].
 
 use super::device::GpuDevice;
 use crate::{Error, Result};
@@ -26,12 +27,14 @@ pub(crate) enum Shader {
     Compare,
     Where,
     Join,
+    Matmul,
+    MatmulVec4,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 8] = [
+    pub(crate) const ALL: [Shader; 10] = [
         Shader::Fill,
         Shader::Unary,
         Shader::Binary,
@@ -40,6 +43,8 @@ impl Shader {
         Shader::Compare,
         Shader::Where,
         Shader::Join,
+        Shader::Matmul,
+        Shader::MatmulVec4,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -52,6 +57,8 @@ impl Shader {
             Shader::Compare => "compare.wgsl",
             Shader::Where => "where.wgsl",
             Shader::Join => "join.wgsl",
+            Shader::Matmul => "matmul.wgsl",
+            Shader::MatmulVec4 => "matmul_vec4.wgsl",
         }
     }
 
@@ -65,6 +72,8 @@ impl Shader {
             Shader::Compare => include_str!("../../shaders/compare.wgsl"),
             Shader::Where => include_str!("../../shaders/where.wgsl"),
             Shader::Join => include_str!("../../shaders/join.wgsl"),
+            Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
+            Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
         }
     }
 
@@ -73,7 +82,7 @@ impl Shader {
         match self {
             Shader::Fill => 0,
             Shader::Unary => 1,
-            Shader::Binary => 2,
+            Shader::Binary | Shader::Matmul | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
             Shader::Softmax => 3,
@@ -222,6 +231,34 @@ impl GpuDevice {
                 l.threads
             ),
         })?;
+        self.launch_workgroups(op, l, [x, y, 1])
+    }
+
+    /// Extension of [`launch`](Self::launch) for kernels with their own `@workgroup_size` and a
+    /// 2-D/3-D geometry (matmul: x = column tiles, y = row tiles, z = batch): dispatches exactly
+    /// `workgroups`, which the caller derives from the shader's workgroup size. `l.threads` only
+    /// says whether there is work at all: 0, or any zero count, dispatches nothing. Callers keep
+    /// each count within `max_compute_workgroups_per_dimension` (larger grids are split into
+    /// several launches); an oversized count is an error, never a wgpu validation failure.
+    pub(crate) fn launch_workgroups(
+        &self,
+        op: &'static str,
+        l: Launch<'_>,
+        workgroups: [u32; 3],
+    ) -> Result<()> {
+        if l.threads == 0 || workgroups.contains(&0) {
+            return Ok(());
+        }
+        let max = self.0.limits.max_compute_workgroups_per_dimension;
+        if workgroups.iter().any(|&w| w > max) {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "a dispatch of {workgroups:?} workgroups exceeds this adapter's {max} per dimension"
+                ),
+            });
+        }
+        let [x, y, z] = workgroups;
         let pipeline = self.pipeline(op, (l.shader, l.entry, l.op_code))?;
         let (bgl, _) = self.layout(l.shader.inputs());
         let bind = self.scoped(op, 0, || {
@@ -265,7 +302,7 @@ impl GpuDevice {
             });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(x, y, 1);
+            pass.dispatch_workgroups(x, y, z);
         })
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod join;
 pub(crate) mod kernels;
+pub(crate) mod matmul;
 pub(crate) mod memory;
 pub(crate) mod params;
 pub(crate) mod queue;

@@ -55,22 +55,23 @@ impl GpuDevice {
 
     /// Submits the pending encoder, if any; returns the index of that submission.
     pub(crate) fn flush(&self, op: &'static str) -> Result<Option<wgpu::SubmissionIndex>> {
-        // Held until the submit is done: a thread that finds nothing pending must not go on to
-        // map a readback buffer that another thread's batch, taken but not yet submitted, copies
-        // into (wgpu rejects submitting work on a buffer that is being mapped).
-        let _submitting = lock(&self.0.submit_lock);
-        let (encoder, retired) = {
-            let mut p = lock(&self.0.pending);
-            p.ops = 0;
-            (p.encoder.take(), std::mem::take(&mut p.retired))
-        };
-        let index = match encoder {
+        // The pending lock is held until the submit is done. Otherwise another thread could
+        // find nothing pending while this batch is taken but not yet submitted, and then
+        // (a) map a readback buffer this batch copies into, which wgpu rejects, or (b) pool a
+        // buffer this batch still reads and `write_buffer` into it, which would land first.
+        let mut p = lock(&self.0.pending);
+        p.ops = 0;
+        let retired = std::mem::take(&mut p.retired);
+        let index = match p.encoder.take() {
             // Encoder errors (wgpu 26+) surface at finish/submit, so both run inside the scopes.
-            Some(enc) => Some(self.scoped(op, 0, || self.0.queue.submit([enc.finish()]))?),
-            None => None,
+            Some(enc) => self
+                .scoped(op, 0, || self.0.queue.submit([enc.finish()]))
+                .map(Some),
+            None => Ok(None),
         };
+        drop(p);
         self.pool_return(retired);
-        Ok(index)
+        index
     }
 
     /// Hands a freed buffer to the pool, or parks it until the pending encoder is submitted.

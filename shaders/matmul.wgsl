@@ -1,0 +1,256 @@
+// matmul.wgsl: batched f32 matrix products over strided views, C[b] (+)= A[b] · B[b].
+//
+// Computes   for every batch b, row i < M, column j < N:
+//              dst[c(b) + i * N + j] (+)= Σ_{k0 <= k < k1} A[b, i, k] * B[b, k, j]
+//            over ONE chunk [k0, k1) of the inner dim. The host splits K into chunks (at most
+//            16,384 wide) and dispatches them in order, the first storing and the rest adding
+//            (params[5]): lavapipe silently ends any shader loop after 65,535 iterations, so no
+//            loop here may depend on the full K. A and B are read through their strides, so
+//            transposed, permuted, narrowed and broadcast (stride 0) views need no copy.
+// Entries    naive    one output per invocation: the baseline the benchmarks compare against.
+//            register_tile
+//                     8×8 outputs per invocation kept in registers, no workgroup memory and no
+//                     barriers: the variant for software adapters. lavapipe runs an invocation
+//                     as one SIMD lane: arithmetic is 8 lanes wide, but every storage (and
+//                     workgroup-memory) load is a loop over the lanes, so loads, not FMAs, set
+//                     the speed, and barriers are coroutine switches. 16 loads feed 64 FMAs
+//                     here (naive: 2 loads per FMA). Out-of-range rows/columns are read as the
+//                     tile's first row/column (computing duplicates that are never stored), so
+//                     the K loop has no branches; any shape and any strides.
+//            tiled    64×64 output tile per workgroup staged through workgroup memory in 16-deep
+//                     K slices (each element of A and B is fetched from memory once per tile,
+//                     not once per output), 4×4 outputs per invocation read from the staged
+//                     tiles as vec4: the variant for hardware GPUs.
+// Bindings   @group(0) @binding(0) lhs    : array<f32>, read-only (A)
+//            @group(0) @binding(1) rhs    : array<f32>, read-only (B)
+//            @group(0) @binding(2) dst    : array<f32>, read-write, batches × M × N packed row-major
+//            @group(0) @binding(3) params : array<u32>, read-only:
+//              [0] M  [1] N  [2] row origin  [3] column origin (both in elements, for grids split
+//              over several dispatches)  [4] k0  [5] k1  [6] accumulate (0: store, 1: add to dst)
+//              [7] A offset  [8] A row stride  [9] A inner (k) stride
+//              [10] B offset [11] B inner (k) stride  [12] B column stride
+//              [13] first batch of this dispatch  [14] batch ndim = nd
+//              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
+// Dispatch   naive: @workgroup_size(16, 16), grid (ceil(N/16), ceil(M/16), batches);
+//            register_tile: @workgroup_size(8, 8), grid (ceil(N/64), ceil(M/64), batches);
+//            tiled: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
+//            x/y count from the row/column origin, z from the first batch; every store guarded.
+
+@group(0) @binding(0) var<storage, read> lhs: array<f32>;
+@group(0) @binding(1) var<storage, read> rhs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read> params: array<u32>;
+
+// One batch's problem, decoded from params.
+struct Problem {
+    m: u32,
+    n: u32,
+    k0: u32,
+    k1: u32,
+    a: u32,      // storage index of A[b, 0, k0]
+    a_rs: u32,
+    a_ks: u32,
+    b: u32,      // storage index of B[b, k0, 0]
+    b_ks: u32,
+    b_cs: u32,
+    c: u32,      // storage index of dst[b, 0, 0]
+    add: bool,
+}
+
+fn problem(z: u32) -> Problem {
+    var p: Problem;
+    p.m = params[0];
+    p.n = params[1];
+    p.k0 = params[4];
+    p.k1 = params[5];
+    p.add = params[6] != 0u;
+    p.a_rs = params[8];
+    p.a_ks = params[9];
+    p.b_ks = params[11];
+    p.b_cs = params[12];
+    let batch = params[13] + z;
+    let nd = params[14];
+    var a = params[7];
+    var b = params[10];
+    var rem = batch;
+    // At most nd iterations (the batch rank).
+    for (var k = nd; k > 0u; k = k - 1u) {
+        let d = k - 1u;
+        let size = params[15u + d];
+        let idx = rem % size;
+        rem = rem / size;
+        a = a + idx * params[15u + nd + d];
+        b = b + idx * params[15u + 2u * nd + d];
+    }
+    p.a = a + p.k0 * p.a_ks;
+    p.b = b + p.k0 * p.b_ks;
+    p.c = batch * p.m * p.n;
+    return p;
+}
+
+// The guarded store every entry ends with: the grid is rounded up to whole tiles.
+fn store(p: Problem, row: u32, col: u32, v: f32) {
+    if (row < p.m && col < p.n) {
+        let i = p.c + row * p.n + col;
+        if (p.add) {
+            dst[i] = dst[i] + v;
+        } else {
+            dst[i] = v;
+        }
+    }
+}
+
+fn store4(p: Problem, row: u32, col: u32, v: vec4<f32>) {
+    store(p, row, col, v.x);
+    store(p, row, col + 1u, v.y);
+    store(p, row, col + 2u, v.z);
+    store(p, row, col + 3u, v.w);
+}
+
+@compute @workgroup_size(16, 16)
+fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let p = problem(gid.z);
+    let row = params[2] + gid.y;
+    let col = params[3] + gid.x;
+    if (row >= p.m || col >= p.n) {
+        return;
+    }
+    var ia = p.a + row * p.a_rs;
+    var ib = p.b + col * p.b_cs;
+    var acc = 0.0;
+    // k1 - k0 <= 16,384 iterations.
+    for (var k = p.k0; k < p.k1; k = k + 1u) {
+        acc = acc + lhs[ia] * rhs[ib];
+        ia = ia + p.a_ks;
+        ib = ib + p.b_ks;
+    }
+    store(p, row, col, acc);
+}
+
+// The 8×8 register tile: lo[r] holds columns 0..3 of row r, hi[r] columns 4..7.
+struct Tile {
+    lo: array<vec4<f32>, 8>,
+    hi: array<vec4<f32>, 8>,
+}
+
+// tile += a ⊗ b for one k: a = rows 0..3 (a0) and 4..7 (a1), b = columns 0..3 (b0), 4..7 (b1).
+fn rank1(t: ptr<function, Tile>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    (*t).lo[0] = fma(vec4<f32>(a0.x), b0, (*t).lo[0]);
+    (*t).hi[0] = fma(vec4<f32>(a0.x), b1, (*t).hi[0]);
+    (*t).lo[1] = fma(vec4<f32>(a0.y), b0, (*t).lo[1]);
+    (*t).hi[1] = fma(vec4<f32>(a0.y), b1, (*t).hi[1]);
+    (*t).lo[2] = fma(vec4<f32>(a0.z), b0, (*t).lo[2]);
+    (*t).hi[2] = fma(vec4<f32>(a0.z), b1, (*t).hi[2]);
+    (*t).lo[3] = fma(vec4<f32>(a0.w), b0, (*t).lo[3]);
+    (*t).hi[3] = fma(vec4<f32>(a0.w), b1, (*t).hi[3]);
+    (*t).lo[4] = fma(vec4<f32>(a1.x), b0, (*t).lo[4]);
+    (*t).hi[4] = fma(vec4<f32>(a1.x), b1, (*t).hi[4]);
+    (*t).lo[5] = fma(vec4<f32>(a1.y), b0, (*t).lo[5]);
+    (*t).hi[5] = fma(vec4<f32>(a1.y), b1, (*t).hi[5]);
+    (*t).lo[6] = fma(vec4<f32>(a1.z), b0, (*t).lo[6]);
+    (*t).hi[6] = fma(vec4<f32>(a1.z), b1, (*t).hi[6]);
+    (*t).lo[7] = fma(vec4<f32>(a1.w), b0, (*t).lo[7]);
+    (*t).hi[7] = fma(vec4<f32>(a1.w), b1, (*t).hi[7]);
+}
+
+@compute @workgroup_size(8, 8)
+fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let p = problem(gid.z);
+    let r0 = params[2] + gid.y * 8u;
+    let c0 = params[3] + gid.x * 8u;
+    // No barrier follows, so whole-tile-outside invocations may leave early.
+    if (r0 >= p.m || c0 >= p.n) {
+        return;
+    }
+    // Rows (columns) past the end are read as the tile's first row (column) again: computed,
+    // never stored, and the K loop stays free of branches.
+    var ia: array<u32, 8>;
+    var ib: array<u32, 8>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        ia[i] = p.a + select(r0 + i, r0, r0 + i >= p.m) * p.a_rs;
+        ib[i] = p.b + select(c0 + i, c0, c0 + i >= p.n) * p.b_cs;
+    }
+    var t: Tile;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        t.lo[i] = vec4<f32>(0.0);
+        t.hi[i] = vec4<f32>(0.0);
+    }
+    // k1 - k0 <= 16,384 iterations; 16 loads per 64 FMAs.
+    var ka = 0u;
+    var kb = 0u;
+    for (var k = p.k0; k < p.k1; k = k + 1u) {
+        let a0 = vec4<f32>(lhs[ia[0] + ka], lhs[ia[1] + ka], lhs[ia[2] + ka], lhs[ia[3] + ka]);
+        let a1 = vec4<f32>(lhs[ia[4] + ka], lhs[ia[5] + ka], lhs[ia[6] + ka], lhs[ia[7] + ka]);
+        let b0 = vec4<f32>(rhs[ib[0] + kb], rhs[ib[1] + kb], rhs[ib[2] + kb], rhs[ib[3] + kb]);
+        let b1 = vec4<f32>(rhs[ib[4] + kb], rhs[ib[5] + kb], rhs[ib[6] + kb], rhs[ib[7] + kb]);
+        rank1(&t, a0, a1, b0, b1);
+        ka = ka + p.a_ks;
+        kb = kb + p.b_ks;
+    }
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        store4(p, r0 + i, c0, t.lo[i]);
+        store4(p, r0 + i, c0 + 4u, t.hi[i]);
+    }
+}
+
+const TILE: u32 = 64u;
+const DEPTH: u32 = 16u;
+// Staged slices, K-major so an invocation reads its 4 rows (or columns) as one vec4:
+// tile_a[k * 16 + r / 4] holds A rows r..r+3 at depth k; tile_b likewise for B columns.
+var<workgroup> tile_a: array<vec4<f32>, 256>;
+var<workgroup> tile_b: array<vec4<f32>, 256>;
+
+@compute @workgroup_size(16, 16)
+fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>,
+         @builtin(local_invocation_index) li: u32) {
+    let p = problem(wid.z);
+    let tr = params[2] + wid.y * TILE;
+    let tc = params[3] + wid.x * TILE;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    // No early return: every invocation must reach every barrier. At most 16,384 / 16 = 1,024
+    // slices per dispatch.
+    for (var ks = p.k0; ks < p.k1; ks = ks + DEPTH) {
+        // Each invocation stages 4 elements of A and 4 of B. Consecutive invocations take
+        // consecutive k of A and consecutive columns of B, so row-major operands are read in
+        // contiguous runs. Elements past the edges are staged as zeros.
+        for (var s = 0u; s < 4u; s = s + 1u) {
+            let e = li + 256u * s;
+            let ak = e % DEPTH;
+            let ar = e / DEPTH;
+            var va = 0.0;
+            if (tr + ar < p.m && ks + ak < p.k1) {
+                va = lhs[p.a + (tr + ar) * p.a_rs + (ks + ak - p.k0) * p.a_ks];
+            }
+            tile_a[ak * 16u + ar / 4u][ar % 4u] = va;
+            let bc = e % TILE;
+            let bk = e / TILE;
+            var vb = 0.0;
+            if (tc + bc < p.n && ks + bk < p.k1) {
+                vb = rhs[p.b + (ks + bk - p.k0) * p.b_ks + (tc + bc) * p.b_cs];
+            }
+            tile_b[bk * 16u + bc / 4u][bc % 4u] = vb;
+        }
+        workgroupBarrier();
+        for (var k = 0u; k < DEPTH; k = k + 1u) {
+            let a = tile_a[k * 16u + lid.y];
+            let b = tile_b[k * 16u + lid.x];
+            acc0 = fma(vec4<f32>(a.x), b, acc0);
+            acc1 = fma(vec4<f32>(a.y), b, acc1);
+            acc2 = fma(vec4<f32>(a.z), b, acc2);
+            acc3 = fma(vec4<f32>(a.w), b, acc3);
+        }
+        // The next slice overwrites the tiles: everyone must be done reading them.
+        workgroupBarrier();
+    }
+    let r0 = tr + lid.y * 4u;
+    let c0 = tc + lid.x * 4u;
+    store4(p, r0, c0, acc0);
+    store4(p, r0 + 1u, c0, acc1);
+    store4(p, r0 + 2u, c0, acc2);
+    store4(p, r0 + 3u, c0, acc3);
+}
+

@@ -1,0 +1,200 @@
+// matmul_vec4.wgsl: the register-tiled matmul of matmul.wgsl (entry `register_tile`) with vec4 loads,
+// for operands whose storage allows them.
+//
+// Computes   for every batch b, row i < M, column j < N:
+//              dst[c(b) + i * N + j] (+)= Σ_{k0 <= k < k1} A[b, i, k] * B[b, k, j]
+//            over one chunk [k0, k1) of K (at most 16,384 wide; chunks after the first add to
+//            dst), 8×8 outputs per invocation held in registers, no workgroup memory, no
+//            barriers: the variant for software adapters such as lavapipe, where each load is a
+//            loop over SIMD lanes and a vec4 load costs about one scalar load: 16 vec4 loads
+//            feed 256 FMAs.
+// Layouts    The override constant OP selects how each operand is read, so each combination
+//            compiles to straight-line loads:
+//              bit 0 set: A is k-contiguous (row-major; a.t() of a column-major matrix):
+//                         one vec4 per row covers 4 consecutive k.
+//              bit 0 clear: A is row-contiguous (A row stride 1, e.g. a.t() of a row-major
+//                         matrix): one vec4 per k covers 4 consecutive rows.
+//              bit 1 set: B is column-contiguous (row-major): one vec4 per k covers 4 columns.
+//              bit 1 clear: B is k-contiguous (B = b.t() of a row-major b): one vec4 per column
+//                         covers 4 consecutive k.
+//            The host uses this shader only when every vec4 is whole and aligned: the contiguous
+//            stride is 1; offsets, the other strides and all batch strides are multiples of 4;
+//            K is a multiple of 4 (so are k0 and k1); a row-contiguous A has M % 4 == 0 and a
+//            column-contiguous B has N % 4 == 0. Rows/columns past the end are read as the
+//            tile's first row/column again (duplicates computed, never stored).
+// Bindings   @group(0) @binding(0) lhs    : array<vec4<f32>>, read-only (A)
+//            @group(0) @binding(1) rhs    : array<vec4<f32>>, read-only (B)
+//            @group(0) @binding(2) dst    : array<f32>, read-write, batches × M × N packed row-major
+//            @group(0) @binding(3) params : array<u32>, read-only, in ELEMENTS (not vec4s), the
+//              same layout as matmul.wgsl:
+//              [0] M  [1] N  [2] row origin  [3] column origin  [4] k0  [5] k1  [6] accumulate
+//              [7] A offset  [8] A row stride  [9] A k stride
+//              [10] B offset [11] B k stride  [12] B column stride
+//              [13] first batch of this dispatch  [14] batch ndim = nd
+//              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
+// Dispatch   @workgroup_size(8, 8), grid (ceil(N/64), ceil(M/64), batches) counted from the
+//            row/column origin and the first batch; every store guarded.
+
+override OP: u32 = 3u;
+
+@group(0) @binding(0) var<storage, read> lhs: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> rhs: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read> params: array<u32>;
+
+fn store(c: u32, n: u32, m: u32, add: bool, row: u32, col: u32, v: f32) {
+    if (row < m && col < n) {
+        let i = c + row * n + col;
+        if (add) {
+            dst[i] = dst[i] + v;
+        } else {
+            dst[i] = v;
+        }
+    }
+}
+
+fn store4(c: u32, n: u32, m: u32, add: bool, row: u32, col: u32, v: vec4<f32>) {
+    store(c, n, m, add, row, col, v.x);
+    store(c, n, m, add, row, col + 1u, v.y);
+    store(c, n, m, add, row, col + 2u, v.z);
+    store(c, n, m, add, row, col + 3u, v.w);
+}
+
+// The 8×8 register tile: lo[r] holds columns 0..3 of row r, hi[r] columns 4..7.
+struct Tile {
+    lo: array<vec4<f32>, 8>,
+    hi: array<vec4<f32>, 8>,
+}
+
+// tile += a ⊗ b for one k: a = rows 0..3 (a0) and 4..7 (a1), b = columns 0..3 (b0), 4..7 (b1).
+fn rank1(t: ptr<function, Tile>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    (*t).lo[0] = fma(vec4<f32>(a0.x), b0, (*t).lo[0]);
+    (*t).hi[0] = fma(vec4<f32>(a0.x), b1, (*t).hi[0]);
+    (*t).lo[1] = fma(vec4<f32>(a0.y), b0, (*t).lo[1]);
+    (*t).hi[1] = fma(vec4<f32>(a0.y), b1, (*t).hi[1]);
+    (*t).lo[2] = fma(vec4<f32>(a0.z), b0, (*t).lo[2]);
+    (*t).hi[2] = fma(vec4<f32>(a0.z), b1, (*t).hi[2]);
+    (*t).lo[3] = fma(vec4<f32>(a0.w), b0, (*t).lo[3]);
+    (*t).hi[3] = fma(vec4<f32>(a0.w), b1, (*t).hi[3]);
+    (*t).lo[4] = fma(vec4<f32>(a1.x), b0, (*t).lo[4]);
+    (*t).hi[4] = fma(vec4<f32>(a1.x), b1, (*t).hi[4]);
+    (*t).lo[5] = fma(vec4<f32>(a1.y), b0, (*t).lo[5]);
+    (*t).hi[5] = fma(vec4<f32>(a1.y), b1, (*t).hi[5]);
+    (*t).lo[6] = fma(vec4<f32>(a1.z), b0, (*t).lo[6]);
+    (*t).hi[6] = fma(vec4<f32>(a1.z), b1, (*t).hi[6]);
+    (*t).lo[7] = fma(vec4<f32>(a1.w), b0, (*t).lo[7]);
+    (*t).hi[7] = fma(vec4<f32>(a1.w), b1, (*t).hi[7]);
+}
+
+// Column j of the 4×4 block whose rows are x, y, z, w (a transpose, for k-contiguous reads).
+fn col(x: vec4<f32>, y: vec4<f32>, z: vec4<f32>, w: vec4<f32>, j: u32) -> vec4<f32> {
+    return vec4<f32>(x[j], y[j], z[j], w[j]);
+}
+
+@compute @workgroup_size(8, 8)
+fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m = params[0];
+    let n = params[1];
+    let r0 = params[2] + gid.y * 8u;
+    let c0 = params[3] + gid.x * 8u;
+    if (r0 >= m || c0 >= n) {
+        return;
+    }
+    let k0 = params[4];
+    let k1 = params[5];
+    let add = params[6] != 0u;
+    let a_rs = params[8];
+    let a_ks = params[9];
+    let b_ks = params[11];
+    let b_cs = params[12];
+    let batch = params[13] + gid.z;
+    let nd = params[14];
+    var a = params[7];
+    var b = params[10];
+    var rem = batch;
+    // At most nd iterations (the batch rank).
+    for (var d = nd; d > 0u; d = d - 1u) {
+        let size = params[15u + d - 1u];
+        let idx = rem % size;
+        rem = rem / size;
+        a = a + idx * params[15u + nd + d - 1u];
+        b = b + idx * params[15u + 2u * nd + d - 1u];
+    }
+    let a_k_contig = (OP & 1u) != 0u;
+    let b_c_contig = (OP & 2u) != 0u;
+    // Rows (columns) past the end are read as the tile's first row (column) again: computed,
+    // never stored, and the loop stays free of branches. Along a contiguous dim the second
+    // vec4 is either whole (M or N is a multiple of 4) or, clamped, the first one again.
+    var ra: array<u32, 8>;
+    var cb: array<u32, 8>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        ra[i] = select(r0 + i, r0, r0 + i >= m);
+        cb[i] = select(c0 + i, c0, c0 + i >= n);
+    }
+    var ia: array<u32, 8>;
+    var ib: array<u32, 8>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        ia[i] = a + ra[i] * a_rs + k0 * a_ks;
+        ib[i] = b + cb[i] * b_cs + k0 * b_ks;
+    }
+    var t: Tile;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        t.lo[i] = vec4<f32>(0.0);
+        t.hi[i] = vec4<f32>(0.0);
+    }
+    // (k1 - k0) / 4 <= 4,096 iterations, 4 k per iteration, 16 vec4 loads per 256 FMAs.
+    for (var k = k0; k < k1; k = k + 4u) {
+        let step = k - k0;
+        // a0[j] / a1[j]: rows 0..3 / 4..7 at k + j; b0[j] / b1[j]: columns 0..3 / 4..7.
+        var a0: array<vec4<f32>, 4>;
+        var a1: array<vec4<f32>, 4>;
+        var b0: array<vec4<f32>, 4>;
+        var b1: array<vec4<f32>, 4>;
+        if (a_k_contig) {
+            let x0 = lhs[(ia[0] + step) / 4u];
+            let x1 = lhs[(ia[1] + step) / 4u];
+            let x2 = lhs[(ia[2] + step) / 4u];
+            let x3 = lhs[(ia[3] + step) / 4u];
+            let x4 = lhs[(ia[4] + step) / 4u];
+            let x5 = lhs[(ia[5] + step) / 4u];
+            let x6 = lhs[(ia[6] + step) / 4u];
+            let x7 = lhs[(ia[7] + step) / 4u];
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                a0[j] = col(x0, x1, x2, x3, j);
+                a1[j] = col(x4, x5, x6, x7, j);
+            }
+        } else {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                a0[j] = lhs[(ia[0] + (step + j) * a_ks) / 4u];
+                a1[j] = lhs[(ia[4] + (step + j) * a_ks) / 4u];
+            }
+        }
+        if (b_c_contig) {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                b0[j] = rhs[(ib[0] + (step + j) * b_ks) / 4u];
+                b1[j] = rhs[(ib[4] + (step + j) * b_ks) / 4u];
+            }
+        } else {
+            let y0 = rhs[(ib[0] + step) / 4u];
+            let y1 = rhs[(ib[1] + step) / 4u];
+            let y2 = rhs[(ib[2] + step) / 4u];
+            let y3 = rhs[(ib[3] + step) / 4u];
+            let y4 = rhs[(ib[4] + step) / 4u];
+            let y5 = rhs[(ib[5] + step) / 4u];
+            let y6 = rhs[(ib[6] + step) / 4u];
+            let y7 = rhs[(ib[7] + step) / 4u];
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                b0[j] = col(y0, y1, y2, y3, j);
+                b1[j] = col(y4, y5, y6, y7, j);
+            }
+        }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            rank1(&t, a0[j], a1[j], b0[j], b1[j]);
+        }
+    }
+    let c = batch * m * n;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        store4(c, n, m, add, r0 + i, c0, t.lo[i]);
+        store4(c, n, m, add, r0 + i, c0 + 4u, t.hi[i]);
+    }
+}

@@ -1,0 +1,140 @@
+//! CPU matmul through the `gemm` crate: the fallback device's kernel and the oracle the GPU
+//! kernels (`shaders/matmul*.wgsl`) are tested against.
+//!
+//! Views go to gemm as row and column strides, so transposed, narrowed and broadcast operands
+//! are never copied. Batches are a loop over per-matrix gemm calls: threads go inside each
+//! product when products are large, across the batch when they are small.
+
+use super::strided::walk;
+use crate::shape::Layout;
+use rayon::prelude::*;
+use std::mem::MaybeUninit;
+
+/// Below this many multiply-adds per matrix, a batch runs its products in parallel (one thread
+/// each) instead of splitting each product: a 64×64×64 product is done in microseconds, less
+/// than gemm's own thread hand-off.
+const SMALL_PRODUCT: usize = 64 * 64 * 64;
+
+/// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b` (`[..batch, K, N]`,
+/// same batch dims), packed row-major as `[..batch, M, N]`.
+pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<f32> {
+    let nd = la.shape.len();
+    let (m, k, n) = (la.shape[nd - 2], la.shape[nd - 1], lb.shape[nd - 1]);
+    let batch_shape = &la.shape[..nd - 2];
+    let batches: usize = batch_shape.iter().product();
+    let total = batches * m * n;
+    if total == 0 || k == 0 {
+        // An empty sum is 0.
+        return vec![0f32; total];
+    }
+    // Storage index of each batch's first element of A and B.
+    let mut starts = Vec::with_capacity(batches);
+    walk(
+        batch_shape,
+        [&la.strides[..nd - 2], &lb.strides[..nd - 2]],
+        [la.offset, lb.offset],
+        0,
+        batches,
+        |[p, q]| starts.push((p, q)),
+    );
+    let mat = Mat {
+        m,
+        k,
+        n,
+        a_rs: la.strides[nd - 2],
+        a_ks: la.strides[nd - 1],
+        b_ks: lb.strides[nd - 2],
+        b_cs: lb.strides[nd - 1],
+    };
+    // gemm writes every output element without reading it, so the output is not zeroed
+    // first: that pass alone costs ~2% of a 1024³ product.
+    let mut out = Vec::with_capacity(total);
+    let spare = &mut out.spare_capacity_mut()[..total];
+    let small = m * n * k < SMALL_PRODUCT;
+    if batches > 1 && small {
+        spare
+            .par_chunks_mut(m * n)
+            .zip(starts)
+            .for_each(|(c, (p, q))| mat.run(a, p, b, q, c, false));
+    } else {
+        for (c, (p, q)) in spare.chunks_mut(m * n).zip(starts) {
+            mat.run(a, p, b, q, c, !small);
+        }
+    }
+    // SAFETY: every m×n block of the first `total` slots was written by `Mat::run`.
+    unsafe { out.set_len(total) };
+    out
+}
+
+/// One product's sizes and strides (in elements).
+struct Mat {
+    m: usize,
+    k: usize,
+    n: usize,
+    a_rs: usize,
+    a_ks: usize,
+    b_ks: usize,
+    b_cs: usize,
+}
+
+impl Mat {
+    /// `c = A · B` with A's element (0, 0) at `a[p]` and B's at `b[q]`; `c` is packed `M × N`
+    /// and fully written (its previous contents are never read).
+    fn run(
+        &self,
+        a: &[f32],
+        p: usize,
+        b: &[f32],
+        q: usize,
+        c: &mut [MaybeUninit<f32>],
+        threads: bool,
+    ) {
+        let &Mat {
+            m,
+            k,
+            n,
+            a_rs,
+            a_ks,
+            b_ks,
+            b_cs,
+        } = self;
+        // Every index gemm forms is in bounds: the views were validated against their storage
+        // when they were made, so p + (m-1)*a_rs + (k-1)*a_ks < a.len() (likewise for b), and c
+        // holds m * n elements.
+        assert!(m > 0 && n > 0 && k > 0 && c.len() == m * n);
+        assert!(p + (m - 1) * a_rs + (k - 1) * a_ks < a.len());
+        assert!(q + (k - 1) * b_ks + (n - 1) * b_cs < b.len());
+        let parallelism = if threads {
+            // 0 = all of rayon's threads (one per core); gemm still runs small shapes on one.
+            gemm::Parallelism::Rayon(0)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: bounds asserted above; `c` is exclusively borrowed and does not alias `a`/`b`.
+        // With `read_dst = false` gemm computes `dst := 1.0 · lhs · rhs` and only stores to dst
+        // (it zeroes alpha and takes its write-only paths), so uninitialised `c` is never read.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr().cast::<f32>(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr().add(p),
+                a_ks as isize,
+                a_rs as isize,
+                b.as_ptr().add(q),
+                b_cs as isize,
+                b_ks as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    }
+}

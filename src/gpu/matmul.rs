@@ -1,0 +1,354 @@
+//! GPU matmul: dispatches of `shaders/matmul.wgsl` and `shaders/matmul_vec4.wgsl`.
+//!
+//! Inputs arrive validated from `tensor/matmul.rs` as two views `[..batch, M, K]` and
+//! `[..batch, K, N]` with identical (broadcast) batch dims; the output is a new packed
+//! `[..batch, M, N]` buffer. Operands are always read through their strides: a transposed,
+//! permuted, narrowed or broadcast view is never copied first.
+//!
+//! Three bounds shape every launch:
+//! - K is cut into chunks of at most [`K_CHUNK`], dispatched in order (the first stores, the
+//!   rest add), because lavapipe silently stops any shader loop after 65,535 iterations.
+//! - Each grid dimension stays within `max_compute_workgroups_per_dimension`: rows, columns and
+//!   batches beyond it go to further dispatches with their origin in the params.
+//! - Every index is a `u32`; larger operands are refused with a clear error.
+
+use super::buffer::GpuBuffer;
+use super::device::GpuDevice;
+use super::kernels::{Launch, Shader};
+use crate::shape::Layout;
+use crate::{Error, Result};
+
+/// The widest slice of K one dispatch covers: the longest per-invocation loop is then 16,384
+/// iterations (the naive and scalar register kernels step one k at a time), far below
+/// lavapipe's 65,535, and a multiple of every kernel's K step (4 and 16).
+pub(crate) const K_CHUNK: usize = 16_384;
+
+/// The matmul kernels, in the order the benchmarks report them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MatmulKernel {
+    /// One output per invocation: the baseline.
+    Naive,
+    /// 8×8 register tile, scalar strided loads, no barriers: any shape, any strides.
+    Register,
+    /// 8×8 register tile with vec4 loads, no barriers: aligned operands on software adapters.
+    RegisterVec4,
+    /// 64×64 workgroup-memory tiles with 4×4 register tiles: hardware GPUs.
+    Tiled,
+}
+
+impl MatmulKernel {
+    pub(crate) const ALL: [MatmulKernel; 4] = [
+        MatmulKernel::Naive,
+        MatmulKernel::Register,
+        MatmulKernel::RegisterVec4,
+        MatmulKernel::Tiled,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            MatmulKernel::Naive => "naive",
+            MatmulKernel::Register => "register",
+            MatmulKernel::RegisterVec4 => "register_vec4",
+            MatmulKernel::Tiled => "tiled",
+        }
+    }
+
+    pub(crate) fn from_name(name: &str) -> Option<MatmulKernel> {
+        MatmulKernel::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    fn shader(self) -> Shader {
+        match self {
+            MatmulKernel::RegisterVec4 => Shader::MatmulVec4,
+            MatmulKernel::Naive | MatmulKernel::Register | MatmulKernel::Tiled => Shader::Matmul,
+        }
+    }
+
+    fn entry(self) -> &'static str {
+        match self {
+            MatmulKernel::Naive => "naive",
+            MatmulKernel::Register | MatmulKernel::RegisterVec4 => "register_tile",
+            MatmulKernel::Tiled => "tiled",
+        }
+    }
+
+    /// Output rows and columns one workgroup covers (the shader headers' dispatch geometry).
+    fn tile(self) -> (usize, usize) {
+        match self {
+            MatmulKernel::Naive => (16, 16),
+            MatmulKernel::Register | MatmulKernel::RegisterVec4 => (64, 64),
+            MatmulKernel::Tiled => (64, 64),
+        }
+    }
+}
+
+/// The product's sizes and each operand's strides, read off the two layouts. Strides of size-1
+/// dims are set to 0 (they never move the index), and size-1 batch dims are dropped, so
+/// alignment checks see only the strides that matter.
+#[derive(Debug)]
+struct Problem {
+    m: usize,
+    k: usize,
+    n: usize,
+    batch_shape: Vec<usize>,
+    a_batch: Vec<usize>,
+    b_batch: Vec<usize>,
+    a_off: usize,
+    a_rs: usize,
+    a_ks: usize,
+    b_off: usize,
+    b_ks: usize,
+    b_cs: usize,
+}
+
+impl Problem {
+    fn new(la: &Layout, lb: &Layout) -> Problem {
+        let nd = la.shape.len();
+        let (m, k, n) = (la.shape[nd - 2], la.shape[nd - 1], lb.shape[nd - 1]);
+        let stride = |l: &Layout, d: usize| if l.shape[d] == 1 { 0 } else { l.strides[d] };
+        let mut p = Problem {
+            m,
+            k,
+            n,
+            batch_shape: Vec::new(),
+            a_batch: Vec::new(),
+            b_batch: Vec::new(),
+            a_off: la.offset,
+            a_rs: stride(la, nd - 2),
+            a_ks: stride(la, nd - 1),
+            b_off: lb.offset,
+            b_ks: stride(lb, nd - 2),
+            b_cs: stride(lb, nd - 1),
+        };
+        for d in 0..nd - 2 {
+            if la.shape[d] != 1 {
+                p.batch_shape.push(la.shape[d]);
+                p.a_batch.push(la.strides[d]);
+                p.b_batch.push(lb.strides[d]);
+            }
+        }
+        p
+    }
+
+    fn batches(&self) -> usize {
+        self.batch_shape.iter().product()
+    }
+
+    /// The `OP` constant of `matmul_vec4.wgsl` (bit 0: A k-contiguous, bit 1: B
+    /// column-contiguous), or `None` when some vec4 would be partial or misaligned.
+    fn vec4_layout(&self) -> Option<u32> {
+        let aligned = |x: usize| x.is_multiple_of(4);
+        let batch_ok = self
+            .a_batch
+            .iter()
+            .chain(&self.b_batch)
+            .all(|&s| aligned(s));
+        if !aligned(self.k) || !aligned(self.a_off) || !aligned(self.b_off) || !batch_ok {
+            return None;
+        }
+        let a_bit = if self.a_ks == 1 && aligned(self.a_rs) {
+            1
+        } else if self.a_rs == 1 && aligned(self.m) && aligned(self.a_ks) {
+            0
+        } else {
+            return None;
+        };
+        let b_bit = if self.b_cs == 1 && aligned(self.n) && aligned(self.b_ks) {
+            2
+        } else if self.b_ks == 1 && aligned(self.b_cs) {
+            0
+        } else {
+            return None;
+        };
+        Some(a_bit | b_bit)
+    }
+}
+
+/// Shaders index with `u32`: every index a kernel forms is below one of these bounds.
+fn check_u32(la: &Layout, lb: &Layout, out_elems: usize) -> Result<()> {
+    let worst = la.span().max(lb.span()).max(out_elems);
+    if u32::try_from(worst).is_err() {
+        return Err(Error::InvalidArgument {
+            op: "matmul",
+            message: format!(
+                "{worst} elements exceed the 2^32 - 1 elements a GPU kernel can index; \
+                 split the product or run it on the CPU"
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl GpuDevice {
+    /// The kernel [`GpuDevice::matmul`] uses for these operands on this adapter.
+    ///
+    /// Software adapters (lavapipe, SwiftShader: `DeviceType::Cpu`) run each invocation as a
+    /// SIMD lane of a CPU thread: arithmetic is vectorised across lanes, but each storage or
+    /// workgroup-memory load is a loop over the lanes, and each barrier a coroutine switch. So
+    /// the barrier-free 8×8 register tile wins there (most FMAs per load), with vec4 loads
+    /// (about the cost of one scalar load) when the operands allow them; measured on lavapipe at
+    /// 256³ and 512³: ~10× the naive kernel, 2–3× the workgroup-tiled one (`benches/matmul.rs`).
+    /// Hardware GPUs need workgroup-memory tiles to reuse each loaded element across a tile.
+    pub(crate) fn matmul_kernel(&self, la: &Layout, lb: &Layout) -> MatmulKernel {
+        let p = Problem::new(la, lb);
+        match self.0.info.device_type {
+            wgpu::DeviceType::Cpu => match p.vec4_layout() {
+                Some(_) => MatmulKernel::RegisterVec4,
+                None => MatmulKernel::Register,
+            },
+            wgpu::DeviceType::DiscreteGpu
+            | wgpu::DeviceType::IntegratedGpu
+            | wgpu::DeviceType::VirtualGpu
+            | wgpu::DeviceType::Other => MatmulKernel::Tiled,
+        }
+    }
+
+    /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b`
+    /// (`[..batch, K, N]`, same batch dims) into a new packed `[..batch, M, N]` buffer, with
+    /// `kernel` or the adapter's choice ([`GpuDevice::matmul_kernel`]).
+    pub(crate) fn matmul(
+        &self,
+        a: &GpuBuffer,
+        la: &Layout,
+        b: &GpuBuffer,
+        lb: &Layout,
+        kernel: Option<MatmulKernel>,
+    ) -> Result<GpuBuffer> {
+        let op = "matmul";
+        let p = Problem::new(la, lb);
+        let out_elems = p.batches() * p.m * p.n;
+        check_u32(la, lb, out_elems)?;
+        // A fresh buffer is zero-filled, which is the whole answer when K = 0.
+        let out = self.alloc(op, out_elems as u64 * 4)?;
+        if out_elems == 0 || p.k == 0 {
+            return Ok(out);
+        }
+        let kernel = kernel.unwrap_or_else(|| self.matmul_kernel(la, lb));
+        let op_code = match kernel {
+            MatmulKernel::RegisterVec4 => {
+                Some(p.vec4_layout().ok_or_else(|| Error::InvalidArgument {
+                    op,
+                    message: format!(
+                        "the register_vec4 kernel needs aligned, unit-stride operands; got \
+                         M={}, K={}, N={}, A strides (rows {}, k {}) at offset {}, B strides \
+                         (k {}, columns {}) at offset {}",
+                        p.m, p.k, p.n, p.a_rs, p.a_ks, p.a_off, p.b_ks, p.b_cs, p.b_off
+                    ),
+                })?)
+            }
+            MatmulKernel::Naive | MatmulKernel::Register | MatmulKernel::Tiled => None,
+        };
+        let max = self.0.limits.max_compute_workgroups_per_dimension.max(1) as usize;
+        let (tile_rows, tile_cols) = kernel.tile();
+        // Whole workgroups per dispatch; a multiple of 4 rows keeps vec4 rows aligned.
+        let (row_span, col_span) = (max * tile_rows, max * tile_cols);
+        let u = |x: usize| x as u32; // every value below fits: checked by `check_u32`
+        let nd = p.batch_shape.len();
+        let mut params = vec![0u32; 15 + 3 * nd];
+        params[0] = u(p.m);
+        params[1] = u(p.n);
+        params[7] = u(p.a_off);
+        params[8] = u(p.a_rs);
+        params[9] = u(p.a_ks);
+        params[10] = u(p.b_off);
+        params[11] = u(p.b_ks);
+        params[12] = u(p.b_cs);
+        params[14] = u(nd);
+        for d in 0..nd {
+            params[15 + d] = u(p.batch_shape[d]);
+            params[15 + nd + d] = u(p.a_batch[d]);
+            params[15 + 2 * nd + d] = u(p.b_batch[d]);
+        }
+        let batches = p.batches();
+        for batch0 in (0..batches).step_by(max) {
+            let nb = (batches - batch0).min(max);
+            for row0 in (0..p.m).step_by(row_span) {
+                let rows = (p.m - row0).min(row_span);
+                for col0 in (0..p.n).step_by(col_span) {
+                    let cols = (p.n - col0).min(col_span);
+                    for k0 in (0..p.k).step_by(K_CHUNK) {
+                        params[2] = u(row0);
+                        params[3] = u(col0);
+                        params[4] = u(k0);
+                        params[5] = u((k0 + K_CHUNK).min(p.k));
+                        params[6] = u32::from(k0 > 0);
+                        params[13] = u(batch0);
+                        let grid = [
+                            u(cols.div_ceil(tile_cols)),
+                            u(rows.div_ceil(tile_rows)),
+                            u(nb),
+                        ];
+                        self.launch_workgroups(
+                            op,
+                            Launch {
+                                shader: kernel.shader(),
+                                entry: kernel.entry(),
+                                op_code,
+                                inputs: &[&a.buffer, &b.buffer],
+                                output: &out.buffer,
+                                meta: &params,
+                                threads: (nb * rows * cols) as u64,
+                            },
+                            grid,
+                        )?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layouts(a: &[usize], b: &[usize]) -> (Layout, Layout) {
+        (Layout::contiguous(a), Layout::contiguous(b))
+    }
+
+    #[test]
+    fn vec4_eligibility() {
+        let (la, lb) = layouts(&[8, 16], &[16, 12]);
+        assert_eq!(Problem::new(&la, &lb).vec4_layout(), Some(3));
+        // K not a multiple of 4.
+        let (la, lb) = layouts(&[8, 6], &[6, 12]);
+        assert_eq!(Problem::new(&la, &lb).vec4_layout(), None);
+        // Column-contiguous B with N % 4 != 0.
+        let (la, lb) = layouts(&[8, 16], &[16, 6]);
+        assert_eq!(Problem::new(&la, &lb).vec4_layout(), None);
+        // a.t() of a row-major [16, 8] matrix: row-contiguous A; b.t(): k-contiguous B.
+        let mut la = Layout::contiguous(&[16, 8]);
+        la.shape.swap(0, 1);
+        la.strides.swap(0, 1);
+        let mut lb = Layout::contiguous(&[6, 16]);
+        lb.shape.swap(0, 1);
+        lb.strides.swap(0, 1);
+        assert_eq!(Problem::new(&la, &lb).vec4_layout(), Some(0));
+        // A 1-D lhs seen as [1, K]: its row stride no longer matters.
+        let la = Layout {
+            shape: vec![1, 8],
+            strides: vec![8 * 3 + 1, 1],
+            offset: 0,
+        };
+        let lb = Layout::contiguous(&[8, 4]);
+        assert_eq!(Problem::new(&la, &lb).vec4_layout(), Some(3));
+        // An odd offset (a narrowed view) rules vec4 out.
+        let mut la = Layout::contiguous(&[4, 8]);
+        la.offset = 1;
+        assert_eq!(Problem::new(&la, &lb).vec4_layout(), None);
+    }
+
+    #[test]
+    fn size_one_batch_dims_are_dropped() {
+        let la = Layout::contiguous(&[2, 1, 3, 4]).broadcast_to(&[2, 5, 3, 4]);
+        let lb = Layout::contiguous(&[5, 4, 2]).broadcast_to(&[2, 5, 4, 2]);
+        let p = Problem::new(&la, &lb);
+        assert_eq!(p.batch_shape, vec![2, 5]);
+        assert_eq!(p.a_batch, vec![12, 0]);
+        assert_eq!(p.b_batch, vec![0, 8]);
+        let la = Layout::contiguous(&[1, 3, 4]);
+        let lb = Layout::contiguous(&[1, 4, 2]);
+        assert!(Problem::new(&la, &lb).batch_shape.is_empty());
+    }
+}

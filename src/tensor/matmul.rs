@@ -1,0 +1,193 @@
+//! Matrix products with `torch.matmul` semantics: validate shapes once, then dispatch to
+//! `cpu/matmul.rs` (gemm) or `gpu/matmul.rs` (WGSL kernels).
+
+use super::Tensor;
+use crate::gpu::matmul::MatmulKernel;
+use crate::shape::{broadcast_shapes, numel_checked, Layout};
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, Error, Result};
+
+/// What the operands' shapes mean for the product: both views brought to `[..batch, M, K]` and
+/// `[..batch, K, N]` with identical batch dims, and the shape the result is reported with.
+struct Plan {
+    la: Layout,
+    lb: Layout,
+    out_shape: Vec<usize>,
+}
+
+/// Applies `torch.matmul`'s shape rules: a 1-D lhs is a row `[1, K]` and a 1-D rhs a column
+/// `[K, 1]` (the added dim is removed from the result); dims before the last two are batch
+/// dims and broadcast.
+fn plan(lhs: &Tensor, rhs: &Tensor) -> Result<Plan> {
+    let (sa, sb) = (lhs.shape(), rhs.shape());
+    if sa.is_empty() || sb.is_empty() {
+        return Err(Error::InvalidArgument {
+            op: "matmul",
+            message: format!(
+                "both operands need at least 1 dim, got shapes {sa:?} and {sb:?}; \
+                 use mul for a product with a scalar"
+            ),
+        });
+    }
+    let mismatch = || Error::ShapeMismatch {
+        op: "matmul",
+        lhs: sa.to_vec(),
+        rhs: sb.to_vec(),
+    };
+    let mut la = lhs.layout().clone();
+    if sa.len() == 1 {
+        la.shape.insert(0, 1);
+        la.strides.insert(0, 0);
+    }
+    let mut lb = rhs.layout().clone();
+    if sb.len() == 1 {
+        lb.shape.push(1);
+        lb.strides.push(0);
+    }
+    let (na, nb) = (la.shape.len(), lb.shape.len());
+    let (m, k) = (la.shape[na - 2], la.shape[na - 1]);
+    let (k2, n) = (lb.shape[nb - 2], lb.shape[nb - 1]);
+    if k != k2 {
+        return Err(mismatch());
+    }
+    let batch = broadcast_shapes("matmul", &la.shape[..na - 2], &lb.shape[..nb - 2])
+        .map_err(|_| mismatch())?;
+    let full = |rows: usize, cols: usize| {
+        let mut s = batch.clone();
+        s.extend([rows, cols]);
+        s
+    };
+    let out_full = full(m, n);
+    numel_checked(&out_full)?;
+    let mut out_shape = batch.clone();
+    if sa.len() > 1 {
+        out_shape.push(m);
+    }
+    if sb.len() > 1 {
+        out_shape.push(n);
+    }
+    Ok(Plan {
+        la: la.broadcast_to(&full(m, k)),
+        lb: lb.broadcast_to(&full(k, n)),
+        out_shape,
+    })
+}
+
+impl Tensor {
+    /// Matrix product with `torch.matmul` semantics:
+    ///
+    /// | lhs | rhs | result |
+    /// |---|---|---|
+    /// | `[K]` | `[K]` | `[]` (dot product, a 0-d tensor) |
+    /// | `[M, K]` | `[K, N]` | `[M, N]` |
+    /// | `[K]` | `[.., K, N]` | `[.., N]` (a row vector times each matrix) |
+    /// | `[.., M, K]` | `[K]` | `[.., M]` (each matrix times a column vector) |
+    /// | `[..b1, M, K]` | `[..b2, K, N]` | `[..broadcast(b1, b2), M, N]` |
+    ///
+    /// Batch dims broadcast like elementwise ops (size-1 dims repeat without copies). Views such
+    /// as `a.t()` are read in place through their strides. Empty dims work: `K = 0` gives zeros.
+    /// On the CPU the product runs on every core through the `gemm` crate; on a GPU it runs a
+    /// tiled WGSL kernel chosen for the adapter.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &d)?;
+    /// let b = Tensor::from_vec(vec![1f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2], &d)?;
+    /// let c = a.matmul(&b)?;
+    /// assert_eq!(c.shape(), &[2, 2]);
+    /// assert_eq!(c.to_vec::<f32>()?, vec![4.0, 5.0, 10.0, 11.0]);
+    /// // Transposed views need no copy; 1-D operands give vectors and scalars.
+    /// assert_eq!(a.matmul(&a.t()?)?.to_vec::<f32>()?, vec![14.0, 32.0, 32.0, 77.0]);
+    /// let v = Tensor::from_vec(vec![1f32, 1.0, 1.0], &[3], &d)?;
+    /// assert_eq!(a.matmul(&v)?.to_vec::<f32>()?, vec![6.0, 15.0]);
+    /// assert_eq!(v.matmul(&v)?.to_scalar::<f32>()?, 3.0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] (naming both shapes) when the inner dims differ or the batch
+    /// dims do not broadcast; [`Error::InvalidArgument`] for 0-d operands;
+    /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ;
+    /// [`Error::UnsupportedDType`] for dtypes other than f32; GPU errors (out of memory, a lost
+    /// device) as for every op.
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.matmul_impl(rhs, None)
+    }
+
+    /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
+    /// wgtensor's benchmarks and tests: `naive`, `register`, `register_vec4` (aligned operands
+    /// only) or `tiled`. The CPU has one kernel and ignores the name once it is validated.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let a = Tensor::ones(&[3, 5], wgtensor::DType::F32, &d)?;
+    /// let c = a.matmul_with_kernel(&a.t()?, "naive")?;
+    /// assert_eq!(c.to_vec::<f32>()?, vec![5.0; 9]);
+    /// assert!(a.matmul_with_kernel(&a.t()?, "strassen").is_err());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    #[doc(hidden)]
+    pub fn matmul_with_kernel(&self, rhs: &Tensor, kernel: &str) -> Result<Tensor> {
+        let k = MatmulKernel::from_name(kernel).ok_or_else(|| Error::InvalidArgument {
+            op: "matmul",
+            message: format!(
+                "unknown matmul kernel {kernel:?}; known: {:?}",
+                Tensor::matmul_kernels()
+            ),
+        })?;
+        self.matmul_impl(rhs, Some(k))
+    }
+
+    /// The GPU kernel names [`Tensor::matmul_with_kernel`] accepts.
+    ///
+    /// ```
+    /// assert!(wgtensor::Tensor::matmul_kernels().contains(&"naive"));
+    /// ```
+    #[doc(hidden)]
+    pub fn matmul_kernels() -> Vec<&'static str> {
+        MatmulKernel::ALL.iter().map(|k| k.name()).collect()
+    }
+
+    /// The kernel [`Tensor::matmul`] would run for these operands (`gemm` on the CPU).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::ones(&[4, 4], wgtensor::DType::F32, &Device::cpu())?;
+    /// assert_eq!(a.matmul_kernel_choice(&a)?, "gemm");
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    #[doc(hidden)]
+    pub fn matmul_kernel_choice(&self, rhs: &Tensor) -> Result<&'static str> {
+        self.check_pair("matmul", rhs)?;
+        let p = plan(self, rhs)?;
+        Ok(match self.storage() {
+            Storage::Cpu(_) => "gemm",
+            Storage::Gpu(a) => a.device.matmul_kernel(&p.la, &p.lb).name(),
+        })
+    }
+
+    fn matmul_impl(&self, rhs: &Tensor, kernel: Option<MatmulKernel>) -> Result<Tensor> {
+        let op = "matmul";
+        self.check_pair(op, rhs)?;
+        self.require_f32(op)?;
+        let p = plan(self, rhs)?;
+        let storage = match (self.storage(), rhs.storage()) {
+            (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(
+                cpu::matmul::matmul(self.cpu_f32(op)?, &p.la, rhs.cpu_f32(op)?, &p.lb),
+            )),
+            (Storage::Gpu(a), Storage::Gpu(b)) => {
+                Storage::Gpu(a.device.matmul(a, &p.la, b, &p.lb, kernel)?)
+            }
+            _ => {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    lhs: self.device().to_string(),
+                    rhs: rhs.device().to_string(),
+                })
+            }
+        };
+        Ok(self.derived(storage, &p.out_shape))
+    }
+}
