@@ -97,6 +97,10 @@ fn transfers(c: &mut Criterion) {
                 },
             );
             let t = Tensor::from_slice(&host, &[n], &dev).unwrap();
+            // Both paths must read the same data (the upload bench may have been filtered out).
+            queue.write_buffer(&plain_buf, 0, bytemuck::cast_slice(&host));
+            queue.submit([]);
+            wait(device);
             assert_eq!(
                 t.to_vec::<f32>().unwrap(),
                 plain_read(device, queue, &plain_buf, &staging, bytes as u64)

@@ -44,16 +44,25 @@ impl CpuStorage {
         }
     }
 
-    /// Rebuilds typed host data from bytes read back from a GPU buffer.
-    pub(crate) fn from_bytes(dtype: DType, bytes: &[u8]) -> CpuStorage {
-        // `pod_collect_to_vec` copies, so a byte buffer of any alignment is fine.
-        match dtype {
-            DType::F32 => CpuStorage::F32(bytemuck::pod_collect_to_vec(bytes)),
-            DType::F16 => CpuStorage::F16(bytemuck::pod_collect_to_vec(bytes)),
-            DType::I32 => CpuStorage::I32(bytemuck::pod_collect_to_vec(bytes)),
-            DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(bytes)),
-            DType::U8 => CpuStorage::U8(bytes.to_vec()),
+    /// Rebuilds typed host data from bytes read back from a GPU buffer (one copy).
+    pub(crate) fn from_bytes(dtype: DType, bytes: &[u8]) -> crate::Result<CpuStorage> {
+        fn typed<T: bytemuck::Pod>(bytes: &[u8]) -> crate::Result<Vec<T>> {
+            let size = std::mem::size_of::<T>();
+            let mut v = crate::cpu::strided::try_vec("readback", bytes.len() / size)?;
+            match bytemuck::try_cast_slice::<u8, T>(bytes) {
+                // Mapped memory is normally aligned: one memcpy, no zeroing pass.
+                Ok(src) => v.extend_from_slice(src),
+                Err(_) => v.extend(bytes.chunks_exact(size).map(bytemuck::pod_read_unaligned::<T>)),
+            }
+            Ok(v)
         }
+        Ok(match dtype {
+            DType::F32 => CpuStorage::F32(typed(bytes)?),
+            DType::F16 => CpuStorage::F16(typed(bytes)?),
+            DType::I32 => CpuStorage::I32(typed(bytes)?),
+            DType::U32 => CpuStorage::U32(typed(bytes)?),
+            DType::U8 => CpuStorage::U8(typed(bytes)?),
+        })
     }
 
     /// Typed access; `None` when `T` is not this storage's element type.

@@ -10,10 +10,17 @@ use std::sync::Mutex;
 /// starts working while the host is still recording.
 pub(crate) const FLUSH_EVERY: usize = 64;
 
+/// Uploaded bytes staged by `write_buffer` before a submit is forced, so that a loop of uploads
+/// without ops or readbacks does not pile up staging memory.
+pub(crate) const FLUSH_WRITTEN_BYTES: u64 = 64 << 20;
+
 #[derive(Default)]
 pub(crate) struct Pending {
     encoder: Option<wgpu::CommandEncoder>,
     ops: usize,
+    /// Bytes written with `queue.write_buffer` since the last submit: they reach the GPU only
+    /// with a submit, so `flush` submits (an empty batch if need be) while any are waiting.
+    written: u64,
     /// Buffers freed while the pending encoder may still use them. They are pooled only after
     /// the encoder is submitted: a `queue.write_buffer` into a reused buffer lands before the
     /// next submit's commands, so reusing one that unsubmitted commands read would corrupt them.
@@ -62,16 +69,30 @@ impl GpuDevice {
         let mut p = lock(&self.0.pending);
         p.ops = 0;
         let retired = std::mem::take(&mut p.retired);
+        let written = std::mem::take(&mut p.written);
         let index = match p.encoder.take() {
             // Encoder errors (wgpu 26+) surface at finish/submit, so both run inside the scopes.
-            Some(enc) => self
-                .scoped(op, 0, || self.0.queue.submit([enc.finish()]))
-                .map(Some),
+            Some(enc) => self.scoped(op, 0, || self.0.queue.submit([enc.finish()])).map(Some),
+            // Staged uploads only move with a submit.
+            None if written > 0 => self.scoped(op, 0, || self.0.queue.submit([])).map(Some),
             None => Ok(None),
         };
         drop(p);
         self.pool_return(retired);
         index
+    }
+
+    /// Counts bytes staged by `write_buffer`; submits once enough are waiting.
+    pub(crate) fn note_written(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let flush_now = {
+            let mut p = lock(&self.0.pending);
+            p.written += bytes.max(1);
+            p.written >= FLUSH_WRITTEN_BYTES
+        };
+        if flush_now {
+            self.flush(op)?;
+        }
+        Ok(())
     }
 
     /// Hands a freed buffer to the pool, or parks it until the pending encoder is submitted.

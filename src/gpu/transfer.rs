@@ -86,6 +86,7 @@ impl GpuDevice {
                 self.0.queue.write_buffer(&buf.buffer, whole as u64, &tail);
             }
         })?;
+        self.note_written(op, bytes.len() as u64)?;
         let t = &self.0.transfers;
         t.uploads.fetch_add(1, Ordering::Relaxed);
         t.upload_bytes
@@ -171,9 +172,13 @@ impl GpuDevice {
         // polling without blocking until it arrives (bounded by the timeout).
         let began = Instant::now();
         let mapped = loop {
-            match rx.recv_timeout(std::time::Duration::from_millis(1)) {
+            if let Ok(r) = rx.try_recv() {
+                break r;
+            }
+            self.poll_once();
+            match rx.recv_timeout(std::time::Duration::from_micros(50)) {
                 Ok(r) => break r,
-                Err(_) if began.elapsed() < self.timeout() => self.poll_once(),
+                Err(_) if began.elapsed() < self.timeout() => {}
                 Err(_) => {
                     return Err(Error::Timeout {
                         op,

@@ -282,7 +282,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
             .collect();
         let hosts = device.read_many(op, &parts, |k, bytes| {
             let t = tensors[members[k]];
-            let host = CpuStorage::from_bytes(t.dtype(), bytes);
+            let host = CpuStorage::from_bytes(t.dtype(), bytes)?;
             if t.layout().is_contiguous() {
                 device.note_read(bytes);
                 return Ok(host);
