@@ -52,7 +52,11 @@ impl CpuStorage {
             match bytemuck::try_cast_slice::<u8, T>(bytes) {
                 // Mapped memory is normally aligned: one memcpy, no zeroing pass.
                 Ok(src) => v.extend_from_slice(src),
-                Err(_) => v.extend(bytes.chunks_exact(size).map(bytemuck::pod_read_unaligned::<T>)),
+                Err(_) => v.extend(
+                    bytes
+                        .chunks_exact(size)
+                        .map(bytemuck::pod_read_unaligned::<T>),
+                ),
             }
             Ok(v)
         }

@@ -128,3 +128,60 @@ fn unsplittable_views_and_oversized_buffers_are_typed_errors() {
         );
     }
 }
+
+#[test]
+fn reductions_and_matmul_past_one_binding() {
+    for d in gpus() {
+        let n = 136 * MIB / 4;
+        let cols = 32768;
+        let host = ramp(n, 1.0 / 1024.0);
+        let cpu =
+            Tensor::from_vec(host.clone(), &[n / cols, cols], &wgtensor::Device::cpu()).unwrap();
+        let t = cpu.to(&d).unwrap();
+        for (name, got, want) in [
+            ("sum_all", t.sum_all(), cpu.sum_all()),
+            ("mean_all", t.mean_all(), cpu.mean_all()),
+            ("max_all", t.max_all(), cpu.max_all()),
+            ("min_all", t.min_all(), cpu.min_all()),
+        ] {
+            let (g, w) = (
+                got.unwrap().to_scalar::<f32>().unwrap(),
+                want.unwrap().to_scalar::<f32>().unwrap(),
+            );
+            assert!(
+                (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "{name} on {d}: {g} vs {w}"
+            );
+        }
+        let rows = t.sum(1, false).unwrap();
+        assert_eq!(rows.shape(), &[n / cols]);
+        assert_close(
+            &rows.to_vec::<f32>().unwrap(),
+            &cpu.sum(1, false).unwrap().to_vec::<f32>().unwrap(),
+            1e-4,
+            1e-3,
+            &format!("sum(dim 1) on {d}"),
+        );
+        let w = Tensor::from_vec(
+            ramp(cols * 2, 1.0 / 4096.0),
+            &[cols, 2],
+            &wgtensor::Device::cpu(),
+        )
+        .unwrap();
+        let got = t.matmul(&w.to(&d).unwrap()).unwrap();
+        assert_eq!(got.shape(), &[n / cols, 2]);
+        let want = cpu.matmul(&w).unwrap().to_vec::<f32>().unwrap();
+        assert_close(
+            &got.to_vec::<f32>().unwrap(),
+            &want,
+            1e-3,
+            1e-2,
+            &format!("tall matmul on {d}"),
+        );
+        // Reducing dim 0 would need every row in one binding: a typed error, not a wgpu one.
+        match t.sum(0, false) {
+            Err(Error::BufferTooLarge { .. }) => {}
+            other => panic!("expected BufferTooLarge for sum over dim 0 on {d}, got {other:?}"),
+        }
+    }
+}

@@ -258,6 +258,24 @@ impl GpuDevice {
                 ),
             });
         }
+        // Ops on tensors past one binding run in row blocks (tensor/chunked.rs); anything that
+        // still reaches here too large is refused with the limit named, never handed to wgpu.
+        let limit = self.0.limits.max_storage_buffer_binding_size;
+        if let Some(big) = l
+            .inputs
+            .iter()
+            .chain([&l.output])
+            .find(|b| b.size() > limit)
+        {
+            return Err(Error::BufferTooLarge {
+                op,
+                device: self.label().to_string(),
+                adapter: self.adapter_name(),
+                bytes: big.size(),
+                limit,
+                limit_name: "max_storage_buffer_binding_size",
+            });
+        }
         let [x, y, z] = workgroups;
         let pipeline = self.pipeline(op, (l.shader, l.entry, l.op_code))?;
         let (bgl, _) = self.layout(l.shader.inputs());

@@ -72,7 +72,9 @@ impl GpuDevice {
         let written = std::mem::take(&mut p.written);
         let index = match p.encoder.take() {
             // Encoder errors (wgpu 26+) surface at finish/submit, so both run inside the scopes.
-            Some(enc) => self.scoped(op, 0, || self.0.queue.submit([enc.finish()])).map(Some),
+            Some(enc) => self
+                .scoped(op, 0, || self.0.queue.submit([enc.finish()]))
+                .map(Some),
             // Staged uploads only move with a submit.
             None if written > 0 => self.scoped(op, 0, || self.0.queue.submit([])).map(Some),
             None => Ok(None),

@@ -190,3 +190,48 @@ fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor]) -> Result<
         first.device().clone(),
     ))
 }
+
+/// Runs `f` on blocks of rows (dim 0) of `t`, each copied into a bindable buffer, and joins the
+/// results along dim 0 (matmul of a tall matrix, reductions that keep dim 0).
+pub(crate) fn map_dim0_blocks(
+    op: &'static str,
+    device: &GpuDevice,
+    t: &Tensor,
+    f: &dyn Fn(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let limit = device.binding_limit();
+    let l = t.layout();
+    let esize = t.dtype().size_in_bytes() as u64;
+    let stride0 = l.strides.first().copied().unwrap_or(0) as u64 * esize;
+    let rest = (Layout {
+        offset: 0,
+        ..narrowed_row_layout(l)
+    }
+    .span() as u64)
+        * esize;
+    let per_block = if stride0 == 0 {
+        0
+    } else {
+        (limit.saturating_sub(rest) / stride0) as usize
+    };
+    if per_block == 0 {
+        return Err(Error::BufferTooLarge {
+            op,
+            device: device.label().to_string(),
+            adapter: device.adapter_name(),
+            bytes: storage_bytes(t),
+            limit,
+            limit_name: "max_storage_buffer_binding_size (one row does not fit)",
+        });
+    }
+    let rows = t.shape()[0];
+    let mut results = Vec::new();
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = per_block.min(rows - r0);
+        let block = bindable(op, device, &t.narrow(0, r0, n)?, limit)?;
+        results.push(f(&block)?.contiguous()?);
+        r0 += n;
+    }
+    join_rows(op, device, &results)
+}

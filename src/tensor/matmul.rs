@@ -172,6 +172,14 @@ impl Tensor {
         let op = "matmul";
         self.check_pair(op, rhs)?;
         self.require_f32(op)?;
+        // A tall matrix past one GPU binding: multiply blocks of its rows (rhs must fit).
+        if let Some(g) = super::chunked::blocks_needed(&[self], 0) {
+            if self.ndim() == 2 && rhs.ndim() == 2 && self.shape()[1] == rhs.shape()[0] {
+                return super::chunked::map_dim0_blocks(op, g, self, &|b| {
+                    b.matmul_impl(rhs, kernel)
+                });
+            }
+        }
         let p = plan(self, rhs)?;
         let storage = match (self.storage(), rhs.storage()) {
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(

@@ -6,18 +6,65 @@
 //! the positions come from `argmax`/`argmin`, which return [`DType::U32`] indices (GPU kernels
 //! index with 32 bits, and an index is never negative).
 
+use super::chunked::{blocks_needed, map_dim0_blocks};
 use super::Tensor;
 use crate::cpu::reduce::{ReduceOp, Rows};
+use crate::gpu::GpuDevice;
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
 
 impl Tensor {
+    /// Reductions of a tensor past one GPU binding, by blocks of rows: whole-tensor sum, prod,
+    /// max, min and mean reduce each block, then the partials; per-dim reductions over a dim
+    /// other than 0 reduce each block of rows. `None` when no block plan applies (the kernel
+    /// launch then refuses the oversized binding with a typed error).
+    fn reduce_in_blocks(
+        &self,
+        g: &GpuDevice,
+        op: ReduceOp,
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> Result<Option<Tensor>> {
+        let name = op.name();
+        match dim {
+            None if self.ndim() > 0 => {
+                let partial = match op {
+                    ReduceOp::Mean => ReduceOp::Sum,
+                    ReduceOp::ArgMax | ReduceOp::ArgMin => return Ok(None),
+                    other => other,
+                };
+                let flat = self.contiguous()?.flatten()?;
+                let partials = map_dim0_blocks(name, g, &flat, &|b| {
+                    b.reduce_op(partial, None, false)?.reshape(&[1])
+                })?;
+                let total = partials.reduce_op(partial, None, false)?;
+                Ok(Some(if op == ReduceOp::Mean {
+                    total.div_scalar(self.numel() as f32)?
+                } else {
+                    total
+                }))
+            }
+            Some(d) if self.ndim() > 1 && normalize_dim(name, d, self.ndim())? != 0 => {
+                let d = normalize_dim(name, d, self.ndim())? as isize;
+                Ok(Some(map_dim0_blocks(name, g, self, &|b| {
+                    b.reduce_op(op, Some(d), keepdim)
+                })?))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The shared path. `dim: None` reduces every element (of a row-major copy of strided views,
     /// so argmax/argmin return flat row-major indices).
     fn reduce_op(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
         self.require_f32(name)?;
+        if let Some(g) = blocks_needed(&[self], 0) {
+            if let Some(t) = self.reduce_in_blocks(g, op, dim, keepdim)? {
+                return Ok(t);
+            }
+        }
         let (src, rows, out_shape) = match dim {
             Some(d) if self.ndim() > 0 => {
                 let d = normalize_dim(name, d, self.ndim())?;
