@@ -119,7 +119,7 @@ fn soak_create_op_drop_keeps_reserved_memory_flat() {
             wgtensor::memory_reserved(&d),
             wgtensor::memory_allocated(&d),
         );
-        let iters = if d.is_gpu() { 10_000 } else { 10_000 };
+        let iters = 10_000;
         run(iters);
         assert_eq!(
             wgtensor::memory_allocated(&d),

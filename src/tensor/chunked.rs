@@ -64,18 +64,7 @@ pub(crate) fn map_row_blocks(
         if matches!(t.storage(), Storage::Gpu(b) if b.size <= limit) {
             continue; // small operands are bound whole, unchanged
         }
-        let stride0 = l.strides.first().copied().unwrap_or(0) as u64 * esize;
-        let rest = (Layout {
-            offset: 0,
-            ..narrowed_row_layout(l)
-        }
-        .span() as u64)
-            * esize;
-        per_block = per_block.min(if stride0 == 0 {
-            0
-        } else {
-            (limit.saturating_sub(rest) / stride0) as usize
-        });
+        per_block = per_block.min(rows_per_block(l, esize, limit));
     }
     if per_block == 0 {
         // One row is too wide: packed operands of the output's shape can be split as 1-D.
@@ -115,6 +104,19 @@ pub(crate) fn map_row_blocks(
     join_rows(op, device, &results)
 }
 
+/// How many rows (dim 0) of the view `l` fit one binding; 0 when none can (a broadcast dim 0
+/// repeats the whole buffer, or one row alone is too large).
+fn rows_per_block(l: &Layout, esize: u64, limit: u64) -> usize {
+    let stride0 = l.strides.first().copied().unwrap_or(0) as u64 * esize;
+    let rest = (Layout {
+        offset: 0,
+        ..narrowed_row_layout(l)
+    }
+    .span() as u64)
+        * esize;
+    limit.saturating_sub(rest).checked_div(stride0).unwrap_or(0) as usize
+}
+
 /// A view of one row (dim 0 dropped), to measure the span the other dims cover.
 fn narrowed_row_layout(l: &Layout) -> Layout {
     Layout {
@@ -143,7 +145,7 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
     let l = t.layout();
     let start = l.offset as u64 * esize;
     let len = (l.span() as u64).saturating_sub(l.offset as u64) * esize;
-    if len > limit || start % 4 != 0 {
+    if len > limit || !start.is_multiple_of(4) {
         return Err(Error::BufferTooLarge {
             op,
             device: device.label().to_string(),
@@ -202,18 +204,7 @@ pub(crate) fn map_dim0_blocks(
     let limit = device.binding_limit();
     let l = t.layout();
     let esize = t.dtype().size_in_bytes() as u64;
-    let stride0 = l.strides.first().copied().unwrap_or(0) as u64 * esize;
-    let rest = (Layout {
-        offset: 0,
-        ..narrowed_row_layout(l)
-    }
-    .span() as u64)
-        * esize;
-    let per_block = if stride0 == 0 {
-        0
-    } else {
-        (limit.saturating_sub(rest) / stride0) as usize
-    };
+    let per_block = rows_per_block(l, esize, limit);
     if per_block == 0 {
         return Err(Error::BufferTooLarge {
             op,
