@@ -126,6 +126,16 @@ fn out_of_memory_is_a_typed_error_and_recoverable() {
         common::gpus(); // prints the skip (or fails under WGTENSOR_REQUIRE_GPU=1)
         return;
     }
+    // wgpu's GL backend hands buffers to the driver, which allocates them lazily: creation never
+    // fails under an address-space cap there, so the fault cannot be provoked through GL.
+    let backend = wgtensor::adapters()
+        .into_iter()
+        .find(|a| a.gpu_index == Some(0))
+        .map(|a| a.backend);
+    if backend.as_deref() == Some("gl") {
+        eprintln!("wgtensor tests: gpu:0 is a GL adapter; out-of-memory injection SKIPPED there (lazy driver allocation)");
+        return;
+    }
     let out = run_child(OOM_CHILD, &[]);
     assert!(out.contains("recovered"), "{out}");
 }
@@ -144,9 +154,11 @@ fn a_wait_past_its_timeout_is_an_error_and_the_tensor_survives() {
         d.set_timeout(Duration::from_micros(1));
         let r = t.to_vec::<f32>();
         d.set_timeout(Duration::from_secs(120));
+        // Only a queued (asynchronous) software adapter is sure to be busy after 1 µs: wgpu's GL
+        // backend may run the work inside the submit, and a hardware GPU may simply be fast.
         let software = wgtensor::adapters()
             .iter()
-            .any(|a| a.names[0] == d.to_string() && a.is_software);
+            .any(|a| a.names[0] == d.to_string() && a.is_software && a.backend != "gl");
         match r {
             Err(Error::Timeout { op, waited, .. }) => {
                 assert_eq!(op, "to_vec");
