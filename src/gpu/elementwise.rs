@@ -4,28 +4,10 @@
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::kernels::{Launch, Shader};
+use super::params::{check_u32, extend};
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::Layout;
-use crate::{Error, Result};
-
-/// Shaders index with `u32`; larger tensors are refused here with a clear error.
-fn index_u32(op: &'static str, layout: &Layout) -> Result<()> {
-    let span = layout.span().max(layout.numel());
-    if u32::try_from(span).is_err() {
-        return Err(Error::InvalidArgument {
-            op,
-            message: format!(
-                "{span} elements exceed the 2^32 - 1 elements a GPU kernel can index; split the tensor"
-            ),
-        });
-    }
-    Ok(())
-}
-
-fn u32s(v: &[usize]) -> impl Iterator<Item = u32> + '_ {
-    // Checked by `index_u32`: every stride and dim is at most the span.
-    v.iter().map(|&x| x as u32)
-}
+use crate::Result;
 
 impl GpuDevice {
     /// `fill` (`value`) or `arange` (`start + i * step`) into a new buffer of `n` f32.
@@ -36,7 +18,7 @@ impl GpuDevice {
         a: f32,
         step: Option<f32>,
     ) -> Result<GpuBuffer> {
-        index_u32(op, &Layout::contiguous(&[n]))?;
+        check_u32(op, &Layout::contiguous(&[n]))?;
         let out = self.alloc_uninit(op, n as u64 * 4)?;
         let mut meta = vec![n as u32, a.to_bits()];
         let entry = match step {
@@ -64,15 +46,15 @@ impl GpuDevice {
     /// `op(x)` over the view `layout` of `src`, packed into a new buffer.
     pub(crate) fn unary(&self, op: UnaryOp, src: &GpuBuffer, layout: &Layout) -> Result<GpuBuffer> {
         let name = op.name();
-        index_u32(name, layout)?;
+        check_u32(name, layout)?;
         let n = layout.numel();
         let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = layout.is_contiguous();
         let mut meta = vec![n as u32, 0, layout.offset as u32];
         if !contiguous {
             meta[1] = layout.shape.len() as u32;
-            meta.extend(u32s(&layout.shape));
-            meta.extend(u32s(&layout.strides));
+            extend(&mut meta, &layout.shape);
+            extend(&mut meta, &layout.strides);
         }
         self.launch(
             name,
@@ -99,17 +81,17 @@ impl GpuDevice {
         lb: &Layout,
     ) -> Result<GpuBuffer> {
         let name = op.name();
-        index_u32(name, la)?;
-        index_u32(name, lb)?;
+        check_u32(name, la)?;
+        check_u32(name, lb)?;
         let n = la.numel();
         let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = la.is_contiguous() && lb.is_contiguous();
         let mut meta = vec![n as u32, 0, la.offset as u32, lb.offset as u32];
         if !contiguous {
             meta[1] = la.shape.len() as u32;
-            meta.extend(u32s(&la.shape));
-            meta.extend(u32s(&la.strides));
-            meta.extend(u32s(&lb.strides));
+            extend(&mut meta, &la.shape);
+            extend(&mut meta, &la.strides);
+            extend(&mut meta, &lb.strides);
         }
         self.launch(
             name,
@@ -136,7 +118,7 @@ impl GpuDevice {
         scalar_first: bool,
     ) -> Result<GpuBuffer> {
         let name = op.scalar_name();
-        index_u32(name, layout)?;
+        check_u32(name, layout)?;
         let n = layout.numel();
         let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = layout.is_contiguous();
@@ -149,8 +131,8 @@ impl GpuDevice {
         ];
         if !contiguous {
             meta[1] = layout.shape.len() as u32;
-            meta.extend(u32s(&layout.shape));
-            meta.extend(u32s(&layout.strides));
+            extend(&mut meta, &layout.shape);
+            extend(&mut meta, &layout.strides);
         }
         self.launch(
             name,
