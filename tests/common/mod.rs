@@ -36,8 +36,13 @@ pub fn gpus() -> Vec<Device> {
         .collect();
     REPORT.call_once(|| {
         for d in &gpus {
+            let backend = wgtensor::adapters()
+                .into_iter()
+                .find(|a| a.names[0] == d.to_string())
+                .map(|a| a.backend)
+                .unwrap_or_default();
             say(&format!(
-                "wgtensor tests: running GPU variants on {d} = {}",
+                "wgtensor tests: running GPU variants on {d} = {} ({backend})",
                 d.name()
             ));
         }
