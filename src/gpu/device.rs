@@ -29,6 +29,9 @@ pub(crate) struct Inner {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub limits: wgpu::Limits,
+    /// Tensor buffers are mappable (`MAPPABLE_PRIMARY_BUFFERS`, unified memory): uploads write
+    /// straight into them.
+    pub unified: bool,
     pub health: Arc<Health>,
     pub kernels: KernelCache,
     pub mem: MemStats,
@@ -86,6 +89,9 @@ impl GpuDevice {
             });
         });
         let limits = device.limits();
+        let unified = device
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
         if std::env::var("WGTENSOR_WARN_TRANSFERS").is_ok_and(|v| v == "1") {
             super::transfer::WARN_CHURN.store(true, Ordering::Relaxed);
         }
@@ -95,6 +101,7 @@ impl GpuDevice {
             device,
             queue,
             limits,
+            unified,
             health,
             kernels: KernelCache::default(),
             mem: MemStats::default(),
@@ -272,14 +279,15 @@ impl GpuDevice {
             .mark_lost("Destroyed: device destroyed".into());
     }
 
-    /// Test hook: provokes a validation error outside every scope (a buffer that is both
-    /// MAP_READ and MAP_WRITE), which the default handler would turn into a panic.
+    /// Test hook: provokes a validation error outside every scope (a buffer mapped at creation
+    /// whose size is not a multiple of 4, invalid on every adapter), which the default handler
+    /// would turn into a panic.
     pub(crate) fn inject_uncaptured_error(&self) {
         let _ = self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgtensor::invalid-on-purpose"),
-            size: 4,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE,
-            mapped_at_creation: false,
+            size: 3,
+            usage: wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: true,
         });
     }
 }

@@ -76,7 +76,12 @@ impl GpuDevice {
                     // STORAGE for kernels; COPY_SRC for readback; COPY_DST for uploads and clears.
                     usage: wgpu::BufferUsages::STORAGE
                         | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST,
+                        | wgpu::BufferUsages::COPY_DST
+                        | if self.0.unified {
+                            wgpu::BufferUsages::MAP_WRITE
+                        } else {
+                            wgpu::BufferUsages::empty()
+                        },
                     mapped_at_creation: false,
                 })
             })

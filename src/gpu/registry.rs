@@ -304,7 +304,16 @@ impl Registry {
         }
         let label = self.names(i)[0].clone();
         // Request the adapter's real limits: wgpu's defaults cap buffers at 256 MiB.
-        let wanted = wgpu::Features::SHADER_F16 & e.features;
+        // On unified memory (integrated GPUs, software adapters) tensor buffers can be mapped
+        // directly, so uploads skip the staging copy.
+        let unified = matches!(
+            e.info.device_type,
+            wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
+        );
+        let mut wanted = wgpu::Features::SHADER_F16 & e.features;
+        if unified {
+            wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS & e.features;
+        }
         let requested = catch_unwind(AssertUnwindSafe(|| {
             pollster::block_on(e.adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("wgtensor"),

@@ -14,6 +14,10 @@ use std::time::Instant;
 const STAGING_PER_BUCKET: usize = 4;
 const STAGING_MAX_BYTES: u64 = 256 << 20;
 
+/// Uploads from this size on write straight into mapped tensor memory on unified-memory
+/// adapters; smaller ones are cheaper through `write_buffer`, which needs no map round trip.
+const DIRECT_UPLOAD_MIN: usize = 256 << 10;
+
 /// After this many uploads of exactly the bytes just read back, the churn warning fires.
 const CHURN_LIMIT: u64 = 8;
 
@@ -72,6 +76,59 @@ impl GpuDevice {
         if bytes.is_empty() {
             return Ok(buf);
         }
+        if self.0.unified && bytes.len() >= DIRECT_UPLOAD_MIN {
+            self.write_mapped(op, &buf, bytes)?;
+        } else {
+            self.write_staged(op, &buf, bytes)?;
+        }
+        let t = &self.0.transfers;
+        t.uploads.fetch_add(1, Ordering::Relaxed);
+        t.upload_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.note_upload(bytes);
+        Ok(buf)
+    }
+
+    /// Unified memory: map the tensor's own buffer and copy once. The buffer is not in the
+    /// pending batch (fresh, or pooled after its last use was submitted); if submitted work still
+    /// uses it, the mapping waits for that work, as wgpu guarantees.
+    fn write_mapped(&self, op: &'static str, buf: &GpuBuffer, bytes: &[u8]) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.scoped(op, 0, || {
+            buf.buffer
+                .map_async(wgpu::MapMode::Write, ..buf.size, move |r| {
+                    let _ = tx.send(r);
+                })
+        })?;
+        let mapped = self.await_map(op, &rx)?;
+        if mapped.is_err() {
+            self.check(op)?;
+            return Err(Error::Wgpu {
+                op,
+                device: self.label().to_string(),
+                message: format!("mapping the tensor buffer for upload failed: {mapped:?}"),
+            });
+        }
+        {
+            let mut view =
+                buf.buffer
+                    .get_mapped_range_mut(..buf.size)
+                    .map_err(|e| Error::Wgpu {
+                        op,
+                        device: self.label().to_string(),
+                        message: e.to_string(),
+                    })?;
+            view.slice(..bytes.len()).copy_from_slice(bytes);
+            // The padding of odd byte counts reads as zeros, as on the staged path.
+            view.slice(bytes.len()..).fill(0);
+        }
+        // The view is dropped above: unmapping while it lives would panic.
+        buf.buffer.unmap();
+        Ok(())
+    }
+
+    /// Discrete memory: stage through `queue.write_buffer`.
+    fn write_staged(&self, op: &'static str, buf: &GpuBuffer, bytes: &[u8]) -> Result<()> {
         let whole = bytes.len() & !(ALIGN as usize - 1);
         self.scoped(op, 0, || {
             // `write_buffer` copies into wgpu's staging memory now and lands before the next
@@ -86,13 +143,7 @@ impl GpuDevice {
                 self.0.queue.write_buffer(&buf.buffer, whole as u64, &tail);
             }
         })?;
-        self.note_written(op, bytes.len() as u64)?;
-        let t = &self.0.transfers;
-        t.uploads.fetch_add(1, Ordering::Relaxed);
-        t.upload_bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        self.note_upload(bytes);
-        Ok(buf)
+        self.note_written(op, bytes.len() as u64)
     }
 
     /// Reads several regions back with one submit and one wait; `consume(i, bytes)` receives each
@@ -168,26 +219,7 @@ impl GpuDevice {
         });
         // The map callback runs inside a poll once the copy has finished.
         self.wait(op, index)?;
-        // Another thread's poll may have picked up our callback and be about to run it: keep
-        // polling without blocking until it arrives (bounded by the timeout).
-        let began = Instant::now();
-        let mapped = loop {
-            if let Ok(r) = rx.try_recv() {
-                break r;
-            }
-            self.poll_once();
-            match rx.recv_timeout(std::time::Duration::from_micros(50)) {
-                Ok(r) => break r,
-                Err(_) if began.elapsed() < self.timeout() => {}
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        op,
-                        device: self.label().to_string(),
-                        waited: self.timeout(),
-                    })
-                }
-            }
-        };
+        let mapped = self.await_map(op, &rx)?;
         if mapped.is_err() {
             // Mapping is the one call that still fails after device loss.
             self.check(op)?;
@@ -208,6 +240,33 @@ impl GpuDevice {
         // The view is dropped above: unmapping while it lives would panic.
         staging.unmap();
         Ok(out)
+    }
+
+    /// Waits for a `map_async` callback: polls without blocking until it arrives (another
+    /// thread's poll may have picked it up and be about to run it), bounded by the timeout.
+    fn await_map(
+        &self,
+        op: &'static str,
+        rx: &mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    ) -> Result<std::result::Result<(), wgpu::BufferAsyncError>> {
+        let began = Instant::now();
+        loop {
+            if let Ok(r) = rx.try_recv() {
+                return Ok(r);
+            }
+            self.poll_once();
+            match rx.recv_timeout(std::time::Duration::from_micros(50)) {
+                Ok(r) => return Ok(r),
+                Err(_) if began.elapsed() < self.timeout() => {}
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        op,
+                        device: self.label().to_string(),
+                        waited: self.timeout(),
+                    })
+                }
+            }
+        }
     }
 
     fn take_staging(&self, op: &'static str, capacity: u64) -> Result<wgpu::Buffer> {
