@@ -4,23 +4,10 @@
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::kernels::{Launch, Shader};
-use super::params::{check_u32, extend, w};
+use super::params::{check_u32, views, w};
 use crate::cpu::compare::CmpOp;
 use crate::shape::Layout;
 use crate::Result;
-
-/// Appends `shape` and each view's strides, or nothing (ndim 0) when every view is packed:
-/// the shaders then skip the per-element unravelling.
-fn views(params: &mut Vec<u32>, layouts: &[&Layout]) {
-    if layouts.iter().all(|l| l.is_contiguous()) {
-        return;
-    }
-    params[1] = w(layouts[0].shape.len());
-    extend(params, &layouts[0].shape);
-    for l in layouts {
-        extend(params, &l.strides);
-    }
-}
 
 impl GpuDevice {
     /// `a OP b` into a new U8 mask; one thread writes one word of 4 mask bytes.

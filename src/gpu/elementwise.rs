@@ -4,7 +4,7 @@
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::kernels::{Launch, Shader};
-use super::params::{check_u32, extend};
+use super::params::{check_u32, views};
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::Layout;
 use crate::Result;
@@ -51,11 +51,7 @@ impl GpuDevice {
         let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = layout.is_contiguous();
         let mut meta = vec![n as u32, 0, layout.offset as u32];
-        if !contiguous {
-            meta[1] = layout.shape.len() as u32;
-            extend(&mut meta, &layout.shape);
-            extend(&mut meta, &layout.strides);
-        }
+        views(&mut meta, &[layout]);
         self.launch(
             name,
             Launch {
@@ -87,12 +83,7 @@ impl GpuDevice {
         let out = self.alloc_uninit(name, n as u64 * 4)?;
         let contiguous = la.is_contiguous() && lb.is_contiguous();
         let mut meta = vec![n as u32, 0, la.offset as u32, lb.offset as u32];
-        if !contiguous {
-            meta[1] = la.shape.len() as u32;
-            extend(&mut meta, &la.shape);
-            extend(&mut meta, &la.strides);
-            extend(&mut meta, &lb.strides);
-        }
+        views(&mut meta, &[la, lb]);
         self.launch(
             name,
             Launch {
@@ -129,11 +120,7 @@ impl GpuDevice {
             scalar_first as u32,
             s.to_bits(),
         ];
-        if !contiguous {
-            meta[1] = layout.shape.len() as u32;
-            extend(&mut meta, &layout.shape);
-            extend(&mut meta, &layout.strides);
-        }
+        views(&mut meta, &[layout]);
         self.launch(
             name,
             Launch {

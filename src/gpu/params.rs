@@ -33,3 +33,16 @@ pub(crate) fn w(x: usize) -> u32 {
 pub(crate) fn extend(params: &mut Vec<u32>, v: &[usize]) {
     params.extend(v.iter().map(|&x| x as u32));
 }
+
+/// Appends `shape` and each view's strides, or nothing (ndim 0) when every view is packed:
+/// the shaders then skip the per-element unravelling.
+pub(crate) fn views(params: &mut Vec<u32>, layouts: &[&Layout]) {
+    if layouts.iter().all(|l| l.is_contiguous()) {
+        return;
+    }
+    params[1] = w(layouts[0].shape.len());
+    extend(params, &layouts[0].shape);
+    for l in layouts {
+        extend(params, &l.strides);
+    }
+}
