@@ -27,6 +27,7 @@ mod dtype;
 mod error;
 mod gpu;
 mod memory;
+pub mod nn;
 mod ops;
 mod random;
 mod shape;
