@@ -18,13 +18,14 @@ fn main() {
             if a.is_software { ", software" } else { "" }
         );
         println!(
-            "{:<28} driver: {}; max buffer {} MiB, max binding {} MiB, {} workgroups/dim, f16: {}",
+            "{:<28} driver: {}; max buffer {} MiB, max binding {} MiB, {} workgroups/dim, f16: {}, unified memory: {}",
             "",
             a.driver,
             a.max_buffer_size >> 20,
             a.max_storage_buffer_binding_size >> 20,
             a.max_compute_workgroups_per_dimension,
-            a.shader_f16
+            a.shader_f16,
+            a.unified_memory
         );
     }
     println!(

@@ -64,6 +64,9 @@ pub struct AdapterSummary {
     pub max_compute_invocations_per_workgroup: u32,
     /// Whether the adapter computes in f16 natively.
     pub shader_f16: bool,
+    /// Whether host and GPU share memory and tensor buffers can be mapped
+    /// (`MAPPABLE_PRIMARY_BUFFERS`): transfers then skip the staging copy.
+    pub unified_memory: bool,
 }
 
 /// Whether at least one GPU adapter (hardware or software) can be reached.

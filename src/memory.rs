@@ -151,6 +151,11 @@ pub struct TransferStats {
     /// Uploads of exactly the bytes just read back (the tight-loop pitfall; counted while
     /// [`warn_on_transfer_churn`] is on).
     pub round_trips: u64,
+    /// Uploads written straight into the mapped tensor buffer (unified memory, 256 KiB and up).
+    pub direct_uploads: u64,
+    /// Readbacks that mapped the tensor buffer itself (unified memory), skipping the copy into
+    /// a staging buffer.
+    pub direct_downloads: u64,
 }
 
 /// Transfer counters of `device` (all zero for the CPU, which has nothing to transfer).
@@ -175,6 +180,8 @@ pub fn transfer_stats(device: &Device) -> TransferStats {
                 download_bytes: t.download_bytes.load(Ordering::Relaxed),
                 wait_time: std::time::Duration::from_nanos(t.wait_nanos.load(Ordering::Relaxed)),
                 round_trips: t.churn.load(Ordering::Relaxed),
+                direct_uploads: t.direct_uploads.load(Ordering::Relaxed),
+                direct_downloads: t.direct_downloads.load(Ordering::Relaxed),
             }
         }
     }
@@ -195,6 +202,8 @@ pub fn reset_transfer_stats(device: &Device) {
             &t.download_bytes,
             &t.wait_nanos,
             &t.churn,
+            &t.direct_uploads,
+            &t.direct_downloads,
         ] {
             c.store(0, Ordering::Relaxed);
         }

@@ -5,7 +5,7 @@
 //! so every test here holds `STATS` and they run one at a time.
 
 mod common;
-use common::{devices, values};
+use common::{devices, gpus, values};
 use std::sync::Mutex;
 use wgtensor::{DType, Device, Tensor};
 
@@ -65,7 +65,7 @@ fn allocation_is_counted_exactly_and_given_back() {
 #[test]
 fn cached_buffers_are_reused_and_released() {
     let _g = lock();
-    for d in common::gpus() {
+    for d in gpus() {
         wgtensor::empty_cache(&d);
         d.synchronize().unwrap();
         let base = wgtensor::memory_reserved(&d);
@@ -137,7 +137,7 @@ fn soak_create_op_drop_keeps_reserved_memory_flat() {
 #[test]
 fn transfer_stats_count_bytes_each_way() {
     let _g = lock();
-    for d in common::gpus() {
+    for d in gpus() {
         wgtensor::reset_transfer_stats(&d);
         let host = Tensor::ones(&[256], DType::F32, &Device::cpu()).unwrap();
         let g = host.to(&d).unwrap();
@@ -174,7 +174,7 @@ fn transfer_stats_count_bytes_each_way() {
 #[test]
 fn round_trips_of_the_same_data_are_noticed() {
     let _g = lock();
-    for d in common::gpus() {
+    for d in gpus() {
         wgtensor::warn_on_transfer_churn(true);
         wgtensor::reset_transfer_stats(&d);
         let mut t = Tensor::arange(0.0, 100.0, 1.0, &d).unwrap();
@@ -284,5 +284,64 @@ fn ops_from_several_threads_at_once() {
                 "thread {k} on {d}"
             );
         }
+    }
+}
+
+#[test]
+fn readbacks_while_other_threads_compute_on_the_same_buffer() {
+    let _g = lock();
+    // On unified memory a readback maps the tensor buffer itself; threads recording ops that
+    // read that buffer at the same moment must neither fail at submit nor see torn data.
+    for d in devices() {
+        let shared = Tensor::arange(0.0, 70_000.0, 1.0, &d).unwrap();
+        let want = values(&shared);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..20 {
+                        assert_eq!(values(&shared), want, "readback on {d}");
+                    }
+                });
+            }
+            for k in 0..2 {
+                let t = shared.clone();
+                let want = &want;
+                let d = &d;
+                s.spawn(move || {
+                    for i in 0..10 {
+                        let y = t.add_scalar((k * 10 + i) as f32).unwrap();
+                        let got = values(&y);
+                        let off = (k * 10 + i) as f32;
+                        assert!(
+                            got.iter().zip(want).all(|(g, w)| *g == w + off),
+                            "op {i} of thread {k} on {d}"
+                        );
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn unified_adapters_read_back_without_a_staging_copy() {
+    let _g = lock();
+    for d in gpus() {
+        let unified = wgtensor::adapters()
+            .iter()
+            .any(|a| a.names.contains(&d.to_string()) && a.unified_memory);
+        let t = Tensor::arange(0.0, 1000.0, 1.0, &d).unwrap();
+        d.synchronize().unwrap();
+        wgtensor::reset_transfer_stats(&d);
+        let v = t.narrow(0, 3, 5).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(v, vec![3.0, 4.0, 5.0, 6.0, 7.0], "odd offset view on {d}");
+        let stats = wgtensor::transfer_stats(&d);
+        assert_eq!(stats.downloads, 1, "{d}");
+        assert_eq!(stats.download_bytes, 20, "{d}");
+        let want = if unified { 1 } else { 0 };
+        assert_eq!(
+            stats.direct_downloads, want,
+            "{d} (unified memory: {unified})"
+        );
     }
 }

@@ -73,12 +73,13 @@ impl GpuDevice {
                 self.0.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(op),
                     size: capacity,
-                    // STORAGE for kernels; COPY_SRC for readback; COPY_DST for uploads and clears.
+                    // STORAGE for kernels; COPY_SRC for readback; COPY_DST for uploads and clears;
+                    // on unified memory also MAP_WRITE/MAP_READ: transfers map the buffer itself.
                     usage: wgpu::BufferUsages::STORAGE
                         | wgpu::BufferUsages::COPY_SRC
                         | wgpu::BufferUsages::COPY_DST
                         | if self.0.unified {
-                            wgpu::BufferUsages::MAP_WRITE
+                            wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::MAP_READ
                         } else {
                             wgpu::BufferUsages::empty()
                         },

@@ -67,6 +67,29 @@ impl GpuDevice {
         // (a) map a readback buffer this batch copies into, which wgpu rejects, or (b) pool a
         // buffer this batch still reads and `write_buffer` into it, which would land first.
         let mut p = lock(&self.0.pending);
+        let (index, retired) = self.submit_locked(op, &mut p);
+        drop(p);
+        self.pool_return(retired);
+        index
+    }
+
+    /// Holds the pending lock for the caller: nothing can be recorded or submitted on this
+    /// device until the guard drops. Direct readbacks map tensor buffers under it, because a
+    /// batch that uses a mapped buffer is rejected at submit.
+    pub(crate) fn lock_pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        lock(&self.0.pending)
+    }
+
+    /// `flush` for a caller that already holds the pending lock; returns the buffers that
+    /// became poolable (hand them to `pool_return`, which takes only the pool lock).
+    pub(crate) fn submit_locked(
+        &self,
+        op: &'static str,
+        p: &mut Pending,
+    ) -> (
+        Result<Option<wgpu::SubmissionIndex>>,
+        Vec<(u64, wgpu::Buffer)>,
+    ) {
         p.ops = 0;
         let retired = std::mem::take(&mut p.retired);
         let written = std::mem::take(&mut p.written);
@@ -79,9 +102,7 @@ impl GpuDevice {
             None if written > 0 => self.scoped(op, 0, || self.0.queue.submit([])).map(Some),
             None => Ok(None),
         };
-        drop(p);
-        self.pool_return(retired);
-        index
+        (index, retired)
     }
 
     /// Counts bytes staged by `write_buffer`; submits once enough are waiting.

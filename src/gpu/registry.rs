@@ -49,6 +49,14 @@ fn backend_rank(b: wgpu::Backend) -> u8 {
 }
 
 /// Lower-case backend name as used in device strings.
+/// Integrated GPUs and software adapters share memory with the host.
+fn is_unified(info: &wgpu::AdapterInfo) -> bool {
+    matches!(
+        info.device_type,
+        wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
+    )
+}
+
 pub(crate) fn backend_name(b: wgpu::Backend) -> &'static str {
     match b {
         wgpu::Backend::Vulkan => "vulkan",
@@ -182,6 +190,9 @@ impl Registry {
                         .limits
                         .max_compute_invocations_per_workgroup,
                     shader_f16: e.features.contains(wgpu::Features::SHADER_F16),
+                    unified_memory: is_unified(&e.info)
+                        && e.features
+                            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
                 }
             })
             .collect()
@@ -306,10 +317,7 @@ impl Registry {
         // Request the adapter's real limits: wgpu's defaults cap buffers at 256 MiB.
         // On unified memory (integrated GPUs, software adapters) tensor buffers can be mapped
         // directly, so uploads skip the staging copy.
-        let unified = matches!(
-            e.info.device_type,
-            wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
-        );
+        let unified = is_unified(&e.info);
         let mut wanted = wgpu::Features::SHADER_F16 & e.features;
         if unified {
             wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS & e.features;

@@ -18,6 +18,18 @@ const STAGING_MAX_BYTES: u64 = 256 << 20;
 /// adapters; smaller ones are cheaper through `write_buffer`, which needs no map round trip.
 const DIRECT_UPLOAD_MIN: usize = 256 << 10;
 
+/// Readbacks of at most this many tensors map each tensor buffer directly on unified memory;
+/// larger batches (`read_all` of many small tensors) are cheaper as one staging copy and one map.
+const DIRECT_READ_MAX_PARTS: usize = 8;
+
+/// Two parts of one buffer (views of one storage) cannot both be mapped: such batches stage.
+fn distinct_buffers(parts: &[ReadPart<'_>]) -> bool {
+    parts
+        .iter()
+        .enumerate()
+        .all(|(i, a)| parts[..i].iter().all(|b| !std::ptr::eq(a.buffer, b.buffer)))
+}
+
 /// After this many uploads of exactly the bytes just read back, the churn warning fires.
 const CHURN_LIMIT: u64 = 8;
 
@@ -33,6 +45,8 @@ pub(crate) struct TransferCounters {
     pub download_bytes: AtomicU64,
     pub wait_nanos: AtomicU64,
     pub churn: AtomicU64,
+    pub direct_uploads: AtomicU64,
+    pub direct_downloads: AtomicU64,
     warned: AtomicBool,
     /// Length and a cheap fingerprint of the last bytes read back, to spot them coming back.
     last_read: Mutex<Option<(usize, u64)>>,
@@ -78,6 +92,8 @@ impl GpuDevice {
         }
         if self.0.unified && bytes.len() >= DIRECT_UPLOAD_MIN {
             self.write_mapped(op, &buf, bytes)?;
+            let n = &self.0.transfers.direct_uploads;
+            n.fetch_add(1, Ordering::Relaxed);
         } else {
             self.write_staged(op, &buf, bytes)?;
         }
@@ -171,6 +187,15 @@ impl GpuDevice {
             return Ok((0..parts.len()).map(|i| consume(i, &[])).collect());
         }
         let began = Instant::now();
+        if self.0.unified && parts.len() <= DIRECT_READ_MAX_PARTS && distinct_buffers(parts) {
+            let result = self.read_direct(op, parts, &mut consume);
+            self.count_reads(began, parts);
+            if result.is_ok() {
+                let n = &self.0.transfers.direct_downloads;
+                n.fetch_add(parts.len() as u64, Ordering::Relaxed);
+            }
+            return result;
+        }
         let capacity = super::memory::bucket(total, &self.0.limits).max(total);
         let staging = self.take_staging(op, capacity)?;
         self.record(op, |enc| {
@@ -195,13 +220,125 @@ impl GpuDevice {
         if result.is_ok() {
             self.give_staging(capacity, staging);
         }
+        self.count_reads(began, parts);
+        result
+    }
+
+    fn count_reads(&self, began: Instant, parts: &[ReadPart<'_>]) {
         let t = &self.0.transfers;
         t.wait_nanos
             .fetch_add(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
         t.downloads.fetch_add(parts.len() as u64, Ordering::Relaxed);
         t.download_bytes
             .fetch_add(parts.iter().map(|p| p.len).sum(), Ordering::Relaxed);
-        result
+    }
+
+    /// Unified memory: maps each tensor buffer itself and hands its bytes to `consume`, skipping
+    /// the GPU copy into staging and the second host-visible buffer.
+    ///
+    /// The pending lock is held from the submit to the unmap. A batch that uses a mapped buffer
+    /// is rejected at submit, so no thread may record or submit on this device meanwhile; the
+    /// lock also keeps two readbacks from mapping one buffer at once.
+    fn read_direct<R>(
+        &self,
+        op: &'static str,
+        parts: &[ReadPart<'_>],
+        consume: &mut impl FnMut(usize, &[u8]) -> R,
+    ) -> Result<Vec<R>> {
+        // Map offsets must be multiples of 8 (`MAP_ALIGNMENT`), lengths multiples of 4.
+        let ranges: Vec<(u64, u64)> = parts
+            .iter()
+            .map(|p| {
+                let start = p.offset / wgpu::MAP_ALIGNMENT * wgpu::MAP_ALIGNMENT;
+                let end = if p.len == 0 {
+                    start
+                } else {
+                    pad4(p.offset + p.len)
+                };
+                (start, end)
+            })
+            .collect();
+        let mut pending = self.lock_pending();
+        let (index, retired) = self.submit_locked(op, &mut pending);
+        self.pool_return(retired);
+        let index = index?;
+        if index.is_some() {
+            // Blocks in the driver until the batch that produced the data is done; the map
+            // below then completes at the next poll.
+            self.wait(op, index)?;
+        }
+        let mut receivers = Vec::with_capacity(parts.len());
+        let mut status = Ok(());
+        for (p, &(start, end)) in parts.iter().zip(&ranges) {
+            if end == start {
+                receivers.push(None);
+                continue;
+            }
+            let (tx, rx) = mpsc::channel();
+            let mapped = self.scoped(op, 0, || {
+                p.buffer
+                    .buffer
+                    .map_async(wgpu::MapMode::Read, start..end, move |r| {
+                        let _ = tx.send(r);
+                    })
+            });
+            if let Err(e) = mapped {
+                status = Err(e);
+                break;
+            }
+            receivers.push(Some(rx));
+        }
+        if status.is_ok() {
+            for rx in receivers.iter().flatten() {
+                match self.await_map(op, rx) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        // Mapping is the one call that still fails after device loss.
+                        status = self.check(op).and(Err(Error::Wgpu {
+                            op,
+                            device: self.label().to_string(),
+                            message: format!("mapping the tensor buffer for readback failed: {e}"),
+                        }));
+                        break;
+                    }
+                    Err(e) => {
+                        status = Err(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let out =
+            status.and_then(|()| {
+                parts
+                    .iter()
+                    .zip(&ranges)
+                    .enumerate()
+                    .map(|(i, (p, &(start, end)))| {
+                        if end == start {
+                            return Ok(consume(i, &[]));
+                        }
+                        let view = p.buffer.buffer.get_mapped_range(start..end).map_err(|e| {
+                            Error::Wgpu {
+                                op,
+                                device: self.label().to_string(),
+                                message: e.to_string(),
+                            }
+                        })?;
+                        let lo = (p.offset - start) as usize;
+                        Ok(consume(i, &view[lo..lo + p.len as usize]))
+                    })
+                    .collect::<Result<Vec<R>>>()
+            });
+        // Every view is dropped above. Unmapping also aborts a map still pending (after a
+        // timeout), so the buffer is usable again once the lock is released.
+        for (p, rx) in parts.iter().zip(&receivers) {
+            if rx.is_some() {
+                let _ = self.scoped(op, 0, || p.buffer.buffer.unmap());
+            }
+        }
+        drop(pending);
+        out
     }
 
     /// Maps `staging` after submission `index`, hands the first `len` bytes to `f`, unmaps.
