@@ -66,6 +66,7 @@ pub struct AdapterSummary {
     pub shader_f16: bool,
     /// Whether host and GPU share memory and tensor buffers can be mapped
     /// (`MAPPABLE_PRIMARY_BUFFERS`): transfers then skip the staging copy.
+    /// `WGTENSOR_DISABLE_UNIFIED_MEMORY=1` turns this off (the discrete-GPU transfer paths).
     pub unified_memory: bool,
 }
 

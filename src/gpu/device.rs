@@ -17,6 +17,11 @@ use std::time::Duration;
 /// take seconds on large tensors, yet finite, so a hung driver cannot hang the caller.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// `WGTENSOR_DISABLE_UNIFIED_MEMORY=1`: transfers take the discrete-GPU paths on every adapter.
+pub(crate) fn unified_memory_disabled() -> bool {
+    std::env::var("WGTENSOR_DISABLE_UNIFIED_MEMORY").is_ok_and(|v| v == "1")
+}
+
 /// A GPU device opened by wgtensor (or wrapped from the application). Cheap to clone; clones
 /// share the wgpu device, queue, pipeline cache and statistics.
 #[derive(Clone)]
@@ -89,9 +94,12 @@ impl GpuDevice {
             });
         });
         let limits = device.limits();
+        // WGTENSOR_DISABLE_UNIFIED_MEMORY=1 takes the discrete-GPU transfer paths on any adapter
+        // (how CI covers them on the software adapter).
         let unified = device
             .features()
-            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+            && !unified_memory_disabled();
         if std::env::var("WGTENSOR_WARN_TRANSFERS").is_ok_and(|v| v == "1") {
             super::transfer::WARN_CHURN.store(true, Ordering::Relaxed);
         }

@@ -162,6 +162,8 @@ impl GpuDevice {
         // Retired buffers become poolable once pending work is submitted.
         let _ = self.flush("empty_cache");
         self.empty_staging();
+        // Upload staging chunks are rebuilt on demand; ones still copying stay alive in wgpu.
+        self.lock_pending().belt = None;
         let freed = {
             let mut pool = lock(&self.0.pool);
             pool.free.clear();

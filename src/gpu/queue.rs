@@ -16,8 +16,8 @@ pub(crate) const FLUSH_WRITTEN_BYTES: u64 = 64 << 20;
 
 #[derive(Default)]
 pub(crate) struct Pending {
-    encoder: Option<wgpu::CommandEncoder>,
-    ops: usize,
+    pub(crate) encoder: Option<wgpu::CommandEncoder>,
+    pub(crate) ops: usize,
     /// Bytes written with `queue.write_buffer` since the last submit: they reach the GPU only
     /// with a submit, so `flush` submits (an empty batch if need be) while any are waiting.
     written: u64,
@@ -25,6 +25,10 @@ pub(crate) struct Pending {
     /// the encoder is submitted: a `queue.write_buffer` into a reused buffer lands before the
     /// next submit's commands, so reusing one that unsubmitted commands read would corrupt them.
     retired: Vec<(u64, wgpu::Buffer)>,
+    /// Reused, persistently mapped upload staging (the pinned-memory analog) for adapters
+    /// without unified memory: chunks are written on the host, copied by the pending batch and
+    /// mapped again once that batch is done. Created on the first upload.
+    pub(crate) belt: Option<wgpu::util::StagingBelt>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -93,6 +97,11 @@ impl GpuDevice {
         p.ops = 0;
         let retired = std::mem::take(&mut p.retired);
         let written = std::mem::take(&mut p.written);
+        // Staging chunks written for this batch are unmapped before it is submitted and
+        // recalled (mapped again, asynchronously) after.
+        if let Some(belt) = p.belt.as_mut() {
+            belt.finish();
+        }
         let index = match p.encoder.take() {
             // Encoder errors (wgpu 26+) surface at finish/submit, so both run inside the scopes.
             Some(enc) => self
@@ -102,6 +111,9 @@ impl GpuDevice {
             None if written > 0 => self.scoped(op, 0, || self.0.queue.submit([])).map(Some),
             None => Ok(None),
         };
+        if let Some(belt) = p.belt.as_mut() {
+            belt.recall();
+        }
         (index, retired)
     }
 

@@ -192,7 +192,8 @@ impl Registry {
                     shader_f16: e.features.contains(wgpu::Features::SHADER_F16),
                     unified_memory: is_unified(&e.info)
                         && e.features
-                            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+                            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+                        && !super::device::unified_memory_disabled(),
                 }
             })
             .collect()

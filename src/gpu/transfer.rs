@@ -3,8 +3,10 @@
 
 use super::buffer::{pad4, GpuBuffer, ALIGN};
 use super::device::GpuDevice;
+use super::queue::Pending;
 use crate::{Error, Result};
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
@@ -17,6 +19,12 @@ const STAGING_MAX_BYTES: u64 = 256 << 20;
 /// Uploads from this size on write straight into mapped tensor memory on unified-memory
 /// adapters; smaller ones are cheaper through `write_buffer`, which needs no map round trip.
 const DIRECT_UPLOAD_MIN: usize = 256 << 10;
+
+/// Upload staging chunk size, and the largest upload that goes through reused staging on
+/// adapters without unified memory; larger ones use a one-off staging buffer so the belt does
+/// not keep hundreds of MiB of host-visible memory alive.
+const BELT_CHUNK: u64 = 4 << 20;
+const BELT_MAX_WRITE: u64 = 16 << 20;
 
 /// Readbacks of at most this many tensors map each tensor buffer directly on unified memory;
 /// larger batches (`read_all` of many small tensors) are cheaper as one staging copy and one map.
@@ -94,6 +102,8 @@ impl GpuDevice {
             self.write_mapped(op, &buf, bytes)?;
             let n = &self.0.transfers.direct_uploads;
             n.fetch_add(1, Ordering::Relaxed);
+        } else if !self.0.unified && bytes.len() as u64 <= BELT_MAX_WRITE {
+            self.write_belt(op, &buf, bytes)?;
         } else {
             self.write_staged(op, &buf, bytes)?;
         }
@@ -143,7 +153,58 @@ impl GpuDevice {
         Ok(())
     }
 
-    /// Discrete memory: stage through `queue.write_buffer`.
+    /// Discrete memory: copy into a reused, already-mapped staging chunk and record the copy into
+    /// the pending batch. `write_buffer` would allocate (and map) a fresh staging buffer per call.
+    fn write_belt(&self, op: &'static str, buf: &GpuBuffer, bytes: &[u8]) -> Result<()> {
+        let padded = pad4(bytes.len() as u64);
+        let Some(size) = wgpu::BufferSize::new(padded) else {
+            return Ok(());
+        };
+        let flush_now = {
+            let mut p = self.lock_pending();
+            let Pending {
+                encoder, belt, ops, ..
+            } = &mut *p;
+            let belt = belt.get_or_insert_with(|| {
+                wgpu::util::StagingBelt::new(self.0.device.clone(), BELT_CHUNK)
+            });
+            let enc = encoder.get_or_insert_with(|| {
+                self.0
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("wgtensor::batch"),
+                    })
+            });
+            // The belt asserts on a chunk it cannot map (possible once the device is lost):
+            // that becomes an error, and a fresh belt replaces the broken one.
+            let written = self.scoped(op, padded, || {
+                catch_unwind(AssertUnwindSafe(|| {
+                    let mut view = belt.write_buffer(enc, &buf.buffer, 0, size);
+                    view.slice(..bytes.len()).copy_from_slice(bytes);
+                    // Odd f16/u8 counts: the padding reads as zeros, as on the other paths.
+                    view.slice(bytes.len()..).fill(0);
+                }))
+            })?;
+            if written.is_err() {
+                p.belt = None;
+                self.check(op)?;
+                return Err(Error::Wgpu {
+                    op,
+                    device: self.label().to_string(),
+                    message: "the upload staging buffer could not be mapped".into(),
+                });
+            }
+            *ops += 1;
+            *ops >= super::queue::FLUSH_EVERY
+        };
+        if flush_now {
+            self.flush(op)?;
+        }
+        Ok(())
+    }
+
+    /// Very large uploads: stage through `queue.write_buffer`, whose one-off staging buffer is
+    /// freed after the copy instead of being kept in the belt.
     fn write_staged(&self, op: &'static str, buf: &GpuBuffer, bytes: &[u8]) -> Result<()> {
         let whole = bytes.len() & !(ALIGN as usize - 1);
         self.scoped(op, 0, || {
