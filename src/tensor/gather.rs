@@ -81,10 +81,17 @@ impl Tensor {
                 d,
                 &host_ids,
             )?)),
-            (Storage::Gpu(b), Storage::Gpu(i)) if ids.is_contiguous() => Storage::Gpu(
-                b.device
-                    .index_select(OP, b, self.layout(), d, i, ids.layout().offset, host_ids.len())?,
-            ),
+            (Storage::Gpu(b), Storage::Gpu(i)) if ids.is_contiguous() => {
+                Storage::Gpu(b.device.index_select(
+                    OP,
+                    b,
+                    self.layout(),
+                    d,
+                    i,
+                    ids.layout().offset,
+                    host_ids.len(),
+                )?)
+            }
             (Storage::Gpu(b), _) => {
                 // A strided view of ids: upload the packed copy already on the host.
                 let packed = b.device.upload(OP, bytemuck::cast_slice(&host_ids))?;
