@@ -52,6 +52,9 @@ impl Sequential {
     }
 
     /// Appends `layer` (builder style).
+    // The name PyTorch users expect (`nn.Sequential().add_module`, Keras' `add`); it takes a
+    // layer, not another Sequential, so `std::ops::Add` would be the wrong trait.
+    #[allow(clippy::should_implement_trait)]
     pub fn add<M: Module + Clone + 'static>(mut self, layer: M) -> Sequential {
         self.push(layer);
         self

@@ -87,9 +87,7 @@ impl Tensor {
                     b,
                     self.layout(),
                     d,
-                    i,
-                    ids.layout().offset,
-                    host_ids.len(),
+                    (i, ids.layout().offset, host_ids.len()),
                 )?)
             }
             (Storage::Gpu(b), _) => {
@@ -100,9 +98,7 @@ impl Tensor {
                     b,
                     self.layout(),
                     d,
-                    &packed,
-                    0,
-                    host_ids.len(),
+                    (&packed, 0, host_ids.len()),
                 )?)
             }
         };
