@@ -31,7 +31,9 @@ fn device_sets() -> Vec<Vec<Device>> {
         assert!(second.to_string().starts_with("gpu:0#"), "{second}");
         sets.push(vec![cpu.clone(), g.clone()]);
         sets.push(vec![g.clone(), second.clone()]);
-        sets.push(vec![second, cpu, g]);
+        sets.push(vec![second, cpu, g.clone()]);
+        // One device twice: two threads submitting to one queue.
+        sets.push(vec![g.clone(), g]);
     }
     sets
 }
