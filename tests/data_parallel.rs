@@ -105,6 +105,9 @@ fn errors_from_a_shard_are_returned_typed() {
         dp.forward(&wrong),
         Err(Error::ShapeMismatch { .. })
     ));
+    // An empty batch runs on one replica and gives an empty output.
+    let empty = Tensor::zeros(&[0, 5], DType::F32, &cpu).unwrap();
+    assert_eq!(dp.forward(&empty).unwrap().shape(), &[0, 3]);
     let scalar = Tensor::ones(&[], DType::F32, &cpu).unwrap();
     assert!(matches!(
         dp.forward(&scalar),
