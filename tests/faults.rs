@@ -161,7 +161,7 @@ fn row02_empty_tensors_pass_through_every_op() {
             check("contiguous", x.contiguous(), shape);
             assert_eq!(
                 x.cpu().unwrap().to_vec::<f32>().unwrap(),
-                vec![],
+                Vec::<f32>::new(),
                 "{}",
                 ctx("cpu()")
             );
@@ -210,7 +210,7 @@ fn row02_empty_tensors_pass_through_every_op() {
                     .unwrap()
                     .to_vec::<u8>()
                     .unwrap(),
-                vec![]
+                Vec::<u8>::new()
             );
         }
         check_arange_empty(&d);
@@ -223,7 +223,7 @@ fn row02_empty_tensors_pass_through_every_op() {
 
 fn check_arange_empty(d: &Device) {
     let t = Tensor::arange(2.0, 2.0, 1.0, d).unwrap();
-    assert_eq!((t.shape(), values(&t)), (&[0][..], vec![]));
+    assert_eq!((t.shape(), values(&t)), (&[0][..], Vec::<f32>::new()));
 }
 
 // Row 3 ----------------------------------------------------------------------------------------

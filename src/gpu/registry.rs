@@ -224,8 +224,13 @@ impl Registry {
 
     /// Opens `gpu:index`.
     pub(crate) fn open_gpu(&self, input: &str, index: usize) -> Result<GpuDevice> {
+        self.open(self.gpu_entry(input, index)?)
+    }
+
+    /// The entry of `gpu:index`, or the error naming how many GPUs exist.
+    fn gpu_entry(&self, input: &str, index: usize) -> Result<usize> {
         match self.gpu.get(index) {
-            Some(&i) => self.open(i),
+            Some(&i) => Ok(i),
             None if self.gpu.is_empty() => Err(Error::GpuUnavailable {
                 requested: input.to_string(),
                 reason: self.none_found(),
@@ -314,7 +319,25 @@ impl Registry {
         if let Some(d) = slot.as_ref() {
             return Ok(d.clone());
         }
-        let label = self.names(i)[0].clone();
+        let dev = self.request(i, self.names(i)[0].clone())?;
+        *slot = Some(dev.clone());
+        Ok(dev)
+    }
+
+    /// Opens a new, independent wgpu device on the adapter of `gpu:index` (its own queue,
+    /// memory pool and statistics), labelled `gpu:index#k` with `k` counting from 1. Never cached:
+    /// every call is a new logical device.
+    pub(crate) fn open_gpu_logical(&self, index: usize) -> Result<GpuDevice> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        let i = self.gpu_entry(&format!("gpu:{index}"), index)?;
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.request(i, format!("gpu:{index}#{k}"))
+    }
+
+    /// Requests a fresh wgpu device on entry `i`.
+    fn request(&self, i: usize, label: String) -> Result<GpuDevice> {
+        let e = &self.entries[i];
         // Request the adapter's real limits: wgpu's defaults cap buffers at 256 MiB.
         // On unified memory (integrated GPUs, software adapters) tensor buffers can be mapped
         // directly, so uploads skip the staging copy.
@@ -348,8 +371,6 @@ impl Registry {
                 })
             }
         };
-        let dev = GpuDevice::new(label, e.info.clone(), device, queue);
-        *slot = Some(dev.clone());
-        Ok(dev)
+        Ok(GpuDevice::new(label, e.info.clone(), device, queue))
     }
 }
