@@ -21,6 +21,7 @@
 //! [`Error::DeviceMismatch`]. Every fallible call returns [`Result`]; wgpu's panicking default
 //! error handler is replaced on every device wgtensor opens or wraps.
 
+mod autograd;
 mod cpu;
 mod device;
 mod dtype;
@@ -29,11 +30,13 @@ mod gpu;
 mod memory;
 pub mod nn;
 mod ops;
+pub mod optim;
 mod random;
 mod shape;
 mod storage;
 mod tensor;
 
+pub use autograd::{is_grad_enabled, no_grad, no_grad_scope, NoGradGuard};
 pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};

@@ -43,6 +43,8 @@ struct TensorInner {
     layout: Layout,
     dtype: DType,
     device: Device,
+    /// Autograd state: the recording node of an op result, or a leaf's flag and grad slot.
+    autograd: crate::autograd::Meta,
 }
 
 impl Tensor {
@@ -60,6 +62,7 @@ impl Tensor {
             layout: Layout::contiguous(shape),
             dtype,
             device,
+            autograd: Default::default(),
         }))
     }
 
@@ -69,6 +72,23 @@ impl Tensor {
 
     pub(crate) fn layout(&self) -> &Layout {
         &self.0.layout
+    }
+
+    /// Autograd state (see `src/autograd/`).
+    pub(crate) fn autograd_meta(&self) -> &crate::autograd::Meta {
+        &self.0.autograd
+    }
+
+    /// A tensor sharing this one's storage and view with new autograd state: how recorded op
+    /// results, `detach` and `requires_grad_` are made without copying data.
+    pub(crate) fn with_autograd(&self, autograd: crate::autograd::Meta) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            dtype: self.0.dtype,
+            device: self.0.device.clone(),
+            autograd,
+        }))
     }
 
     /// The shape (PyTorch's `t.shape`).

@@ -39,7 +39,10 @@ pub trait Module: Send + Sync {
 
     /// The parameters without names (PyTorch's `model.parameters()`).
     fn parameters(&self) -> Vec<Tensor> {
-        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     }
 
     /// Moves every parameter to `device` (PyTorch's `model.to(device)`); parameters stay
@@ -86,7 +89,14 @@ pub trait Module: Send + Sync {
 }
 
 /// Marks a tensor as a trainable parameter. Every layer constructor and [`Module::to`] route
-/// their parameters through here, so parameter-ness (gradient tracking) is decided in one place.
+/// their parameters through here, so parameter-ness (gradient tracking) is decided in one place:
+/// the result is a fresh leaf (sharing `t`'s data) that requires grad.
+///
+/// ```
+/// let w = wgtensor::nn::param(wgtensor::Tensor::ones(&[2], wgtensor::DType::F32, &wgtensor::Device::cpu())?);
+/// assert!(w.requires_grad() && w.is_leaf());
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
 pub fn param(t: Tensor) -> Tensor {
-    t
+    t.requires_grad_(true)
 }

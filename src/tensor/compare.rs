@@ -81,6 +81,13 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let out = self.where_cond_untracked(on_true, on_false)?;
+        Ok(crate::autograd::shape::where_cond(
+            self, on_true, on_false, out,
+        ))
+    }
+
+    fn where_cond_untracked(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         let name = "where_cond";
         if self.dtype() != DType::U8 {
             return Err(self.unsupported(name));
@@ -130,6 +137,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn clamp(&self, min: f32, max: f32) -> Result<Tensor> {
+        let out = self.clamp_untracked(min, max)?;
+        Ok(crate::autograd::shape::clamp(self, min, max, out))
+    }
+
+    fn clamp_untracked(&self, min: f32, max: f32) -> Result<Tensor> {
         self.require_f32("clamp")?;
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::compare::clamp(

@@ -91,7 +91,8 @@ macro_rules! binary_ops {
                 /// [`Error::ShapeMismatch`] when the shapes do not broadcast,
                 /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ.
                 pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
-                    self.binary_op(rhs, BinaryOp::$op)
+                    let out = self.binary_op(rhs, BinaryOp::$op)?;
+                    Ok(crate::autograd::elementwise::binary(BinaryOp::$op, self, rhs, out))
                 }
             )*
         }
@@ -177,7 +178,8 @@ macro_rules! scalar_ops {
             $(
                 $(#[$doc])*
                 pub fn $name(&self, s: f32) -> Result<Tensor> {
-                    self.scalar_op(BinaryOp::$op, s, false)
+                    let out = self.scalar_op(BinaryOp::$op, s, false)?;
+                    Ok(crate::autograd::elementwise::scalar(BinaryOp::$op, self, s, false, out))
                 }
             )*
         }
@@ -250,7 +252,8 @@ macro_rules! unary_ops {
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {
-                    self.unary_op(UnaryOp::$op)
+                    let out = self.unary_op(UnaryOp::$op)?;
+                    Ok(crate::autograd::elementwise::unary(UnaryOp::$op, self, out))
                 }
             )*
         }
@@ -366,7 +369,8 @@ macro_rules! operators {
         impl std::ops::$trait<&Tensor> for f32 {
             type Output = Result<Tensor>;
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                rhs.scalar_op(BinaryOp::$op, self, true)
+                let out = rhs.scalar_op(BinaryOp::$op, self, true)?;
+                Ok(crate::autograd::elementwise::scalar(BinaryOp::$op, rhs, self, true, out))
             }
         }
     )*};

@@ -28,6 +28,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let out = Tensor::cat_untracked(tensors, dim)?;
+        Ok(crate::autograd::shape::cat(tensors, dim, out))
+    }
+
+    fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         let op = "cat";
         let Some(&first) = tensors.first() else {
             return Err(Error::InvalidArgument {

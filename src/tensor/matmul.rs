@@ -112,7 +112,8 @@ impl Tensor {
     /// [`Error::UnsupportedDType`] for dtypes other than f32; GPU errors (out of memory, a lost
     /// device) as for every op.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.matmul_impl(rhs, None)
+        let out = self.matmul_impl(rhs, None)?;
+        Ok(crate::autograd::linalg::matmul(self, rhs, out))
     }
 
     /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
@@ -137,7 +138,8 @@ impl Tensor {
                 Tensor::matmul_kernels()
             ),
         })?;
-        self.matmul_impl(rhs, Some(k))
+        let out = self.matmul_impl(rhs, Some(k))?;
+        Ok(crate::autograd::linalg::matmul(self, rhs, out))
     }
 
     /// The GPU kernel names [`Tensor::matmul_with_kernel`] accepts.

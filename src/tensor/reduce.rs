@@ -8,6 +8,7 @@
 
 use super::chunked::{blocks_needed, map_dim0_blocks};
 use super::Tensor;
+use crate::autograd::reduce::{self as autograd, Reduction};
 use crate::cpu::reduce::{ReduceOp, Rows};
 use crate::gpu::GpuDevice;
 use crate::shape::normalize_dim;
@@ -153,7 +154,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn sum_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Sum, None, false)
+        let out = self.reduce_op(ReduceOp::Sum, None, false)?;
+        Ok(autograd::reduce(Reduction::Sum, self, None, false, out))
     }
 
     /// Sum over `dim` (`-1` is the last); `keepdim` keeps it with size 1 (`t.sum(dim, keepdim)`).
@@ -170,7 +172,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn sum(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Sum, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Sum, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Sum,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Mean of every element as a 0-d tensor; NaN for an empty tensor (as PyTorch).
@@ -182,7 +191,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn mean_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Mean, None, false)
+        let out = self.reduce_op(ReduceOp::Mean, None, false)?;
+        Ok(autograd::reduce(Reduction::Mean, self, None, false, out))
     }
 
     /// Mean over `dim` (the sum divided by the dim's size).
@@ -197,7 +207,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn mean(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Mean, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Mean, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Mean,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Product of every element as a 0-d tensor; 1 for an empty tensor.
@@ -209,7 +226,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn prod_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Prod, None, false)
+        let out = self.reduce_op(ReduceOp::Prod, None, false)?;
+        Ok(autograd::reduce(Reduction::Prod, self, None, false, out))
     }
 
     /// Product over `dim`.
@@ -224,7 +242,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn prod(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Prod, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Prod, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Prod,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Largest element as a 0-d tensor (`torch.max(t)`); NaN if any element is NaN.
@@ -239,7 +264,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn max_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Max, None, false)
+        let out = self.reduce_op(ReduceOp::Max, None, false)?;
+        Ok(autograd::reduce(Reduction::Max, self, None, false, out))
     }
 
     /// Largest value over `dim` (PyTorch's `amax`; [`Tensor::argmax`] gives the positions).
@@ -254,7 +280,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn max(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Max, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Max, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Max,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Smallest element as a 0-d tensor; NaN if any element is NaN.
@@ -269,7 +302,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn min_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Min, None, false)
+        let out = self.reduce_op(ReduceOp::Min, None, false)?;
+        Ok(autograd::reduce(Reduction::Min, self, None, false, out))
     }
 
     /// Smallest value over `dim` (PyTorch's `amin`).
@@ -284,7 +318,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn min(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Min, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Min, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Min,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Flat row-major index of the largest element, as a 0-d [`DType::U32`] tensor. Ties give

@@ -46,7 +46,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        self.softmax_op(dim, false)
+        let out = self.softmax_op(dim, false)?;
+        Ok(crate::autograd::reduce::softmax(self, dim, false, out))
     }
 
     /// `log(softmax(x))` along `dim`, computed as `(x - max) - log Σ exp(x - max)`: finite where
@@ -64,6 +65,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
-        self.softmax_op(dim, true)
+        let out = self.softmax_op(dim, true)?;
+        Ok(crate::autograd::reduce::softmax(self, dim, true, out))
     }
 }

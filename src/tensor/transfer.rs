@@ -34,6 +34,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn to(&self, device: &Device) -> Result<Tensor> {
+        let out = self.to_untracked(device)?;
+        Ok(crate::autograd::shape::to(self, out))
+    }
+
+    fn to_untracked(&self, device: &Device) -> Result<Tensor> {
         if self.device() == device {
             return Ok(self.clone());
         }
@@ -177,6 +182,16 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn contiguous(&self) -> Result<Tensor> {
+        let out = self.contiguous_untracked()?;
+        Ok(crate::autograd::shape::view(
+            "contiguous",
+            crate::autograd::shape::View::Contiguous,
+            self,
+            out,
+        ))
+    }
+
+    fn contiguous_untracked(&self) -> Result<Tensor> {
         if self.is_contiguous() && self.layout().offset == 0 {
             return Ok(self.clone());
         }
