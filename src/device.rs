@@ -123,6 +123,29 @@ impl Device {
         Ok(Device(DeviceInner::Gpu(d)))
     }
 
+    /// A new logical device on the adapter of `gpu:index`: its own wgpu device, queue, memory
+    /// pool and statistics, unequal to [`Device::gpu`]`(index)` and to every other logical device.
+    /// Displayed as `gpu:index#k` (`k` = 1, 2, ... in opening order); that string does not parse
+    /// back (a device string names a shared device, and each call here opens a new one).
+    ///
+    /// Useful to run independent work side by side on one adapter, and to test multi-device code
+    /// (such as [`crate::nn::DataParallel`]) on a machine with one GPU.
+    ///
+    /// # Errors
+    /// As [`Device::gpu`].
+    ///
+    /// ```
+    /// use wgtensor::Device;
+    /// if let (Ok(a), Ok(b)) = (Device::gpu(0), Device::gpu_logical(0)) {
+    ///     assert_ne!(a, b); // same adapter, two devices: tensors must be moved between them
+    ///     assert!(b.to_string().starts_with("gpu:0#"));
+    /// }
+    /// ```
+    pub fn gpu_logical(index: usize) -> Result<Device> {
+        let d = registry().open_gpu_logical(index)?;
+        Ok(Device(DeviceInner::Gpu(d)))
+    }
+
     /// The best device: `WGTENSOR_DEVICE` if set, else the first hardware GPU (discrete, then
     /// integrated, then virtual), else the CPU. Software adapters are never picked; never panics.
     ///
@@ -287,7 +310,8 @@ impl FromStr for Device {
 }
 
 impl fmt::Display for Device {
-    /// Canonical form: `cpu`, `gpu:0`, `gl:0` (a GL view of a listed GPU), `wgpu:0` (wrapped).
+    /// Canonical form: `cpu`, `gpu:0`, `gl:0` (a GL view of a listed GPU), `wgpu:0` (wrapped),
+    /// `gpu:0#1` (a logical device from [`Device::gpu_logical`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             DeviceInner::Cpu => f.write_str("cpu"),

@@ -135,6 +135,23 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// A file could not be read or written (weights files, ...).
+    #[error("{op}: cannot access {path}: {message}")]
+    Io {
+        op: &'static str,
+        path: String,
+        message: String,
+    },
+
+    /// A file's contents are not in the expected format (a truncated or corrupt safetensors
+    /// file, a dtype wgtensor does not store, ...).
+    #[error("{op}: {path} is not a valid file: {message}")]
+    Format {
+        op: &'static str,
+        path: String,
+        message: String,
+    },
+
     /// Any other error reported by wgpu (validation, internal), captured instead of panicking.
     #[error("wgpu error on {device} in {op}: {message}")]
     Wgpu {

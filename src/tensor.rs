@@ -6,6 +6,7 @@ mod compare;
 mod create;
 mod display;
 mod elementwise;
+mod gather;
 mod join;
 mod matmul;
 mod reduce;

@@ -29,12 +29,13 @@ pub(crate) enum Shader {
     Join,
     Matmul,
     MatmulVec4,
+    Gather,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 10] = [
+    pub(crate) const ALL: [Shader; 11] = [
         Shader::Fill,
         Shader::Unary,
         Shader::Binary,
@@ -45,6 +46,7 @@ impl Shader {
         Shader::Join,
         Shader::Matmul,
         Shader::MatmulVec4,
+        Shader::Gather,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -59,6 +61,7 @@ impl Shader {
             Shader::Join => "join.wgsl",
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
+            Shader::Gather => "gather.wgsl",
         }
     }
 
@@ -74,6 +77,7 @@ impl Shader {
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
+            Shader::Gather => include_str!("../../shaders/gather.wgsl"),
         }
     }
 
@@ -89,6 +93,8 @@ impl Shader {
             Shader::Compare => 2,
             Shader::Where => 3,
             Shader::Join => 1,
+            // The table and the ids.
+            Shader::Gather => 2,
         }
     }
 }

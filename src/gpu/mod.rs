@@ -7,6 +7,7 @@ pub(crate) mod buffer;
 pub(crate) mod compare;
 pub(crate) mod device;
 pub(crate) mod elementwise;
+pub(crate) mod gather;
 pub(crate) mod join;
 pub(crate) mod kernels;
 pub(crate) mod matmul;

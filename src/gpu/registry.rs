@@ -302,7 +302,27 @@ impl Registry {
         if let Some(d) = slot.as_ref() {
             return Ok(d.clone());
         }
-        let label = self.names(i)[0].clone();
+        let dev = self.request(i, self.names(i)[0].clone())?;
+        *slot = Some(dev.clone());
+        Ok(dev)
+    }
+
+    /// Opens a new, independent wgpu device on the adapter of `gpu:index` (its own queue,
+    /// memory pool and statistics), labelled `gpu:index#k` with `k` counting from 1. Never cached:
+    /// every call is a new logical device.
+    pub(crate) fn open_gpu_logical(&self, index: usize) -> Result<GpuDevice> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(1);
+        // Validates the index with the same errors as `gpu:index`.
+        self.open_gpu(&format!("gpu:{index}"), index)?;
+        let i = self.gpu[index];
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.request(i, format!("gpu:{index}#{k}"))
+    }
+
+    /// Requests a fresh wgpu device on entry `i`.
+    fn request(&self, i: usize, label: String) -> Result<GpuDevice> {
+        let e = &self.entries[i];
         // Request the adapter's real limits: wgpu's defaults cap buffers at 256 MiB.
         // On unified memory (integrated GPUs, software adapters) tensor buffers can be mapped
         // directly, so uploads skip the staging copy.
@@ -339,8 +359,6 @@ impl Registry {
                 })
             }
         };
-        let dev = GpuDevice::new(label, e.info.clone(), device, queue);
-        *slot = Some(dev.clone());
-        Ok(dev)
+        Ok(GpuDevice::new(label, e.info.clone(), device, queue))
     }
 }

@@ -4,7 +4,26 @@
 //! Layers are written with the public tensor ops only, so they run on every device the ops run
 //! on, and gradients (when autograd records the ops) come for free.
 
-use crate::{DType, Device, Result, Tensor};
+mod activation;
+mod dropout;
+mod embedding;
+mod io;
+mod linear;
+mod norm;
+mod parallel;
+mod sequential;
+
+pub use activation::{Identity, ReLU, Sigmoid, Softmax, Tanh, GELU};
+pub use dropout::Dropout;
+pub use embedding::Embedding;
+pub use io::{load_safetensors, save_safetensors};
+pub use linear::Linear;
+pub use norm::LayerNorm;
+pub use parallel::DataParallel;
+pub use sequential::Sequential;
+
+use crate::{DType, Device, Error, Result, Tensor};
+use std::path::Path;
 
 /// A layer or model: a forward function plus named parameters that can be moved between devices.
 ///
@@ -86,6 +105,139 @@ pub trait Module: Send + Sync {
     fn dtype(&self) -> Option<DType> {
         self.named_parameters().first().map(|(_, t)| t.dtype())
     }
+
+    /// Replaces every parameter with the tensor of the same name in the safetensors file at
+    /// `path`, placed on `device` (PyTorch's `load_state_dict(load_file(path))` + `to(device)`).
+    ///
+    /// Strict: every parameter needs a tensor of the same shape and no tensor may be left over.
+    /// A float tensor whose dtype differs from its parameter's is converted on the host (f32 <->
+    /// f16). Nothing is replaced unless everything matches.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the missing or unexpected key, or the key with its
+    /// expected and found shape (or dtype), and the file; the errors of
+    /// [`load_safetensors`].
+    ///
+    /// ```
+    /// use wgtensor::nn::{Linear, Module};
+    /// use wgtensor::Device;
+    /// let path = std::env::temp_dir().join("wgtensor_doc_weights.safetensors");
+    /// let a = Linear::new(3, 2, true, &Device::cpu())?;
+    /// a.save_weights(&path)?;
+    /// let mut b = Linear::new(3, 2, true, &Device::cpu())?;
+    /// b.load_weights(&path, &Device::best())?;
+    /// assert_eq!(b.weight().to_vec::<f32>()?, a.weight().to_vec::<f32>()?);
+    /// assert_eq!(b.device(), Some(Device::best()));
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    fn load_weights(&mut self, path: &Path, device: &Device) -> Result<()> {
+        let loaded = load_safetensors(path, &Device::cpu(), None)?;
+        assign(self, loaded, device, &path.display().to_string())
+    }
+
+    /// Writes every parameter, by name, to a safetensors file at `path` (see
+    /// [`save_safetensors`]).
+    ///
+    /// # Errors
+    /// As [`save_safetensors`].
+    ///
+    /// ```
+    /// use wgtensor::nn::{load_safetensors, Linear, Module};
+    /// use wgtensor::Device;
+    /// let path = std::env::temp_dir().join("wgtensor_doc_save_weights.safetensors");
+    /// Linear::new(3, 2, false, &Device::cpu())?.save_weights(&path)?;
+    /// assert_eq!(load_safetensors(&path, &Device::cpu(), None)?[0].0, "weight");
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    fn save_weights(&self, path: &Path) -> Result<()> {
+        save_safetensors(path, &self.named_parameters())
+    }
+}
+
+/// Matches `loaded` host tensors to `module`'s parameters by name and shape, converts float
+/// dtypes to the parameter's, moves them to `device`, then replaces the parameters (all or none).
+pub(crate) fn assign<M: Module + ?Sized>(
+    module: &mut M,
+    loaded: Vec<(String, Tensor)>,
+    device: &Device,
+    source: &str,
+) -> Result<()> {
+    let op = "load_weights";
+    let mut by_name: std::collections::HashMap<String, Tensor> = loaded.into_iter().collect();
+    let mut ready = Vec::new();
+    for (name, p) in module.named_parameters() {
+        let t = by_name
+            .remove(&name)
+            .ok_or_else(|| Error::InvalidArgument {
+                op,
+                message: format!(
+                "missing key {name:?} (a parameter of shape {:?}) in {source}; the file holds {}",
+                p.shape(),
+                list_keys(by_name.keys())
+            ),
+            })?;
+        if t.shape() != p.shape() {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "shape mismatch for {name:?} in {source}: the module expects {:?}, the file \
+                     holds {:?}",
+                    p.shape(),
+                    t.shape()
+                ),
+            });
+        }
+        let t = io::convert_float(t, p.dtype())?;
+        if t.dtype() != p.dtype() {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "dtype mismatch for {name:?} in {source}: the module expects {}, the file \
+                     holds {}",
+                    p.dtype(),
+                    t.dtype()
+                ),
+            });
+        }
+        ready.push(t);
+    }
+    if !by_name.is_empty() {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "unexpected key(s) in {source}: {}; the module has no such parameter",
+                list_keys(by_name.keys())
+            ),
+        });
+    }
+    let moved = ready
+        .into_iter()
+        .map(|t| t.to(device))
+        .collect::<Result<Vec<_>>>()?;
+    for ((_, p), t) in module.named_parameters_mut().into_iter().zip(moved) {
+        *p = param(t);
+    }
+    Ok(())
+}
+
+/// Sorted, quoted keys, at most 10 of them.
+fn list_keys<'a>(keys: impl Iterator<Item = &'a String>) -> String {
+    let mut v: Vec<&String> = keys.collect();
+    if v.is_empty() {
+        return "no other keys".into();
+    }
+    v.sort();
+    let more = v.len().saturating_sub(10);
+    let mut s = v
+        .iter()
+        .take(10)
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        s += &format!(" and {more} more");
+    }
+    s
 }
 
 /// Marks a tensor as a trainable parameter. Every layer constructor and [`Module::to`] route

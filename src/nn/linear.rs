@@ -1,0 +1,184 @@
+//! `Linear`: `y = x @ W^T + b`, PyTorch's `nn.Linear`.
+
+use super::{param, Module};
+use crate::{Device, Error, Result, Tensor};
+
+/// A fully connected layer, `y = x @ W^T + b` over any leading dims (PyTorch's `nn.Linear`).
+///
+/// `weight` is `[out_features, in_features]` and `bias` `[out_features]`, initialised from
+/// `U(-1/sqrt(in), 1/sqrt(in))` with the crate's seeded generator ([`crate::manual_seed`]), on
+/// the host, so one seed gives the same layer on every device.
+///
+/// ```
+/// use wgtensor::nn::{Linear, Module};
+/// use wgtensor::{Device, Tensor};
+/// let device = Device::best();
+/// let layer = Linear::new(4, 3, true, &device)?;
+/// let y = layer.forward(&Tensor::randn(&[2, 5, 4], &device)?)?;
+/// assert_eq!(y.shape(), &[2, 5, 3]);
+/// assert_eq!(layer.weight().shape(), &[3, 4]);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// A new layer with PyTorch's default initialisation, created on `device`.
+    ///
+    /// # Errors
+    /// Device errors (allocation, a lost GPU).
+    pub fn new(
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        device: &Device,
+    ) -> Result<Linear> {
+        // PyTorch's kaiming_uniform_(a = sqrt(5)) reduces to this bound for the weight, and the
+        // bias uses the same one.
+        let k = 1.0 / (in_features.max(1) as f32).sqrt();
+        let uniform = |shape: &[usize]| -> Result<Tensor> {
+            Tensor::rand(shape, &Device::cpu())?
+                .mul_scalar(2.0 * k)?
+                .sub_scalar(k)?
+                .to(device)
+        };
+        let weight = uniform(&[out_features, in_features])?;
+        let bias = if bias {
+            Some(uniform(&[out_features])?)
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: param(weight),
+            bias: bias.map(param),
+        })
+    }
+
+    /// A layer around existing weights: `weight` `[out, in]`, `bias` `[out]`, both f32 on one
+    /// device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `weight` is not 2-D or `bias` is not `[out]`;
+    /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when they differ in device or dtype.
+    ///
+    /// ```
+    /// use wgtensor::nn::{Linear, Module};
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::cpu();
+    /// let w = Tensor::from_vec(vec![1f32, 2.0], &[1, 2], &d)?;
+    /// let b = Tensor::from_vec(vec![0.5f32], &[1], &d)?;
+    /// let layer = Linear::from_weights(w, Some(b))?;
+    /// let y = layer.forward(&Tensor::from_vec(vec![1f32, 1.0], &[1, 2], &d)?)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![3.5]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn from_weights(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
+        if weight.ndim() != 2 {
+            return Err(Error::InvalidArgument {
+                op: "Linear::from_weights",
+                message: format!(
+                    "weight must be 2-D [out, in], got shape {:?}",
+                    weight.shape()
+                ),
+            });
+        }
+        if let Some(b) = &bias {
+            if b.shape() != [weight.shape()[0]] {
+                return Err(Error::InvalidArgument {
+                    op: "Linear::from_weights",
+                    message: format!(
+                        "bias must have shape [{}] to match weight {:?}, got {:?}",
+                        weight.shape()[0],
+                        weight.shape(),
+                        b.shape()
+                    ),
+                });
+            }
+            check_same("Linear::from_weights", &weight, b)?;
+        }
+        Ok(Linear {
+            weight: param(weight),
+            bias: bias.map(param),
+        })
+    }
+
+    /// The weight, `[out_features, in_features]`.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The bias, `[out_features]`, if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// `in_features`.
+    pub fn in_features(&self) -> usize {
+        self.weight.shape()[1]
+    }
+
+    /// `out_features`.
+    pub fn out_features(&self) -> usize {
+        self.weight.shape()[0]
+    }
+}
+
+/// Same device and dtype, or the error naming both.
+pub(crate) fn check_same(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.device() != b.device() {
+        return Err(Error::DeviceMismatch {
+            op,
+            lhs: a.device().to_string(),
+            rhs: b.device().to_string(),
+        });
+    }
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    Ok(())
+}
+
+impl Module for Linear {
+    /// `x @ W^T + b` for `x` of shape `[.., in_features]`.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the last dim of `x` is not `in_features`; the errors of
+    /// matmul and add (device, dtype).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.shape().last() != Some(&self.in_features()) {
+            return Err(Error::ShapeMismatch {
+                op: "Linear::forward",
+                lhs: x.shape().to_vec(),
+                rhs: self.weight.shape().to_vec(),
+            });
+        }
+        let y = x.matmul(&self.weight.t()?)?;
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".to_string(), b.clone()));
+        }
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = vec![("weight".to_string(), &mut self.weight)];
+        if let Some(b) = &mut self.bias {
+            v.push(("bias".to_string(), b));
+        }
+        v
+    }
+}

@@ -1,0 +1,125 @@
+//! `LayerNorm` over the last dim, PyTorch's `nn.LayerNorm(d)`.
+
+use super::{param, Module};
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Normalises the last dim to zero mean and unit (biased) variance, then scales and shifts:
+/// `y = (x - mean) / sqrt(var + eps) * weight + bias` (PyTorch's `nn.LayerNorm(dim)`).
+///
+/// `weight` starts at ones and `bias` at zeros; without elementwise affine there are no
+/// parameters.
+///
+/// ```
+/// use wgtensor::nn::{LayerNorm, Module};
+/// use wgtensor::{Device, Tensor};
+/// let d = Device::best();
+/// let ln = LayerNorm::new(4, &d)?;
+/// let y = ln.forward(&Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[1, 4], &d)?)?;
+/// let v = y.to_vec::<f32>()?;
+/// assert!(v.iter().sum::<f32>().abs() < 1e-5);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    dim: usize,
+    eps: f32,
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
+}
+
+impl LayerNorm {
+    /// `LayerNorm(dim)` with PyTorch's defaults: `eps = 1e-5`, elementwise affine.
+    ///
+    /// # Errors
+    /// Device errors (allocation, a lost GPU).
+    pub fn new(dim: usize, device: &Device) -> Result<LayerNorm> {
+        LayerNorm::with_options(dim, 1e-5, true, device)
+    }
+
+    /// `LayerNorm(dim, eps, elementwise_affine)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `eps` is negative or not finite; device errors.
+    ///
+    /// ```
+    /// use wgtensor::nn::{LayerNorm, Module};
+    /// let ln = LayerNorm::with_options(8, 1e-6, false, &wgtensor::Device::cpu())?;
+    /// assert_eq!(ln.num_parameters(), 0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn with_options(dim: usize, eps: f32, affine: bool, device: &Device) -> Result<LayerNorm> {
+        if !(eps >= 0.0 && eps.is_finite()) {
+            return Err(Error::InvalidArgument {
+                op: "LayerNorm::with_options",
+                message: format!("eps must be a finite number >= 0, got {eps}"),
+            });
+        }
+        let (weight, bias) = if affine {
+            (
+                Some(param(Tensor::ones(&[dim], DType::F32, device)?)),
+                Some(param(Tensor::zeros(&[dim], DType::F32, device)?)),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(LayerNorm {
+            dim,
+            eps,
+            weight,
+            bias,
+        })
+    }
+
+    /// The normalised (last) dim's size.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The variance floor.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+}
+
+impl Module for LayerNorm {
+    /// Normalises `x` of shape `[.., dim]` along its last dim.
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the last dim of `x` is not `dim`; the errors of the ops.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.shape().last() != Some(&self.dim) {
+            return Err(Error::ShapeMismatch {
+                op: "LayerNorm::forward",
+                lhs: x.shape().to_vec(),
+                rhs: vec![self.dim],
+            });
+        }
+        let mean = x.mean(-1, true)?;
+        let centered = x.sub(&mean)?;
+        // Biased variance (divides by n), as PyTorch's LayerNorm does.
+        let var = centered.mul(&centered)?.mean(-1, true)?;
+        let y = centered.div(&var.add_scalar(self.eps)?.sqrt()?)?;
+        match (&self.weight, &self.bias) {
+            (Some(w), Some(b)) => y.mul(w)?.add(b),
+            _ => Ok(y),
+        }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = Vec::new();
+        if let (Some(w), Some(b)) = (&self.weight, &self.bias) {
+            v.push(("weight".to_string(), w.clone()));
+            v.push(("bias".to_string(), b.clone()));
+        }
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = Vec::new();
+        if let (Some(w), Some(b)) = (&mut self.weight, &mut self.bias) {
+            v.push(("weight".to_string(), w));
+            v.push(("bias".to_string(), b));
+        }
+        v
+    }
+}
