@@ -273,6 +273,14 @@ fn selections() {
             x[0].gt_scalar(0.0)?.where_cond(&x[1], &x[2])
         }),
         case("clamp", &[&[8]], |x| x[0].clamp(-0.5, 0.5)),
+        case("index_select dim 0 with repeats", &[&[4, 3]], |x| {
+            let ids = Tensor::from_vec(vec![2u32, 0, 2, 3, 2], &[5], x[0].device())?;
+            x[0].index_select(0, &ids)
+        }),
+        case("index_select dim 1", &[&[2, 4, 3]], |x| {
+            let ids = Tensor::from_vec(vec![3i32, 1], &[2], x[0].device())?;
+            x[0].index_select(1, &ids)
+        }),
     ]);
 }
 

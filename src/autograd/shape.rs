@@ -127,3 +127,37 @@ pub(crate) fn to(x: &Tensor, out: Tensor) -> Tensor {
     let src: Device = x.device().clone();
     record("to", out, &[x], move |g, _| Ok(vec![Some(g.to(&src)?)]))
 }
+
+/// Records `out = x.index_select(dim, ids)`. Backward is a scatter-add written as a one-hot
+/// matmul: `dx = onehot[S, n] @ g` with dim `dim` moved to the front. The one-hot matrix is
+/// built on the host from the ids (a readback on GPUs) and costs `S * n` floats.
+pub(crate) fn index_select(x: &Tensor, dim: isize, ids: &Tensor, out: Tensor) -> Tensor {
+    let (x2, ids2) = (x.clone(), ids.clone());
+    record("index_select", out, &[x, ids], move |g, needs| {
+        if !needs[0] {
+            return Ok(vec![None, None]);
+        }
+        let d = normalize_dim("index_select", dim, x2.ndim())?;
+        let ids: Vec<i64> = match ids2.dtype() {
+            DType::I32 => ids2.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
+            _ => ids2.to_vec::<u32>()?.into_iter().map(i64::from).collect(),
+        };
+        let (s, n) = (x2.shape()[d], ids.len());
+        let mut onehot = vec![0f32; s * n];
+        for (i, &id) in ids.iter().enumerate() {
+            onehot[id as usize * n + i] = 1.0;
+        }
+        let onehot = Tensor::from_vec(onehot, &[s, n], g.device())?;
+        let moved = g.transpose(0, d as isize)?;
+        let rest: Vec<usize> = moved.shape()[1..].to_vec();
+        let r: usize = rest.iter().product();
+        let flat = moved.reshape(&[n, r])?;
+        let mut full = vec![s];
+        full.extend(rest);
+        let gx = onehot
+            .matmul(&flat)?
+            .reshape(&full)?
+            .transpose(0, d as isize)?;
+        Ok(vec![Some(gx), None])
+    })
+}
