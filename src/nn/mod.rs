@@ -5,6 +5,7 @@
 //! on, and gradients (when autograd records the ops) come for free.
 
 mod activation;
+mod checkpoint;
 mod dropout;
 mod embedding;
 mod io;
@@ -15,6 +16,7 @@ mod parallel;
 mod sequential;
 
 pub use activation::{Identity, ReLU, Sigmoid, Softmax, Tanh, GELU};
+pub use checkpoint::Checkpoint;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use io::{load_safetensors, save_safetensors};
