@@ -11,13 +11,13 @@ impl Tensor {
     fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
         let name = op.name();
         self.check_pair(name, rhs)?;
-        self.require_f32(name)?;
         let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
         let (la, lb) = (
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
         );
         let storage = match (self.storage(), rhs.storage()) {
+            _ if self.dtype() != DType::F32 => self.typed_compare(op, Ok((rhs, &lb)), &la)?,
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::U8(
                 cpu::compare::compare(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb)?,
             )),
@@ -36,8 +36,8 @@ impl Tensor {
 
     fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
         let name = op.scalar_name();
-        self.require_f32(name)?;
         let storage = match self.storage() {
+            _ if self.dtype() != DType::F32 => self.typed_compare(op, Err(s), self.layout())?,
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::U8(cpu::compare::compare_scalar(
                 op,
                 self.cpu_f32(name)?,
@@ -91,13 +91,15 @@ impl Tensor {
             }
         }
         on_true.check_pair(name, on_false)?;
-        on_true.require_f32(name)?;
         let values = broadcast_shapes(name, on_true.shape(), on_false.shape())?;
         let shape = broadcast_shapes(name, self.shape(), &values)?;
         let lm = self.layout().broadcast_to(&shape);
         let lt = on_true.layout().broadcast_to(&shape);
         let lf = on_false.layout().broadcast_to(&shape);
         let storage = match (self.storage(), on_true.storage(), on_false.storage()) {
+            _ if on_true.dtype() != DType::F32 => {
+                self.typed_where((on_true, &lt), (on_false, &lf), &lm)?
+            }
             (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(_), Storage::Cpu(_)) => {
                 Storage::Cpu(CpuStorage::F32(cpu::compare::where_cond(
                     m,
@@ -130,7 +132,10 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn clamp(&self, min: f32, max: f32) -> Result<Tensor> {
-        self.require_f32("clamp")?;
+        self.check_compute("clamp", false)?;
+        if self.dtype() != DType::F32 {
+            return self.typed_clamp(min, max);
+        }
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::compare::clamp(
                 self.cpu_f32("clamp")?,

@@ -59,7 +59,19 @@ impl Tensor {
     /// so argmax/argmin return flat row-major indices).
     fn reduce_op(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
-        self.require_f32(name)?;
+        match self.dtype() {
+            DType::F32 => {}
+            // Accumulates in f32 (a convert kernel each way); values come back as f16.
+            DType::F16 => return self.via_f32(true, |t| t.reduce_op(op, dim, keepdim)),
+            // Integer reductions run on the host: a GPU tensor is read back and the result
+            // uploaded (no integer reduction kernel yet).
+            DType::I32 | DType::U32 if op != ReduceOp::Mean => {
+                if self.on_gpu() {
+                    return self.via_host(|t| t.reduce_op(op, dim, keepdim));
+                }
+            }
+            _ => return Err(self.unsupported(name)),
+        }
         if let Some(g) = blocks_needed(&[self], 0) {
             if let Some(t) = self.reduce_in_blocks(g, op, dim, keepdim)? {
                 return Ok(t);
@@ -91,7 +103,7 @@ impl Tensor {
                 (src, rows, Vec::new())
             }
         };
-        let dtype = if op.is_arg() { DType::U32 } else { DType::F32 };
+        let dtype = if op.is_arg() { DType::U32 } else { self.dtype() };
         if rows.len == 0 {
             return match op {
                 ReduceOp::Sum => Tensor::zeros(&out_shape, dtype, self.device()),
@@ -119,6 +131,9 @@ impl Tensor {
             return Tensor::zeros(&out_shape, dtype, self.device());
         }
         let storage = match src.storage() {
+            Storage::Cpu(s) if src.dtype() != DType::F32 => {
+                Storage::Cpu(cpu::typed::reduce_int(op, s, &rows)?)
+            }
             Storage::Cpu(_) => {
                 let x = src.cpu_f32(name)?;
                 Storage::Cpu(if op.is_arg() {
