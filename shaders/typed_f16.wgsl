@@ -112,7 +112,8 @@ fn to_f16(x: f32) -> f16 {
         let halfway = 1u << (sh - 1u);
         h = s | select(k, k + 1u, rest > halfway || (rest == halfway && (k & 1u) == 1u));
     }
-    return bitcast<vec2<f16>>(h)[0];
+    // Exact: h is an f16 already, widened to f32 and narrowed back.
+    return f16(unpack2x16float(h).x);
 }
 
 fn unary_h(x: f16) -> f16 {
