@@ -240,6 +240,49 @@ fn integer_reductions_wrap_and_match_the_cpu() {
 }
 
 #[test]
+fn long_integer_reductions_run_in_several_passes_and_match_the_cpu() {
+    // Longer than one workgroup chunk (16,384), so the GPU reduces in several passes.
+    let n = 70_001usize;
+    let vals: Vec<i32> = (0..n as u32)
+        .map(|k| k.wrapping_mul(2_654_435_761) as i32)
+        .collect();
+    let uvals: Vec<u32> = vals.iter().map(|&v| v as u32).collect();
+    let sum = vals.iter().fold(0i32, |a, &v| a.wrapping_add(v));
+    let prod = vals[..33].iter().fold(1i32, |a, &v| a.wrapping_mul(v | 1));
+    let max = *vals.iter().max().unwrap();
+    let first_max = vals.iter().position(|&v| v == max).unwrap() as u32;
+    let umin = *uvals.iter().min().unwrap();
+    let first_umin = uvals.iter().position(|&v| v == umin).unwrap() as u32;
+    for d in devices() {
+        let t = Tensor::from_slice(&vals, &[n], &d).unwrap();
+        let u = Tensor::from_slice(&uvals, &[n], &d).unwrap();
+        assert_eq!(t.sum_all().unwrap().to_scalar::<i32>().unwrap(), sum, "sum on {d}");
+        assert_eq!(t.max_all().unwrap().to_scalar::<i32>().unwrap(), max, "max on {d}");
+        assert_eq!(t.argmax_all().unwrap().to_scalar::<u32>().unwrap(), first_max, "{d}");
+        assert_eq!(u.min_all().unwrap().to_scalar::<u32>().unwrap(), umin, "umin on {d}");
+        assert_eq!(u.argmin(0, false).unwrap().to_scalar::<u32>().unwrap(), first_umin);
+        let odd: Vec<i32> = vals[..33].iter().map(|&v| v | 1).collect();
+        let p = Tensor::from_slice(&odd, &[33], &d).unwrap().prod_all().unwrap();
+        assert_eq!(p.to_scalar::<i32>().unwrap(), prod, "wrapping prod on {d}");
+        // Per-dim over a strided view.
+        let m = t.narrow(0, 1, 70_000).unwrap().reshape(&[700, 100]).unwrap();
+        let c = Tensor::from_slice(&vals[1..], &[700, 100], &Device::cpu()).unwrap();
+        for dim in [0isize, 1] {
+            assert_eq!(
+                m.t().unwrap().sum(dim, false).unwrap().to_vec::<i32>().unwrap(),
+                c.t().unwrap().sum(dim, false).unwrap().to_vec::<i32>().unwrap(),
+                "sum({dim}) on {d}"
+            );
+            assert_eq!(
+                m.min(dim, true).unwrap().to_vec::<i32>().unwrap(),
+                c.min(dim, true).unwrap().to_vec::<i32>().unwrap(),
+                "min({dim}) on {d}"
+            );
+        }
+    }
+}
+
+#[test]
 fn float_only_ops_and_integer_matmul_are_typed_errors() {
     for d in devices() {
         let t = Tensor::ones(&[2, 2], DType::I32, &d).unwrap();

@@ -2,13 +2,13 @@
 //! to `cpu/typed.rs` or `gpu/convert.rs`. The public ops in `elementwise.rs` and `compare.rs`
 //! validate, then hand non-f32 tensors to the functions here.
 
-use super::{backend, Backend, Tensor};
+use super::Tensor;
 use crate::cpu::compare::CmpOp;
 use crate::cpu::typed::Scalar;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Device, Error, Result};
+use crate::{cpu, DType, Error, Result};
 
 impl Tensor {
     /// Converts to `dtype` (PyTorch's `t.to(dtype)`), on the tensor's device; works on strided
@@ -69,11 +69,6 @@ impl Tensor {
         } else {
             Ok(r)
         }
-    }
-
-    /// Runs `f` on a CPU copy and moves the result back (integer reductions on a GPU).
-    pub(super) fn via_host(&self, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
-        f(&self.to(&Device::cpu())?)?.to(self.device())
     }
 
     /// Whether this dtype computes `op`: f32 and f16 run every op; i32 and u32 every op but the
@@ -240,10 +235,5 @@ impl Tensor {
                 _ => return Err(self.device_mismatch(name, on_true)),
             },
         )
-    }
-
-    /// Whether this tensor lives on a GPU (for paths that take a detour there).
-    pub(super) fn on_gpu(&self) -> bool {
-        matches!(backend(self.device()), Backend::Gpu(_))
     }
 }

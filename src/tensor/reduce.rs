@@ -63,13 +63,8 @@ impl Tensor {
             DType::F32 => {}
             // Accumulates in f32 (a convert kernel each way); values come back as f16.
             DType::F16 => return self.via_f32(true, |t| t.reduce_op(op, dim, keepdim)),
-            // Integer reductions run on the host: a GPU tensor is read back and the result
-            // uploaded (no integer reduction kernel yet).
-            DType::I32 | DType::U32 if op != ReduceOp::Mean => {
-                if self.on_gpu() {
-                    return self.via_host(|t| t.reduce_op(op, dim, keepdim));
-                }
-            }
+            // Integer sums and products wrap in the same dtype (there is no i64).
+            DType::I32 | DType::U32 if op != ReduceOp::Mean => {}
             _ => return Err(self.unsupported(name)),
         }
         if let Some(g) = blocks_needed(&[self], 0) {
@@ -142,7 +137,14 @@ impl Tensor {
                     CpuStorage::F32(cpu::reduce::reduce(op, x, &rows))
                 })
             }
-            Storage::Gpu(b) => Storage::Gpu(b.device.reduce(name, op, b, src.layout(), &rows)?),
+            Storage::Gpu(b) => Storage::Gpu(b.device.reduce_typed(
+                name,
+                op,
+                src.dtype(),
+                b,
+                src.layout(),
+                &rows,
+            )?),
         };
         Ok(Tensor::from_parts(
             storage,
