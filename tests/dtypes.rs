@@ -33,8 +33,18 @@ pub fn canon(t: &Tensor) -> Vec<u64> {
             .iter()
             .map(|&x| x as u32 as u64)
             .collect(),
-        DType::U32 => t.to_vec::<u32>().unwrap().iter().map(|&x| x as u64).collect(),
-        DType::U8 => t.to_vec::<u8>().unwrap().iter().map(|&x| x as u64).collect(),
+        DType::U32 => t
+            .to_vec::<u32>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as u64)
+            .collect(),
+        DType::U8 => t
+            .to_vec::<u8>()
+            .unwrap()
+            .iter()
+            .map(|&x| x as u64)
+            .collect(),
     }
 }
 
@@ -79,7 +89,12 @@ fn f32_edges() -> Vec<f32> {
 fn sources(d: &Device) -> Vec<Tensor> {
     let f = f32_edges();
     let mut h: Vec<f16> = f.iter().map(|&x| f16::from_f32(x)).collect();
-    h.extend([0x0001u16, 0x03ff, 0x8001, 0x7bff, 0xfbff, 0x7e00, 0x7c01, 0x0400].map(f16::from_bits));
+    h.extend(
+        [
+            0x0001u16, 0x03ff, 0x8001, 0x7bff, 0xfbff, 0x7e00, 0x7c01, 0x0400,
+        ]
+        .map(f16::from_bits),
+    );
     let i = vec![
         0i32,
         1,
@@ -95,7 +110,18 @@ fn sources(d: &Device) -> Vec<Tensor> {
         70000,
         -300,
     ];
-    let u = vec![0u32, 1, u32::MAX, 1 << 31, 255, 256, 300, 16_777_217, 65520, 7];
+    let u = vec![
+        0u32,
+        1,
+        u32::MAX,
+        1 << 31,
+        255,
+        256,
+        300,
+        16_777_217,
+        65520,
+        7,
+    ];
     let b = vec![0u8, 1, 127, 128, 255, 44, 9];
     vec![
         Tensor::from_slice(&f, &[f.len()], d).unwrap(),
@@ -130,9 +156,18 @@ fn to_dtype_follows_rust_as_on_the_cpu() {
     let want_u: Vec<u32> = f.iter().map(|&x| x as u32).collect();
     let want_b: Vec<u8> = f.iter().map(|&x| x as u8).collect();
     let want_h: Vec<u16> = f.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-    assert_eq!(t.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap(), want_i);
-    assert_eq!(t.to_dtype(DType::U32).unwrap().to_vec::<u32>().unwrap(), want_u);
-    assert_eq!(t.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(), want_b);
+    assert_eq!(
+        t.to_dtype(DType::I32).unwrap().to_vec::<i32>().unwrap(),
+        want_i
+    );
+    assert_eq!(
+        t.to_dtype(DType::U32).unwrap().to_vec::<u32>().unwrap(),
+        want_u
+    );
+    assert_eq!(
+        t.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(),
+        want_b
+    );
     let h: Vec<u16> = t
         .to_dtype(DType::F16)
         .unwrap()
@@ -187,7 +222,11 @@ fn to_dtype_all_pairs_and_views_match_the_cpu_on_every_device() {
                     );
                 }
                 // contiguous() of every dtype's view is the same strided copy.
-                assert_eq!(canon(&v.contiguous().unwrap()), canon(&v_cpu), "{name} on {d}");
+                assert_eq!(
+                    canon(&v.contiguous().unwrap()),
+                    canon(&v_cpu),
+                    "{name} on {d}"
+                );
             }
         }
     }
@@ -209,7 +248,10 @@ fn same_dtype_is_a_cheap_clone_and_empty_tensors_convert() {
                 .unwrap()
                 .to_dtype(to)
                 .unwrap();
-            assert_eq!(canon(&one), canon(&Tensor::full(&[1], 7.0, to, &Device::cpu()).unwrap()));
+            assert_eq!(
+                canon(&one),
+                canon(&Tensor::full(&[1], 7.0, to, &Device::cpu()).unwrap())
+            );
         }
     }
 }
@@ -221,17 +263,31 @@ fn every_f16_bit_pattern_round_trips_exactly() {
         let t = Tensor::from_slice(&all, &[all.len()], &d).unwrap();
         // Storage round trip: the same bits, NaN payloads included.
         let back = t.to_vec::<f16>().unwrap();
-        assert!(back.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()), "{d}");
+        assert!(
+            back.iter()
+                .zip(&all)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{d}"
+        );
         // Through f32 and back: exact for every non-NaN value, NaN stays NaN.
         let f = t.to_dtype(DType::F32).unwrap();
         let fv = f.to_vec::<f32>().unwrap();
         let again = f.to_dtype(DType::F16).unwrap().to_vec::<f16>().unwrap();
         for (k, x) in all.iter().enumerate() {
             if x.is_nan() {
-                assert!(fv[k].is_nan() && again[k].is_nan(), "NaN {:#06x} on {d}", x.to_bits());
+                assert!(
+                    fv[k].is_nan() && again[k].is_nan(),
+                    "NaN {:#06x} on {d}",
+                    x.to_bits()
+                );
             } else {
                 assert_eq!(fv[k], x.to_f32(), "{:#06x} -> f32 on {d}", x.to_bits());
-                assert_eq!(again[k].to_bits(), x.to_bits(), "{:#06x} on {d}", x.to_bits());
+                assert_eq!(
+                    again[k].to_bits(),
+                    x.to_bits(),
+                    "{:#06x} on {d}",
+                    x.to_bits()
+                );
             }
         }
     }

@@ -32,13 +32,28 @@ fn f32s(t: &Tensor) -> Vec<f32> {
 
 type Bin = fn(&Tensor, &Tensor) -> Result<Tensor>;
 
-const EXACT: [(&str, Bin, fn(f32, f32) -> f32); 6] = [
+/// (name, op, the f32 reference rounded once to f16).
+type Exact = (&'static str, Bin, fn(f32, f32) -> f32);
+
+const EXACT: [Exact; 6] = [
     ("add", Tensor::add, |a, b| a + b),
     ("sub", Tensor::sub, |a, b| a - b),
     ("mul", Tensor::mul, |a, b| a * b),
     ("div", Tensor::div, |a, b| a / b),
-    ("maximum", Tensor::maximum, |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }),
-    ("minimum", Tensor::minimum, |a, b| if a.is_nan() || b.is_nan() { f32::NAN } else { a.min(b) }),
+    ("maximum", Tensor::maximum, |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.max(b)
+        }
+    }),
+    ("minimum", Tensor::minimum, |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.min(b)
+        }
+    }),
 ];
 
 /// Operands with specials mixed in: NaN, ±inf, ±0, subnormals, the largest finite values.
@@ -83,10 +98,18 @@ fn f16_elementwise_checks() {
             // Scalars: computed in f32 with the unrounded scalar, rounded once.
             let got = ta.mul_scalar(0.1).unwrap();
             let want: Vec<f16> = a.iter().map(|x| f16::from_f32(x.to_f32() * 0.1)).collect();
-            assert_eq!(bits(&got), bits(&ht(&want, &[n], &Device::cpu())), "mul_scalar on {d}");
+            assert_eq!(
+                bits(&got),
+                bits(&ht(&want, &[n], &Device::cpu())),
+                "mul_scalar on {d}"
+            );
             let got = (1.0f32 - &ta).unwrap();
             let want: Vec<f16> = a.iter().map(|x| f16::from_f32(1.0 - x.to_f32())).collect();
-            assert_eq!(bits(&got), bits(&ht(&want, &[n], &Device::cpu())), "1 - x on {d}");
+            assert_eq!(
+                bits(&got),
+                bits(&ht(&want, &[n], &Device::cpu())),
+                "1 - x on {d}"
+            );
         }
     }
     // Odd offsets and broadcasts: each output word mixes halves from different input words.
@@ -94,10 +117,22 @@ fn f16_elementwise_checks() {
     let b = operands(9, 4);
     let cpu = Device::cpu();
     let (ca, cb) = (ht(&a, &[7, 9], &cpu), ht(&b, &[9], &cpu));
-    let cv = ca.narrow(0, 1, 5).unwrap().narrow(1, 1, 7).unwrap().t().unwrap();
+    let cv = ca
+        .narrow(0, 1, 5)
+        .unwrap()
+        .narrow(1, 1, 7)
+        .unwrap()
+        .t()
+        .unwrap();
     for d in devices() {
         let (ta, tb) = (ht(&a, &[7, 9], &d), ht(&b, &[9], &d));
-        let tv = ta.narrow(0, 1, 5).unwrap().narrow(1, 1, 7).unwrap().t().unwrap();
+        let tv = ta
+            .narrow(0, 1, 5)
+            .unwrap()
+            .narrow(1, 1, 7)
+            .unwrap()
+            .t()
+            .unwrap();
         let bv = tb.narrow(0, 1, 7).unwrap().unsqueeze(1).unwrap();
         let cbv = cb.narrow(0, 1, 7).unwrap().unsqueeze(1).unwrap();
         for (name, op, _) in EXACT {
@@ -107,7 +142,11 @@ fn f16_elementwise_checks() {
                 "{name} on strided views on {d}"
             );
         }
-        assert_eq!(bits(&tv.contiguous().unwrap()), bits(&cv.contiguous().unwrap()), "{d}");
+        assert_eq!(
+            bits(&tv.contiguous().unwrap()),
+            bits(&cv.contiguous().unwrap()),
+            "{d}"
+        );
         // Unary ops: within one f16 rounding of the CPU (math in f32 on both).
         let pos = ht(&h(&data(333, 5, 4.0)), &[333], &d);
         let cpos = ht(&h(&data(333, 5, 4.0)), &[333], &cpu);
@@ -139,14 +178,24 @@ fn f16_elementwise_checks() {
             "pow_scalar",
         );
         // Specials through unary ops.
-        let s = ht(&[f16::NAN, f16::INFINITY, f16::NEG_INFINITY, f16::NEG_ZERO], &[4], &d);
+        let s = ht(
+            &[f16::NAN, f16::INFINITY, f16::NEG_INFINITY, f16::NEG_ZERO],
+            &[4],
+            &d,
+        );
         let r = f32s(&s.neg().unwrap());
         assert!(r[0].is_nan() && r[1] == f32::NEG_INFINITY && r[2] == f32::INFINITY);
         assert_eq!(r[3].to_bits(), 0.0f32.to_bits(), "-(-0) on {d}");
         let r = f32s(&s.relu().unwrap());
-        assert!(r[0].is_nan() && r[1] == f32::INFINITY && r[2] == 0.0, "relu on {d}");
+        assert!(
+            r[0].is_nan() && r[1] == f32::INFINITY && r[2] == 0.0,
+            "relu on {d}"
+        );
         let r = f32s(&s.exp().unwrap());
-        assert!(r[0].is_nan() && r[1] == f32::INFINITY && r[2] == 0.0, "exp on {d}");
+        assert!(
+            r[0].is_nan() && r[1] == f32::INFINITY && r[2] == 0.0,
+            "exp on {d}"
+        );
     }
 }
 
@@ -198,9 +247,19 @@ fn faults_row_12_f16_without_shader_f16_gives_the_same_results() {
         let cpu = Device::cpu();
         let (ca, cb) = (ht(&a, &[101], &cpu), ht(&b, &[101], &cpu));
         for (name, op, _) in EXACT {
-            assert_eq!(bits(&op(&ta, &tb).unwrap()), bits(&op(&ca, &cb).unwrap()), "{name} on {g}");
+            assert_eq!(
+                bits(&op(&ta, &tb).unwrap()),
+                bits(&op(&ca, &cb).unwrap()),
+                "{name} on {g}"
+            );
         }
-        assert_close(&f32s(&ta.exp().unwrap()), &f32s(&ca.exp().unwrap()), 2e-3, 2e-3, "gl exp");
+        assert_close(
+            &f32s(&ta.exp().unwrap()),
+            &f32s(&ca.exp().unwrap()),
+            2e-3,
+            2e-3,
+            "gl exp",
+        );
     }
 }
 
@@ -212,7 +271,8 @@ fn f16_compare_where_clamp_checks() {
     for d in devices() {
         let (ta, tb) = (ht(&a, &[203], &d), ht(&b, &[203], &d));
         type Cmp = fn(&Tensor, &Tensor) -> Result<Tensor>;
-        let cmps: [(&str, Cmp, fn(f16, f16) -> bool); 6] = [
+        type CmpCase = (&'static str, Cmp, fn(f16, f16) -> bool);
+        let cmps: [CmpCase; 6] = [
             ("eq", Tensor::eq, |x, y| x == y),
             ("ne", Tensor::ne, |x, y| x != y),
             ("lt", Tensor::lt, |x, y| x < y),
@@ -232,7 +292,11 @@ fn f16_compare_where_clamp_checks() {
         let mask = ta.lt(&tb).unwrap();
         let w = mask.where_cond(&ta, &tb).unwrap();
         assert_eq!(w.dtype(), DType::F16);
-        assert_eq!(bits(&w), bits(&ca.lt(&cb).unwrap().where_cond(&ca, &cb).unwrap()), "{d}");
+        assert_eq!(
+            bits(&w),
+            bits(&ca.lt(&cb).unwrap().where_cond(&ca, &cb).unwrap()),
+            "{d}"
+        );
         let c = ta.clamp(-10.0, 20.3).unwrap();
         let want: Vec<f16> = a
             .iter()
@@ -250,7 +314,11 @@ fn f16_compare_where_clamp_checks() {
         let cj = Tensor::cat(&[&ca.narrow(0, 1, 3).unwrap(), &ca], 0).unwrap();
         assert_eq!(bits(&j), bits(&cj), "cat on {d}");
         let s = Tensor::stack(&[&ta, &tb], 1).unwrap();
-        assert_eq!(bits(&s), bits(&Tensor::stack(&[&ca, &cb], 1).unwrap()), "stack on {d}");
+        assert_eq!(
+            bits(&s),
+            bits(&Tensor::stack(&[&ca, &cb], 1).unwrap()),
+            "stack on {d}"
+        );
     }
 }
 
@@ -276,14 +344,24 @@ fn f16_reductions_softmax_matmul_accumulate_in_f32() {
         let mm = ta.matmul(&tb).unwrap();
         assert_eq!((mm.dtype(), mm.shape()), (DType::F16, &[m, n][..]));
         // The f32 product rounded once to f16: within half an f16 ulp of the f32 result.
-        assert_close(&f32s(&mm), &common::values(&ca.matmul(&cb).unwrap()), 1e-3, 1e-3, "matmul");
+        assert_close(
+            &f32s(&mm),
+            &common::values(&ca.matmul(&cb).unwrap()),
+            1e-3,
+            1e-3,
+            "matmul",
+        );
         type Red = fn(&Tensor) -> Result<Tensor>;
         let reds: [(&str, Red, Red); 6] = [
             ("sum", |t| t.sum(1, false), |t| t.sum(1, false)),
             ("mean", |t| t.mean(0, true), |t| t.mean(0, true)),
             ("max", |t| t.max(1, false), |t| t.max(1, false)),
             ("min", |t| t.min_all(), |t| t.min_all()),
-            ("prod", |t| t.narrow(1, 0, 4)?.prod(1, false), |t| t.narrow(1, 0, 4)?.prod(1, false)),
+            (
+                "prod",
+                |t| t.narrow(1, 0, 4)?.prod(1, false),
+                |t| t.narrow(1, 0, 4)?.prod(1, false),
+            ),
             ("softmax", |t| t.softmax(1), |t| t.softmax(1)),
         ];
         for (name, f16_op, f32_op) in reds {
@@ -300,13 +378,31 @@ fn f16_reductions_softmax_matmul_accumulate_in_f32() {
             "argmax on {d}"
         );
         let ls = ta.log_softmax(0).unwrap();
-        assert_close(&f32s(&ls), &common::values(&ca.log_softmax(0).unwrap()), 2e-3, 2e-3, "lsm");
+        assert_close(
+            &f32s(&ls),
+            &common::values(&ca.log_softmax(0).unwrap()),
+            2e-3,
+            2e-3,
+            "lsm",
+        );
         // A sum that overflows f16 term by term stays exact in the f32 accumulator.
-        let big = ht(&vec![f16::from_f32(2048.0); 40], &[40], &d);
-        let s = big.sum_all().unwrap().to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap();
+        let big = ht(&[f16::from_f32(2048.0); 40], &[40], &d);
+        let s = big
+            .sum_all()
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!(s.is_infinite(), "81920 rounds past f16's range: inf on {d}");
         let small = ht(&vec![f16::from_f32(1.0); 3000], &[3000], &d);
-        let s = small.sum_all().unwrap().to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap();
+        let s = small
+            .sum_all()
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         // Accumulated in f16, 1 + 1 + ... sticks at 2048; in f32 it is exact.
         assert_eq!(s, 3000.0, "f32 accumulation on {d}");
     }

@@ -8,7 +8,20 @@ mod common;
 use common::devices;
 use wgtensor::{DType, Device, Error, Result, Tensor};
 
-const EDGE_I: [i32; 12] = [0, 1, -1, 2, -2, 7, -7, 3, i32::MAX, i32::MIN, 1 << 16, -123_456];
+const EDGE_I: [i32; 12] = [
+    0,
+    1,
+    -1,
+    2,
+    -2,
+    7,
+    -7,
+    3,
+    i32::MAX,
+    i32::MIN,
+    1 << 16,
+    -123_456,
+];
 const EDGE_U: [u32; 9] = [0, 1, 2, 7, 3, u32::MAX, 1 << 31, 1 << 16, 123_456];
 
 /// Every (a, b) pair of the edge values, as two flat tensors.
@@ -45,11 +58,14 @@ fn wgsl_rem_i(a: i32, b: i32) -> i32 {
 
 type Bin = fn(&Tensor, &Tensor) -> Result<Tensor>;
 
+/// (name, op, the host reference).
+type Case<T> = (&'static str, Bin, fn(T, T) -> T);
+
 #[test]
 fn faults_row_11_i32_arithmetic_matches_wgsl_on_every_device() {
     let (a, b) = pairs(&EDGE_I);
     let n = a.len();
-    let ops: [(&str, Bin, fn(i32, i32) -> i32); 7] = [
+    let ops: [Case<i32>; 7] = [
         ("add", Tensor::add, i32::wrapping_add),
         ("sub", Tensor::sub, i32::wrapping_sub),
         ("mul", Tensor::mul, i32::wrapping_mul),
@@ -70,8 +86,14 @@ fn faults_row_11_i32_arithmetic_matches_wgsl_on_every_device() {
         // The cases FAULTS row 11 names, spelled out.
         let x = Tensor::from_vec(vec![7i32, i32::MIN, -7, 7, i32::MIN], &[5], &d).unwrap();
         let y = Tensor::from_vec(vec![0i32, -1, 3, -3, -1], &[5], &d).unwrap();
-        assert_eq!(x.div(&y).unwrap().to_vec::<i32>().unwrap(), [7, i32::MIN, -2, -2, i32::MIN]);
-        assert_eq!((&x % &y).unwrap().to_vec::<i32>().unwrap(), [0, 0, -1, 1, 0]);
+        assert_eq!(
+            x.div(&y).unwrap().to_vec::<i32>().unwrap(),
+            [7, i32::MIN, -2, -2, i32::MIN]
+        );
+        assert_eq!(
+            (&x % &y).unwrap().to_vec::<i32>().unwrap(),
+            [0, 0, -1, 1, 0]
+        );
         let neg = x.neg().unwrap().to_vec::<i32>().unwrap();
         assert_eq!(neg, [-7, i32::MIN, 7, -7, i32::MIN], "wrapping neg on {d}");
         let abs = x.abs().unwrap().to_vec::<i32>().unwrap();
@@ -84,11 +106,11 @@ fn faults_row_11_i32_arithmetic_matches_wgsl_on_every_device() {
 fn u32_arithmetic_wraps_and_divides_as_wgsl_on_every_device() {
     let (a, b) = pairs(&EDGE_U);
     let n = a.len();
-    let ops: [(&str, Bin, fn(u32, u32) -> u32); 7] = [
+    let ops: [Case<u32>; 7] = [
         ("add", Tensor::add, u32::wrapping_add),
         ("sub", Tensor::sub, u32::wrapping_sub),
         ("mul", Tensor::mul, u32::wrapping_mul),
-        ("div", Tensor::div, |x, y| if y == 0 { x } else { x / y }),
+        ("div", Tensor::div, |x, y| x.checked_div(y).unwrap_or(x)),
         ("rem", Tensor::rem, |x, y| if y == 0 { 0 } else { x % y }),
         ("maximum", Tensor::maximum, u32::max),
         ("minimum", Tensor::minimum, u32::min),
@@ -98,12 +120,19 @@ fn u32_arithmetic_wraps_and_divides_as_wgsl_on_every_device() {
         let tb = Tensor::from_slice(&b, &[n], &d).unwrap();
         for (name, op, f) in ops {
             let want: Vec<u32> = a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect();
-            assert_eq!(op(&ta, &tb).unwrap().to_vec::<u32>().unwrap(), want, "{name} on {d}");
+            assert_eq!(
+                op(&ta, &tb).unwrap().to_vec::<u32>().unwrap(),
+                want,
+                "{name} on {d}"
+            );
         }
         let neg = ta.narrow(0, 0, 3).unwrap().neg().unwrap();
         assert_eq!(neg.to_vec::<u32>().unwrap(), [0, 0, 0], "-0 on {d}");
         let t = Tensor::from_vec(vec![1u32, 5], &[2], &d).unwrap();
-        assert_eq!(t.neg().unwrap().to_vec::<u32>().unwrap(), [u32::MAX, u32::MAX - 4]);
+        assert_eq!(
+            t.neg().unwrap().to_vec::<u32>().unwrap(),
+            [u32::MAX, u32::MAX - 4]
+        );
     }
 }
 
@@ -126,7 +155,11 @@ fn integer_scalars_broadcasts_and_views_match_the_cpu() {
         ] {
             let got = op(&view(&t), &r.narrow(0, 0, 5).unwrap()).unwrap();
             let want = op(&view(&c), &cr.narrow(0, 0, 5).unwrap()).unwrap();
-            assert_eq!(got.to_vec::<i32>().unwrap(), want.to_vec::<i32>().unwrap(), "{name}");
+            assert_eq!(
+                got.to_vec::<i32>().unwrap(),
+                want.to_vec::<i32>().unwrap(),
+                "{name}"
+            );
         }
         let s = t.add_scalar(-3.0).unwrap().to_vec::<i32>().unwrap();
         assert_eq!(s, vals.iter().map(|v| v - 3).collect::<Vec<_>>(), "{d}");
@@ -157,7 +190,10 @@ fn integer_scalars_broadcasts_and_views_match_the_cpu() {
             .collect();
         assert_eq!(m.to_vec::<u8>().unwrap(), want, "gt on {d}");
         let le = t.le_scalar(0.0).unwrap().to_vec::<u8>().unwrap();
-        assert_eq!(le, vals.iter().map(|&v| u8::from(v <= 0)).collect::<Vec<_>>());
+        assert_eq!(
+            le,
+            vals.iter().map(|&v| u8::from(v <= 0)).collect::<Vec<_>>()
+        );
         let w = m.where_cond(&t, &r).unwrap();
         assert_eq!(w.dtype(), DType::I32);
         let want: Vec<i32> = vals
@@ -166,16 +202,27 @@ fn integer_scalars_broadcasts_and_views_match_the_cpu() {
             .map(|(k, &v)| v.max(rhs[k % 9]))
             .collect();
         assert_eq!(w.to_vec::<i32>().unwrap(), want, "where_cond on {d}");
-        let cl = t.clamp(-10.0, f32::INFINITY).unwrap().to_vec::<i32>().unwrap();
+        let cl = t
+            .clamp(-10.0, f32::INFINITY)
+            .unwrap()
+            .to_vec::<i32>()
+            .unwrap();
         assert_eq!(cl, vals.iter().map(|&v| v.max(-10)).collect::<Vec<_>>());
         assert!(t.clamp(0.5, 2.0).is_err());
         // cat / stack / contiguous.
         let j = Tensor::cat(&[&view(&t).contiguous().unwrap(), &view(&t)], 0).unwrap();
         let cj = Tensor::cat(&[&view(&c), &view(&c)], 0).unwrap();
-        assert_eq!(j.to_vec::<i32>().unwrap(), cj.to_vec::<i32>().unwrap(), "cat on {d}");
+        assert_eq!(
+            j.to_vec::<i32>().unwrap(),
+            cj.to_vec::<i32>().unwrap(),
+            "cat on {d}"
+        );
         // u8 masks compare and join too.
         let m2 = Tensor::stack(&[&m, &m], 0).unwrap();
-        assert_eq!(m2.eq_scalar(1.0).unwrap().to_vec::<u8>().unwrap()[..63], want_u8(&m));
+        assert_eq!(
+            m2.eq_scalar(1.0).unwrap().to_vec::<u8>().unwrap()[..63],
+            want_u8(&m)
+        );
     }
 }
 
@@ -193,9 +240,19 @@ fn integer_reductions_wrap_and_match_the_cpu() {
         c.sum(1, false).unwrap().to_vec::<i32>().unwrap(),
         [i32::MAX.wrapping_add(7), i32::MIN.wrapping_add(-2), 12]
     );
-    assert_eq!(c.max(1, false).unwrap().to_vec::<i32>().unwrap(), [i32::MAX, 5, 7]);
-    assert_eq!(c.argmin(1, false).unwrap().to_vec::<u32>().unwrap(), [1, 3, 3]);
-    assert_eq!(c.argmax(1, false).unwrap().to_vec::<u32>().unwrap(), [2, 0, 1], "first max");
+    assert_eq!(
+        c.max(1, false).unwrap().to_vec::<i32>().unwrap(),
+        [i32::MAX, 5, 7]
+    );
+    assert_eq!(
+        c.argmin(1, false).unwrap().to_vec::<u32>().unwrap(),
+        [1, 3, 3]
+    );
+    assert_eq!(
+        c.argmax(1, false).unwrap().to_vec::<u32>().unwrap(),
+        [2, 0, 1],
+        "first max"
+    );
     for d in devices() {
         let t = Tensor::from_slice(&vals, &[3, 4], &d).unwrap();
         type Red = fn(&Tensor) -> Result<Tensor>;
@@ -216,15 +273,27 @@ fn integer_reductions_wrap_and_match_the_cpu() {
             assert_eq!(got.dtype(), want.dtype(), "{name}");
             assert_eq!(got.device(), &d);
             if got.dtype() == DType::U32 {
-                assert_eq!(got.to_vec::<u32>().unwrap(), want.to_vec::<u32>().unwrap(), "{name}");
+                assert_eq!(
+                    got.to_vec::<u32>().unwrap(),
+                    want.to_vec::<u32>().unwrap(),
+                    "{name}"
+                );
             } else {
-                assert_eq!(got.to_vec::<i32>().unwrap(), want.to_vec::<i32>().unwrap(), "{name}");
+                assert_eq!(
+                    got.to_vec::<i32>().unwrap(),
+                    want.to_vec::<i32>().unwrap(),
+                    "{name}"
+                );
             }
         }
         let u = t.to_dtype(DType::U32).unwrap();
         assert_eq!(u.sum_all().unwrap().dtype(), DType::U32);
         let wrapped = vals.iter().fold(0u32, |a, &v| a.wrapping_add(v as u32));
-        assert_eq!(u.sum_all().unwrap().to_scalar::<u32>().unwrap(), wrapped, "{d}");
+        assert_eq!(
+            u.sum_all().unwrap().to_scalar::<u32>().unwrap(),
+            wrapped,
+            "{d}"
+        );
         // There is no integer mean (as PyTorch): the error names the fix.
         match t.mean(0, false) {
             Err(e @ Error::UnsupportedDType { .. }) => {
@@ -233,7 +302,12 @@ fn integer_reductions_wrap_and_match_the_cpu() {
             other => panic!("mean of i32: {other:?}"),
         }
         assert_eq!(
-            Tensor::zeros(&[0], DType::I32, &d).unwrap().sum_all().unwrap().to_scalar::<i32>().unwrap(),
+            Tensor::zeros(&[0], DType::I32, &d)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<i32>()
+                .unwrap(),
             0
         );
     }
@@ -256,21 +330,57 @@ fn long_integer_reductions_run_in_several_passes_and_match_the_cpu() {
     for d in devices() {
         let t = Tensor::from_slice(&vals, &[n], &d).unwrap();
         let u = Tensor::from_slice(&uvals, &[n], &d).unwrap();
-        assert_eq!(t.sum_all().unwrap().to_scalar::<i32>().unwrap(), sum, "sum on {d}");
-        assert_eq!(t.max_all().unwrap().to_scalar::<i32>().unwrap(), max, "max on {d}");
-        assert_eq!(t.argmax_all().unwrap().to_scalar::<u32>().unwrap(), first_max, "{d}");
-        assert_eq!(u.min_all().unwrap().to_scalar::<u32>().unwrap(), umin, "umin on {d}");
-        assert_eq!(u.argmin(0, false).unwrap().to_scalar::<u32>().unwrap(), first_umin);
+        assert_eq!(
+            t.sum_all().unwrap().to_scalar::<i32>().unwrap(),
+            sum,
+            "sum on {d}"
+        );
+        assert_eq!(
+            t.max_all().unwrap().to_scalar::<i32>().unwrap(),
+            max,
+            "max on {d}"
+        );
+        assert_eq!(
+            t.argmax_all().unwrap().to_scalar::<u32>().unwrap(),
+            first_max,
+            "{d}"
+        );
+        assert_eq!(
+            u.min_all().unwrap().to_scalar::<u32>().unwrap(),
+            umin,
+            "umin on {d}"
+        );
+        assert_eq!(
+            u.argmin(0, false).unwrap().to_scalar::<u32>().unwrap(),
+            first_umin
+        );
         let odd: Vec<i32> = vals[..33].iter().map(|&v| v | 1).collect();
-        let p = Tensor::from_slice(&odd, &[33], &d).unwrap().prod_all().unwrap();
+        let p = Tensor::from_slice(&odd, &[33], &d)
+            .unwrap()
+            .prod_all()
+            .unwrap();
         assert_eq!(p.to_scalar::<i32>().unwrap(), prod, "wrapping prod on {d}");
         // Per-dim over a strided view.
-        let m = t.narrow(0, 1, 70_000).unwrap().reshape(&[700, 100]).unwrap();
+        let m = t
+            .narrow(0, 1, 70_000)
+            .unwrap()
+            .reshape(&[700, 100])
+            .unwrap();
         let c = Tensor::from_slice(&vals[1..], &[700, 100], &Device::cpu()).unwrap();
         for dim in [0isize, 1] {
             assert_eq!(
-                m.t().unwrap().sum(dim, false).unwrap().to_vec::<i32>().unwrap(),
-                c.t().unwrap().sum(dim, false).unwrap().to_vec::<i32>().unwrap(),
+                m.t()
+                    .unwrap()
+                    .sum(dim, false)
+                    .unwrap()
+                    .to_vec::<i32>()
+                    .unwrap(),
+                c.t()
+                    .unwrap()
+                    .sum(dim, false)
+                    .unwrap()
+                    .to_vec::<i32>()
+                    .unwrap(),
                 "sum({dim}) on {d}"
             );
             assert_eq!(
@@ -307,10 +417,7 @@ fn float_only_ops_and_integer_matmul_are_typed_errors() {
                 other => panic!("{name} on i32 on {d}: {other:?}"),
             }
         }
-        assert!(matches!(
-            t.softmax(0),
-            Err(Error::UnsupportedDType { .. })
-        ));
+        assert!(matches!(t.softmax(0), Err(Error::UnsupportedDType { .. })));
         // u8 is storage and masks: arithmetic is refused.
         let m = Tensor::ones(&[2], DType::U8, &d).unwrap();
         assert!(matches!(m.add(&m), Err(Error::UnsupportedDType { .. })));
@@ -321,7 +428,10 @@ fn float_only_ops_and_integer_matmul_are_typed_errors() {
             other => panic!("i32 + f32: {other:?}"),
         }
         assert_eq!(
-            t.add(&f.to_dtype(DType::I32).unwrap()).unwrap().to_vec::<i32>().unwrap(),
+            t.add(&f.to_dtype(DType::I32).unwrap())
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap(),
             [2; 4]
         );
     }

@@ -146,7 +146,11 @@ fn f16_tensors_take_half_the_memory_and_transfer_bytes_of_f32() {
         let before = wgtensor::memory_allocated(&d);
         let f2 = h.to_dtype(DType::F32).unwrap();
         let f_bytes = wgtensor::memory_allocated(&d) - before;
-        assert_eq!((h_bytes, f_bytes), (2 * n, 4 * n), "f16 vs f32 memory on {d}");
+        assert_eq!(
+            (h_bytes, f_bytes),
+            (2 * n, 4 * n),
+            "f16 vs f32 memory on {d}"
+        );
         drop((f2, f));
         if d.is_gpu() {
             wgtensor::reset_transfer_stats(&d);

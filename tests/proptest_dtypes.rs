@@ -12,18 +12,32 @@ use wgtensor::{Result, Tensor};
 
 type Bin = fn(&Tensor, &Tensor) -> Result<Tensor>;
 
-const F16_OPS: [(&str, Bin, fn(f32, f32) -> f32); 4] = [
+type Case<T> = (&'static str, Bin, fn(T, T) -> T);
+
+const F16_OPS: [Case<f32>; 4] = [
     ("add", Tensor::add, |a, b| a + b),
     ("sub", Tensor::sub, |a, b| a - b),
     ("mul", Tensor::mul, |a, b| a * b),
     ("div", Tensor::div, |a, b| a / b),
 ];
 
-const I32_OPS: [(&str, Bin, fn(i32, i32) -> i32); 5] = [
+const I32_OPS: [Case<i32>; 5] = [
     ("add", Tensor::add, i32::wrapping_add),
     ("mul", Tensor::mul, i32::wrapping_mul),
-    ("div", Tensor::div, |a, b| if b == 0 { a } else { a.wrapping_div(b) }),
-    ("rem", Tensor::rem, |a, b| if b == 0 { 0 } else { a.wrapping_rem(b) }),
+    ("div", Tensor::div, |a, b| {
+        if b == 0 {
+            a
+        } else {
+            a.wrapping_div(b)
+        }
+    }),
+    ("rem", Tensor::rem, |a, b| {
+        if b == 0 {
+            0
+        } else {
+            a.wrapping_rem(b)
+        }
+    }),
     ("maximum", Tensor::maximum, i32::max),
 ];
 

@@ -6,8 +6,8 @@ use super::elementwise::{map1, map2};
 use super::reduce::{ReduceOp, Rows};
 use super::strided::walk;
 use crate::cpu::compare::CmpOp;
-use crate::ops::{apply_binary, apply_binary_int, apply_unary, apply_unary_int, BinaryOp, IntElem};
 use crate::ops::UnaryOp;
+use crate::ops::{apply_binary, apply_binary_int, apply_unary, apply_unary_int, BinaryOp, IntElem};
 use crate::shape::Layout;
 use crate::storage::CpuStorage;
 use crate::{DType, Result};
@@ -60,9 +60,11 @@ pub(crate) fn binary(
 ) -> Result<CpuStorage> {
     let name = op.name();
     Ok(match (a, b) {
-        (CpuStorage::F16(x), CpuStorage::F16(y)) => CpuStorage::F16(map2(name, x, la, y, lb, |p, q| {
-            h(apply_binary(op, p.to_f32(), q.to_f32()))
-        })?),
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => {
+            CpuStorage::F16(map2(name, x, la, y, lb, |p, q| {
+                h(apply_binary(op, p.to_f32(), q.to_f32()))
+            })?)
+        }
         (CpuStorage::I32(x), CpuStorage::I32(y)) => {
             CpuStorage::I32(map2(name, x, la, y, lb, |p, q| apply_binary_int(op, p, q))?)
         }
@@ -179,9 +181,11 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) 
 pub(crate) fn clamp(src: &CpuStorage, l: &Layout, lo: Scalar, hi: Scalar) -> Result<CpuStorage> {
     let name = "clamp";
     Ok(match (src, lo, hi) {
-        (CpuStorage::F16(v), Scalar::F(lo), Scalar::F(hi)) => CpuStorage::F16(map1(name, v, l, |x| {
-            h(super::compare::clamp1(x.to_f32(), lo, hi))
-        })?),
+        (CpuStorage::F16(v), Scalar::F(lo), Scalar::F(hi)) => {
+            CpuStorage::F16(map1(name, v, l, |x| {
+                h(super::compare::clamp1(x.to_f32(), lo, hi))
+            })?)
+        }
         (CpuStorage::I32(v), Scalar::I(lo), Scalar::I(hi)) => {
             CpuStorage::I32(map1(name, v, l, |x| x.max(lo).min(hi))?)
         }

@@ -70,8 +70,7 @@ impl GpuDevice {
             && da == DType::F16
             && matches!(t.entry, "unary" | "binary" | "scalar")
             && self.native_f16();
-        let op_code =
-            t.code | dtype_code(da) << 8 | dtype_code(db) << 12 | dtype_code(dout) << 16;
+        let op_code = t.code | dtype_code(da) << 8 | dtype_code(db) << 12 | dtype_code(dout) << 16;
         self.launch(
             name,
             Launch {

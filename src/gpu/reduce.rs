@@ -81,7 +81,15 @@ impl GpuDevice {
             DType::U32 => 2,
             _ => 0,
         };
-        self.passes(name, op.code() | kind << 8, op.is_arg(), mean, src, None, rows)
+        self.passes(
+            name,
+            op.code() | kind << 8,
+            op.is_arg(),
+            mean,
+            src,
+            None,
+            rows,
+        )
     }
 
     /// `Σ exp(x - max[o])` per row: softmax's denominator, `max` from [`GpuDevice::reduce`].

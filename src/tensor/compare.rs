@@ -64,10 +64,10 @@ impl Tensor {
 
     /// `self` (a [`DType::U8`] mask) selects `on_true` where non-zero, else `on_false`
     /// (`torch.where(mask, on_true, on_false)`). All three broadcast to one shape; the values
-    /// are f32.
+    /// may have any dtype (the result has it).
     ///
     /// # Errors
-    /// [`Error::UnsupportedDType`] when the mask is not U8 or the values are not f32;
+    /// [`Error::UnsupportedDType`] when the mask is not U8;
     /// [`Error::DTypeMismatch`] when `on_true` and `on_false` differ; [`Error::ShapeMismatch`]
     /// when the shapes do not broadcast; [`Error::DeviceMismatch`].
     ///
@@ -121,7 +121,9 @@ impl Tensor {
 
     /// Limits every element to `[min, max]` (`torch.clamp`): `min(max(x, min), max)`, so
     /// `min > max` gives `max` everywhere as in PyTorch. NaN stays NaN (and a NaN bound gives
-    /// NaN). Pass `f32::NEG_INFINITY` / `f32::INFINITY` for a one-sided clamp.
+    /// NaN). Pass `f32::NEG_INFINITY` / `f32::INFINITY` for a one-sided clamp. f16 clamps in
+    /// f32 and rounds; on i32 / u32 the bounds must be integers in range (or ±inf), else
+    /// [`Error::InvalidArgument`].
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -162,7 +164,8 @@ macro_rules! comparisons {
                 /// # Errors
                 /// [`Error::ShapeMismatch`] when the shapes do not broadcast;
                 /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands
-                /// differ; [`Error::UnsupportedDType`] for non-f32 operands.
+                /// differ. Every dtype compares (f16 exactly as its f32 value); a scalar on an
+                /// integer tensor must be an integer in range, else [`Error::InvalidArgument`].
                 pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
                     self.compare_op(rhs, CmpOp::$op)
                 }

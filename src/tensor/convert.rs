@@ -176,26 +176,29 @@ impl Tensor {
         };
         Ok(match (self.storage(), rhs, scalar) {
             (Storage::Cpu(a), Ok((r, lb)), _) => match r.storage() {
-                Storage::Cpu(b) => Storage::Cpu(CpuStorage::U8(cpu::typed::compare(
-                    op, a, la, b, lb,
-                )?)),
+                Storage::Cpu(b) => {
+                    Storage::Cpu(CpuStorage::U8(cpu::typed::compare(op, a, la, b, lb)?))
+                }
                 Storage::Gpu(_) => return Err(self.device_mismatch(op.name(), r)),
             },
-            (Storage::Cpu(a), Err(_), Some(s)) => Storage::Cpu(CpuStorage::U8(
-                cpu::typed::compare_scalar(op, a, la, s)?,
-            )),
+            (Storage::Cpu(a), Err(_), Some(s)) => {
+                Storage::Cpu(CpuStorage::U8(cpu::typed::compare_scalar(op, a, la, s)?))
+            }
             (Storage::Gpu(a), Ok((r, lb)), _) => match r.storage() {
                 Storage::Gpu(b) => {
-                    Storage::Gpu(a.device.typed_compare(op, self.dtype(), (a, la), Ok((b, lb)))?)
+                    Storage::Gpu(
+                        a.device
+                            .typed_compare(op, self.dtype(), (a, la), Ok((b, lb)))?,
+                    )
                 }
                 Storage::Cpu(_) => return Err(self.device_mismatch(op.name(), r)),
             },
-            (Storage::Gpu(a), Err(_), Some(s)) => Storage::Gpu(a.device.typed_compare(
-                op,
-                self.dtype(),
-                (a, la),
-                Err(s.bits()),
-            )?),
+            (Storage::Gpu(a), Err(_), Some(s)) => {
+                Storage::Gpu(
+                    a.device
+                        .typed_compare(op, self.dtype(), (a, la), Err(s.bits()))?,
+                )
+            }
             _ => return Err(self.unsupported(op.scalar_name())),
         })
     }

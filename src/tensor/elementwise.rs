@@ -98,7 +98,10 @@ macro_rules! binary_ops {
                 ///
                 /// # Errors
                 /// [`Error::ShapeMismatch`] when the shapes do not broadcast,
-                /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ.
+                /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ
+                /// (no implicit promotion: convert with [`Tensor::to_dtype`]);
+                /// [`Error::UnsupportedDType`] for u8, and for `pow` on integers. Integer ops
+                /// follow WGSL (see [`crate::DType`]); f16 computes in f32 and rounds once.
                 pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
                     self.binary_op(rhs, BinaryOp::$op)
                 }

@@ -109,8 +109,10 @@ impl Tensor {
     /// [`Error::ShapeMismatch`] (naming both shapes) when the inner dims differ or the batch
     /// dims do not broadcast; [`Error::InvalidArgument`] for 0-d operands;
     /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ;
-    /// [`Error::UnsupportedDType`] for dtypes other than f32; GPU errors (out of memory, a lost
-    /// device) as for every op.
+    /// [`Error::UnsupportedDType`] for integer and u8 operands (as PyTorch on CUDA; convert
+    /// with [`Tensor::to_dtype`]); GPU errors (out of memory, a lost device) as for every op.
+    /// f16 operands are converted to f32, multiplied with f32 accumulation, and the product
+    /// rounded once to f16.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         self.matmul_impl(rhs, None)
     }

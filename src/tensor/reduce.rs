@@ -98,7 +98,11 @@ impl Tensor {
                 (src, rows, Vec::new())
             }
         };
-        let dtype = if op.is_arg() { DType::U32 } else { self.dtype() };
+        let dtype = if op.is_arg() {
+            DType::U32
+        } else {
+            self.dtype()
+        };
         if rows.len == 0 {
             return match op {
                 ReduceOp::Sum => Tensor::zeros(&out_shape, dtype, self.device()),
@@ -159,7 +163,8 @@ impl Tensor {
     /// propagates; an empty tensor sums to 0.
     ///
     /// # Errors
-    /// [`Error::UnsupportedDType`] for non-f32 tensors; GPU errors.
+    /// [`Error::UnsupportedDType`] for u8 tensors (and `mean` of integers); GPU errors.
+    /// f16 sums accumulate in f32 and round once; i32 / u32 sums wrap in their dtype.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};

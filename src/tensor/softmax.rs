@@ -41,7 +41,8 @@ impl Tensor {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
-    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for non-f32 tensors.
+    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors. f16
+    /// tensors are converted to f32, computed in f32 and rounded once to f16.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
