@@ -393,6 +393,40 @@ fn long_integer_reductions_run_in_several_passes_and_match_the_cpu() {
 }
 
 #[test]
+fn float_rem_truncates_like_wgsl_on_every_device() {
+    let a = common::data(301, 31, 50.0);
+    let b: Vec<f32> = common::data(301, 32, 9.0)
+        .iter()
+        .map(|x| x + 0.25)
+        .collect();
+    let want: Vec<f32> = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| x - y * (x / y).trunc())
+        .collect();
+    for d in devices() {
+        let (ta, tb) = (
+            Tensor::from_slice(&a, &[301], &d).unwrap(),
+            Tensor::from_slice(&b, &[301], &d).unwrap(),
+        );
+        let got = common::values(&ta.rem(&tb).unwrap());
+        common::assert_close(&got, &want, 1e-5, 1e-4, &format!("f32 rem on {d}"));
+        let h = ta.to_dtype(DType::F16).unwrap().rem_scalar(2.0).unwrap();
+        let hv = h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(hv
+            .iter()
+            .zip(&a)
+            .all(|(r, x)| r.abs() < 2.0 && (*r == 0.0 || r.signum() == x.signum())));
+        let s = Tensor::from_vec(vec![-7.5f32, 7.5, 1.0], &[3], &d).unwrap();
+        let r = common::values(&s.rem_scalar(2.0).unwrap());
+        assert_eq!(r, [-1.5, 1.5, 1.0], "the sign of the dividend on {d}");
+        assert!(common::values(&s.rem_scalar(0.0).unwrap())
+            .iter()
+            .all(|x| x.is_nan()));
+    }
+}
+
+#[test]
 fn float_only_ops_and_integer_matmul_are_typed_errors() {
     for d in devices() {
         let t = Tensor::ones(&[2, 2], DType::I32, &d).unwrap();

@@ -200,6 +200,9 @@ fn typed_kernels_past_65535_workgroups() {
             "i32 add_scalar over {n} elements on {d}"
         );
         let u = t.to_dtype(DType::U32).unwrap().to_vec::<u32>().unwrap();
-        assert!(u.iter().zip(&host).all(|(g, h)| *g == *h as u32), "to_dtype on {d}");
+        assert!(
+            u.iter().zip(&host).all(|(g, h)| *g == *h as u32),
+            "to_dtype on {d}"
+        );
     }
 }
