@@ -73,6 +73,12 @@ pub mod testing {
         }
     }
 
+    /// Whether f16 elementwise ops on `device` run the native-f16 kernels (`SHADER_F16` on and
+    /// `WGTENSOR_DISABLE_SHADER_F16` not `1` when the device opened); false on the CPU.
+    pub fn native_f16(device: &Device) -> bool {
+        device.as_gpu().is_some_and(|g| g.native_f16())
+    }
+
     /// The WGSL source of every embedded shader, by file name (validated by naga in the tests).
     pub fn shader_sources() -> Vec<(&'static str, &'static str)> {
         crate::gpu::kernels::Shader::ALL

@@ -3,6 +3,7 @@
 
 mod chunked;
 mod compare;
+mod convert;
 mod create;
 mod display;
 mod elementwise;

@@ -149,6 +149,9 @@ fn elementwise_binary_with_broadcasting() {
         case("maximum", &[&[2, 3], &[3]], |x| x[0].maximum(&x[1])),
         case("minimum", &[&[2, 3], &[2, 1]], |x| x[0].minimum(&x[1])),
         pos("pow", &[&[2, 3], &[3]], |x| x[0].pow(&x[1])),
+        pos("rem (fmod)", &[&[2, 3], &[3]], |x| {
+            x[0].mul_scalar(3.0)?.rem(&x[1].add_scalar(1.0)?)
+        }),
         case("same input twice", &[&[5]], |x| x[0].mul(&x[0])),
         case("diamond", &[&[4]], |x| {
             let a = x[0].exp()?;
@@ -171,6 +174,9 @@ fn elementwise_scalar() {
         pos("scalar / x", &[&[5]], |x| 3.0 / &x[0]),
         case("scalar * x", &[&[5]], |x| 2.0 * &x[0]),
         case("scalar + x", &[&[5]], |x| 2.0 + &x[0]),
+        pos("rem_scalar", &[&[5]], |x| {
+            x[0].mul_scalar(3.0)?.rem_scalar(2.0)
+        }),
     ]);
 }
 

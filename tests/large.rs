@@ -185,3 +185,24 @@ fn reductions_and_matmul_past_one_binding() {
         }
     }
 }
+
+/// The typed kernels (i32 here) on more than 65,535 workgroups: the grid is split in 2-D and
+/// every word is still written exactly once.
+#[test]
+fn typed_kernels_past_65535_workgroups() {
+    for d in gpus() {
+        let n = 65_535 * 256 + 701;
+        let host: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(-7919)).collect();
+        let t = Tensor::from_slice(&host, &[n], &d).unwrap();
+        let got = t.add_scalar(3.0).unwrap().to_vec::<i32>().unwrap();
+        assert!(
+            got.iter().zip(&host).all(|(g, h)| *g == h.wrapping_add(3)),
+            "i32 add_scalar over {n} elements on {d}"
+        );
+        let u = t.to_dtype(DType::U32).unwrap().to_vec::<u32>().unwrap();
+        assert!(
+            u.iter().zip(&host).all(|(g, h)| *g == *h as u32),
+            "to_dtype on {d}"
+        );
+    }
+}

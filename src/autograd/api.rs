@@ -1,7 +1,7 @@
 //! The autograd methods on [`Tensor`]: PyTorch's names and semantics.
 
 use super::{run_backward, tracked, Meta};
-use crate::{DType, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 impl Tensor {
     /// Whether gradients flow to or through this tensor: a leaf made with
@@ -159,7 +159,7 @@ impl Tensor {
         }
         let seed = {
             let _g = super::no_grad();
-            Tensor::ones(self.shape(), DType::F32, self.device())?
+            Tensor::ones(self.shape(), self.dtype(), self.device())?
         };
         self.backward_with(&seed)
     }
@@ -213,11 +213,11 @@ fn check_seed(op: &'static str, t: &Tensor, g: &Tensor) -> Result<()> {
             rhs: g.shape().to_vec(),
         });
     }
-    if g.dtype() != DType::F32 {
-        return Err(Error::UnsupportedDType {
+    if g.dtype() != t.dtype() {
+        return Err(Error::DTypeMismatch {
             op,
-            dtype: g.dtype(),
-            device: g.device().to_string(),
+            lhs: t.dtype(),
+            rhs: g.dtype(),
         });
     }
     Ok(())

@@ -2,11 +2,11 @@
 
 use super::record;
 use crate::ops::{BinaryOp, UnaryOp};
-use crate::{DType, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// A 0-d constant on `like`'s device, broadcast by the ops that use it.
 pub(crate) fn scalar_like(like: &Tensor, v: f32) -> Result<Tensor> {
-    Tensor::full(&[], v as f64, DType::F32, like.device())
+    Tensor::full(&[], v as f64, like.dtype(), like.device())
 }
 
 /// Sums a broadcast gradient back to `shape` (the input's shape before broadcasting): over the
@@ -67,6 +67,7 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Tenso
                 BinaryOp::Minimum => winner_grad(g, a, b, false),
                 // d/da a^b = b * a^(b-1)
                 BinaryOp::Pow => g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?),
+                BinaryOp::Rem => Ok(g.clone()),
             }
         };
         let grad_b = |g: &Tensor| -> Result<Tensor> {
@@ -80,6 +81,8 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Tenso
                 BinaryOp::Minimum => winner_grad(g, b, a, false),
                 // d/db a^b = a^b ln a; 0 where a == 0 (PyTorch's convention for 0^b).
                 BinaryOp::Pow => masked(&a.ne_scalar(0.0)?, &g.mul(&o)?.mul(&a.log()?)?),
+                // fmod(a, b) = a - b * trunc(a / b): d/db = -trunc(a / b) = -(a - out) / b.
+                BinaryOp::Rem => g.mul(&a.sub(&o)?.div(b)?)?.neg(),
             }
         };
         let ga = if needs[0] {
@@ -114,6 +117,9 @@ pub(crate) fn scalar(op: BinaryOp, x: &Tensor, s: f32, scalar_first: bool, out: 
             (BinaryOp::Pow, false) => g.mul(&x.pow_scalar(s - 1.0)?.mul_scalar(s)?)?,
             // d/dx s^x = s^x ln s
             (BinaryOp::Pow, true) => g.mul(&o)?.mul_scalar(s.ln())?,
+            (BinaryOp::Rem, false) => g.clone(),
+            // d/dx fmod(s, x) = -trunc(s / x) = -(s - out) / x
+            (BinaryOp::Rem, true) => g.mul(&o.neg()?.add_scalar(s)?.div(x)?)?.neg()?,
         };
         Ok(vec![Some(gx)])
     })

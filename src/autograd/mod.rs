@@ -195,15 +195,16 @@ fn node_key(n: &Arc<Node>) -> *const Node {
 /// A gradient must match its tensor's shape and device: checked at every edge, so a wrong
 /// backward formula is reported by name instead of corrupting a parameter's grad.
 fn check_grad(op: &'static str, input: &Tensor, g: &Tensor) -> Result<()> {
-    if g.shape() != input.shape() || g.device() != input.device() {
+    if g.shape() != input.shape() || g.device() != input.device() || g.dtype() != input.dtype() {
         return Err(Error::InvalidArgument {
             op: "backward",
             message: format!(
-                "the gradient {op} produced has shape {:?} on {}, but its input has shape {:?} \
-                 on {}",
+                "the gradient {op} produced is {:?} {} on {}, but its input is {:?} {} on {}",
                 g.shape(),
+                g.dtype(),
                 g.device(),
                 input.shape(),
+                input.dtype(),
                 input.device()
             ),
         });

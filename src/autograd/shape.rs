@@ -44,7 +44,7 @@ pub(crate) fn view(op: &'static str, kind: View, x: &Tensor, out: Tensor) -> Ten
                 for n in [*start, after] {
                     let mut s = shape.to_vec();
                     s[d] = n;
-                    parts.push(Tensor::zeros(&s, DType::F32, g.device())?);
+                    parts.push(Tensor::zeros(&s, g.dtype(), g.device())?);
                 }
                 Tensor::cat(&[&parts[0], g, &parts[1]], d as isize)?
             }
@@ -122,6 +122,18 @@ pub(crate) fn clamp(x: &Tensor, min: f32, max: f32, out: Tensor) -> Tensor {
     })
 }
 
+/// Records `out = x.to_dtype(..)`: the gradient is converted back to `x`'s dtype (float to
+/// float only; other conversions carry no gradient).
+pub(crate) fn to_dtype(x: &Tensor, out: Tensor) -> Tensor {
+    let src = x.dtype();
+    if !matches!(src, DType::F32 | DType::F16) {
+        return out;
+    }
+    record("to_dtype", out, &[x], move |g, _| {
+        Ok(vec![Some(g.to_dtype(src)?)])
+    })
+}
+
 /// Records `out = x.to(device)`: the gradient goes back to `x`'s device.
 pub(crate) fn to(x: &Tensor, out: Tensor) -> Tensor {
     let src: Device = x.device().clone();
@@ -147,7 +159,10 @@ pub(crate) fn index_select(x: &Tensor, dim: isize, ids: &Tensor, out: Tensor) ->
         for (i, &id) in ids.iter().enumerate() {
             onehot[id as usize * n + i] = 1.0;
         }
-        let onehot = Tensor::from_vec(onehot, &[s, n], g.device())?;
+        let mut onehot = Tensor::from_vec(onehot, &[s, n], g.device())?;
+        if g.dtype() != DType::F32 {
+            onehot = onehot.to_dtype(g.dtype())?;
+        }
         let moved = g.transpose(0, d as isize)?;
         let rest: Vec<usize> = moved.shape()[1..].to_vec();
         let r: usize = rest.iter().product();

@@ -112,7 +112,10 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
         }
         onehot[i * c + id as usize] = 1.0;
     }
-    let onehot = Tensor::from_vec(onehot, &[n, c], logits.device())?;
+    let mut onehot = Tensor::from_vec(onehot, &[n, c], logits.device())?;
+    if logits.dtype() != DType::F32 {
+        onehot = onehot.to_dtype(logits.dtype())?;
+    }
     let picked = logits.log_softmax(-1)?.mul(&onehot)?.sum_all()?;
     picked.mul_scalar(-1.0 / n.max(1) as f32)
 }

@@ -60,7 +60,14 @@ impl Tensor {
     /// so argmax/argmin return flat row-major indices).
     fn reduce_op(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
-        self.require_f32(name)?;
+        match self.dtype() {
+            DType::F32 => {}
+            // Accumulates in f32 (a convert kernel each way); values come back as f16.
+            DType::F16 => return self.via_f32(true, |t| t.reduce_op(op, dim, keepdim)),
+            // Integer sums and products wrap in the same dtype (there is no i64).
+            DType::I32 | DType::U32 if op != ReduceOp::Mean => {}
+            _ => return Err(self.unsupported(name)),
+        }
         if let Some(g) = blocks_needed(&[self], 0) {
             if let Some(t) = self.reduce_in_blocks(g, op, dim, keepdim)? {
                 return Ok(t);
@@ -92,7 +99,11 @@ impl Tensor {
                 (src, rows, Vec::new())
             }
         };
-        let dtype = if op.is_arg() { DType::U32 } else { DType::F32 };
+        let dtype = if op.is_arg() {
+            DType::U32
+        } else {
+            self.dtype()
+        };
         if rows.len == 0 {
             return match op {
                 ReduceOp::Sum => Tensor::zeros(&out_shape, dtype, self.device()),
@@ -120,6 +131,9 @@ impl Tensor {
             return Tensor::zeros(&out_shape, dtype, self.device());
         }
         let storage = match src.storage() {
+            Storage::Cpu(s) if src.dtype() != DType::F32 => {
+                Storage::Cpu(cpu::typed::reduce_int(op, s, &rows)?)
+            }
             Storage::Cpu(_) => {
                 let x = src.cpu_f32(name)?;
                 Storage::Cpu(if op.is_arg() {
@@ -128,7 +142,14 @@ impl Tensor {
                     CpuStorage::F32(cpu::reduce::reduce(op, x, &rows))
                 })
             }
-            Storage::Gpu(b) => Storage::Gpu(b.device.reduce(name, op, b, src.layout(), &rows)?),
+            Storage::Gpu(b) => Storage::Gpu(b.device.reduce_typed(
+                name,
+                op,
+                src.dtype(),
+                b,
+                src.layout(),
+                &rows,
+            )?),
         };
         Ok(Tensor::from_parts(
             storage,
@@ -143,7 +164,8 @@ impl Tensor {
     /// propagates; an empty tensor sums to 0.
     ///
     /// # Errors
-    /// [`Error::UnsupportedDType`] for non-f32 tensors; GPU errors.
+    /// [`Error::UnsupportedDType`] for u8 tensors (and `mean` of integers); GPU errors.
+    /// f16 sums accumulate in f32 and round once; i32 / u32 sums wrap in their dtype.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};

@@ -205,11 +205,8 @@ impl Tensor {
             Storage::Gpu(b) if self.dtype() == DType::F32 => {
                 Storage::Gpu(b.device.unary(UnaryOp::Copy, b, self.layout())?)
             }
-            // Other dtypes have no copy kernel yet: gather on the host and upload again.
-            Storage::Gpu(b) => {
-                let host = self.host_contiguous("contiguous")?;
-                Storage::Gpu(b.device.upload("contiguous", host.as_bytes())?)
-            }
+            // Other dtypes: the convert kernel's same-dtype copy (whole words per thread).
+            Storage::Gpu(_) => return self.convert_to(self.dtype()),
         };
         Ok(self.derived(storage, self.shape()))
     }
