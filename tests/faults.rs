@@ -161,7 +161,7 @@ fn row02_empty_tensors_pass_through_every_op() {
             check("contiguous", x.contiguous(), shape);
             assert_eq!(
                 x.cpu().unwrap().to_vec::<f32>().unwrap(),
-                vec![],
+                Vec::<f32>::new(),
                 "{}",
                 ctx("cpu()")
             );
@@ -210,7 +210,7 @@ fn row02_empty_tensors_pass_through_every_op() {
                     .unwrap()
                     .to_vec::<u8>()
                     .unwrap(),
-                vec![]
+                Vec::<u8>::new()
             );
         }
         check_arange_empty(&d);
