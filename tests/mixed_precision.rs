@@ -29,7 +29,10 @@ impl Module for Mlp {
         linear(&h, &self.w2.to_dtype(c)?)?.to_dtype(DType::F32)
     }
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![("w1".into(), self.w1.clone()), ("w2".into(), self.w2.clone())]
+        vec![
+            ("w1".into(), self.w1.clone()),
+            ("w2".into(), self.w2.clone()),
+        ]
     }
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
         vec![("w1".into(), &mut self.w1), ("w2".into(), &mut self.w2)]
@@ -89,9 +92,18 @@ fn f16_forward_with_f32_master_weights_trains_like_f32() {
             assert_eq!(p.grad().unwrap().dtype(), DType::F32, "their grads are f32");
         }
         let (first, last) = (got[0], got[59]);
-        assert!(last < 0.8 * first, "{dev}: f16 training stalls: {first} -> {last}");
+        assert!(
+            last < 0.8 * first,
+            "{dev}: f16 training stalls: {first} -> {last}"
+        );
         // f16 rounding (11-bit mantissa) moves the trajectory a little, not the outcome.
-        assert_close(&[last], &[reference[59]], 0.05, 0.0, &format!("{dev}: final loss"));
+        assert_close(
+            &[last],
+            &[reference[59]],
+            0.05,
+            0.0,
+            &format!("{dev}: final loss"),
+        );
     }
 }
 
@@ -121,7 +133,13 @@ fn loss_scaling_keeps_small_f16_gradients_from_flushing_to_zero() -> Result<()> 
         );
         let scaled = grads(&half, GradScaler::new().get_scale())?;
         let max = exact.iter().fold(0f32, |a, &b| a.max(b.abs()));
-        assert_close(&scaled, &exact, 0.05, 0.02 * max, &format!("{dev}: scaled f16 grads"));
+        assert_close(
+            &scaled,
+            &exact,
+            0.05,
+            0.02 * max,
+            &format!("{dev}: scaled f16 grads"),
+        );
     }
     Ok(())
 }

@@ -366,7 +366,10 @@ fn empty_reductions() {
         // Reducing a non-empty dim of an empty tensor is fine: no rows.
         assert_eq!(m.max(0, false).unwrap().shape(), &[0]);
         assert_eq!(m.argmax(0, true).unwrap().shape(), &[1, 0]);
-        assert_eq!(m.sum(0, false).unwrap().to_vec::<f32>().unwrap(), Vec::<f32>::new());
+        assert_eq!(
+            m.sum(0, false).unwrap().to_vec::<f32>().unwrap(),
+            Vec::<f32>::new()
+        );
     }
 }
 

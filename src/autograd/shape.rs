@@ -140,9 +140,10 @@ pub(crate) fn to(x: &Tensor, out: Tensor) -> Tensor {
     record("to", out, &[x], move |g, _| Ok(vec![Some(g.to(&src)?)]))
 }
 
-/// Records `out = x.index_select(dim, ids)`. Backward is a scatter-add written as a one-hot
-/// matmul: `dx = onehot[S, n] @ g` with dim `dim` moved to the front. The one-hot matrix is
-/// built on the host from the ids (a readback on GPUs) and costs `S * n` floats.
+/// Records `out = x.index_select(dim, ids)`. Backward is a scatter-add: the gradient rows of
+/// repeated ids add up. It runs on the host (a readback and an upload on GPUs, like the id
+/// check of the forward) in `O(x.numel())` memory, where a one-hot matmul would need
+/// `S * n` floats (vocabulary times ids) for an embedding.
 pub(crate) fn index_select(x: &Tensor, dim: isize, ids: &Tensor, out: Tensor) -> Tensor {
     let (x2, ids2) = (x.clone(), ids.clone());
     record("index_select", out, &[x, ids], move |g, needs| {
@@ -150,28 +151,35 @@ pub(crate) fn index_select(x: &Tensor, dim: isize, ids: &Tensor, out: Tensor) ->
             return Ok(vec![None, None]);
         }
         let d = normalize_dim("index_select", dim, x2.ndim())?;
-        let ids: Vec<i64> = match ids2.dtype() {
-            DType::I32 => ids2.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
-            _ => ids2.to_vec::<u32>()?.into_iter().map(i64::from).collect(),
+        let ids: Vec<usize> = match ids2.dtype() {
+            DType::I32 => ids2
+                .to_vec::<i32>()?
+                .into_iter()
+                .map(|i| i as usize)
+                .collect(),
+            _ => ids2
+                .to_vec::<u32>()?
+                .into_iter()
+                .map(|i| i as usize)
+                .collect(),
         };
-        let (s, n) = (x2.shape()[d], ids.len());
-        let mut onehot = vec![0f32; s * n];
-        for (i, &id) in ids.iter().enumerate() {
-            onehot[id as usize * n + i] = 1.0;
-        }
-        let mut onehot = Tensor::from_vec(onehot, &[s, n], g.device())?;
-        if g.dtype() != DType::F32 {
-            onehot = onehot.to_dtype(g.dtype())?;
-        }
+        let s = x2.shape()[d];
+        // Rows of the gradient along `dim`, moved to the front and packed: [n, r].
         let moved = g.transpose(0, d as isize)?;
         let rest: Vec<usize> = moved.shape()[1..].to_vec();
         let r: usize = rest.iter().product();
-        let flat = moved.reshape(&[n, r])?;
+        let rows = moved.to_dtype(DType::F32)?.contiguous()?.to_vec::<f32>()?;
+        let mut acc = vec![0f32; s * r];
+        for (k, &id) in ids.iter().enumerate() {
+            let src = &rows[k * r..(k + 1) * r];
+            for (a, b) in acc[id * r..(id + 1) * r].iter_mut().zip(src) {
+                *a += b;
+            }
+        }
         let mut full = vec![s];
         full.extend(rest);
-        let gx = onehot
-            .matmul(&flat)?
-            .reshape(&full)?
+        let gx = Tensor::from_vec(acc, &full, g.device())?
+            .to_dtype(g.dtype())?
             .transpose(0, d as isize)?;
         Ok(vec![Some(gx), None])
     })
