@@ -81,6 +81,12 @@ impl Tensor {
         &self.0.autograd
     }
 
+    /// This tensor's recording node when this handle is the last one to it (used to free long
+    /// graphs without recursion); `None` otherwise.
+    pub(crate) fn into_unique_node(self) -> Option<Arc<crate::autograd::Node>> {
+        Arc::try_unwrap(self.0).ok()?.autograd.take_node()
+    }
+
     /// A tensor sharing this one's storage and view with new autograd state: how recorded op
     /// results, `detach` and `requires_grad_` are made without copying data.
     pub(crate) fn with_autograd(&self, autograd: crate::autograd::Meta) -> Tensor {

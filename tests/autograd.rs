@@ -392,3 +392,16 @@ fn max_ties_share_the_gradient() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn long_chains_backward_and_drop_without_recursion() -> Result<()> {
+    let x = Tensor::ones(&[2], DType::F32, &Device::cpu())?.requires_grad_(true);
+    let mut y = x.clone();
+    for _ in 0..100_000 {
+        y = y.add_scalar(1e-6)?;
+    }
+    y.sum_all()?.backward()?;
+    assert_eq!(values(&x.grad().unwrap()), vec![1.0, 1.0]);
+    drop(y); // frees 100,000 nodes; recursion would overflow the test thread's stack
+    Ok(())
+}

@@ -107,7 +107,27 @@ pub(crate) type BackwardFn =
 pub(crate) struct Node {
     op: &'static str,
     inputs: Vec<Tensor>,
-    backward: BackwardFn,
+    /// Always `Some` until the node is dropped (taken first so the inputs it captured are
+    /// released before the inputs are walked).
+    backward: Option<BackwardFn>,
+}
+
+impl Drop for Node {
+    /// Frees a chain of nodes with a loop instead of recursion: a graph of 100,000 recorded ops
+    /// (an unrolled recurrence) would otherwise overflow the stack when its last tensor drops.
+    fn drop(&mut self) {
+        drop(self.backward.take());
+        let mut stack = std::mem::take(&mut self.inputs);
+        while let Some(t) = stack.pop() {
+            let Some(node) = t.into_unique_node() else {
+                continue;
+            };
+            if let Ok(mut n) = Arc::try_unwrap(node) {
+                drop(n.backward.take());
+                stack.append(&mut n.inputs);
+            }
+        }
+    }
 }
 
 /// Autograd state of one tensor. Clones share it (they share the `Arc`), so a leaf's grad slot
@@ -123,6 +143,10 @@ pub(crate) struct Meta {
 }
 
 impl Meta {
+    pub(crate) fn take_node(&mut self) -> Option<Arc<Node>> {
+        self.node.take()
+    }
+
     pub(crate) fn leaf(requires_grad: bool) -> Meta {
         Meta {
             requires_grad,
@@ -152,7 +176,7 @@ where
     let node = Node {
         op,
         inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-        backward: Box::new(backward),
+        backward: Some(Box::new(backward)),
     };
     out.with_autograd(Meta {
         node: Some(Arc::new(node)),
@@ -239,9 +263,9 @@ pub(crate) fn run_backward(root: &Tensor, seed: Tensor) -> Result<()> {
     let mut ready = vec![root_node];
     while let Some(n) = ready.pop() {
         let needs: Vec<bool> = n.inputs.iter().map(tracked).collect();
-        let in_grads = match grads.remove(&node_key(&n)) {
-            Some(g) => (n.backward)(&g, &needs)?,
-            None => vec![None; n.inputs.len()],
+        let in_grads = match (grads.remove(&node_key(&n)), &n.backward) {
+            (Some(g), Some(backward)) => backward(&g, &needs)?,
+            _ => vec![None; n.inputs.len()],
         };
         for (input, g) in n.inputs.iter().zip(in_grads) {
             let meta = input.autograd_meta();

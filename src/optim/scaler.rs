@@ -105,12 +105,17 @@ impl GradScaler {
     pub fn unscale(&mut self, model: &dyn Module) -> Result<bool> {
         let _no_grad = crate::no_grad();
         let inv = 1.0 / self.scale;
+        // Per device, the sum of every `g * 0`: 0 when all are finite, NaN if any is inf/NaN.
+        // One readback per device instead of one per parameter.
         let mut checks: Vec<Tensor> = Vec::new();
         for p in model.parameters() {
             let Some(g) = p.grad() else { continue };
             let g = g.mul_scalar(inv)?;
-            // x * 0 is 0 for finite x and NaN for inf/NaN: one sum tells.
-            checks.push(g.mul_scalar(0.0)?.sum_all()?.cpu()?);
+            let c = g.mul_scalar(0.0)?.sum_all()?.to_dtype(crate::DType::F32)?;
+            match checks.iter_mut().find(|t| t.device() == c.device()) {
+                Some(t) => *t = t.add(&c)?,
+                None => checks.push(c),
+            }
             p.set_grad(Some(g))?;
         }
         let mut found = false;
