@@ -284,7 +284,14 @@ impl FromStr for Device {
         let (kind, index) = match input.split_once(':') {
             Some((k, i)) => {
                 let n = i.parse::<usize>().map_err(|_| {
-                    bad(format!("{i:?} is not a device index (a number such as 0)"))
+                    if i.contains('#') {
+                        bad(format!(
+                            "{i:?} names a logical device, which has no device string (each \
+                             Device::gpu_logical call opens a new one); keep the Device value"
+                        ))
+                    } else {
+                        bad(format!("{i:?} is not a device index (a number such as 0)"))
+                    }
                 })?;
                 (k, Some(n))
             }

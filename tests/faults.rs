@@ -223,7 +223,7 @@ fn row02_empty_tensors_pass_through_every_op() {
 
 fn check_arange_empty(d: &Device) {
     let t = Tensor::arange(2.0, 2.0, 1.0, d).unwrap();
-    assert_eq!((t.shape(), values(&t)), (&[0][..], vec![]));
+    assert_eq!((t.shape(), values(&t)), (&[0][..], Vec::<f32>::new()));
 }
 
 // Row 3 ----------------------------------------------------------------------------------------

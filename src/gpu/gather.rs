@@ -8,17 +8,16 @@ use crate::shape::Layout;
 use crate::Result;
 
 impl GpuDevice {
-    /// Rows of dim `d` of the f32 view `layout` of `src` picked by the `ids` (u32 or i32 words,
-    /// validated by the caller to lie in `0..layout.shape[d]`) starting at element `ids_offset`.
+    /// Rows of dim `d` of the f32 view `layout` of `src` picked by `(ids, offset, count)`:
+    /// `count` u32 or i32 words (validated by the caller to lie in `0..layout.shape[d]`)
+    /// starting at element `offset` of the `ids` buffer.
     pub(crate) fn index_select(
         &self,
         op: &'static str,
         src: &GpuBuffer,
         layout: &Layout,
         d: usize,
-        ids: &GpuBuffer,
-        ids_offset: usize,
-        nids: usize,
+        (ids, ids_offset, nids): (&GpuBuffer, usize, usize),
     ) -> Result<GpuBuffer> {
         check_u32(op, layout)?;
         let mut out_shape = layout.shape.clone();

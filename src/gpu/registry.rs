@@ -212,8 +212,13 @@ impl Registry {
 
     /// Opens `gpu:index`.
     pub(crate) fn open_gpu(&self, input: &str, index: usize) -> Result<GpuDevice> {
+        self.open(self.gpu_entry(input, index)?)
+    }
+
+    /// The entry of `gpu:index`, or the error naming how many GPUs exist.
+    fn gpu_entry(&self, input: &str, index: usize) -> Result<usize> {
         match self.gpu.get(index) {
-            Some(&i) => self.open(i),
+            Some(&i) => Ok(i),
             None if self.gpu.is_empty() => Err(Error::GpuUnavailable {
                 requested: input.to_string(),
                 reason: self.none_found(),
@@ -313,9 +318,7 @@ impl Registry {
     pub(crate) fn open_gpu_logical(&self, index: usize) -> Result<GpuDevice> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NEXT: AtomicUsize = AtomicUsize::new(1);
-        // Validates the index with the same errors as `gpu:index`.
-        self.open_gpu(&format!("gpu:{index}"), index)?;
-        let i = self.gpu[index];
+        let i = self.gpu_entry(&format!("gpu:{index}"), index)?;
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
         self.request(i, format!("gpu:{index}#{k}"))
     }

@@ -79,11 +79,20 @@ pub struct Softmax {
 
 impl Softmax {
     /// Softmax over `dim`.
+    ///
+    /// ```
+    /// let s = wgtensor::nn::Softmax::new(-1);
+    /// assert_eq!(s.dim(), -1);
+    /// ```
     pub fn new(dim: isize) -> Softmax {
         Softmax { dim }
     }
 
     /// The dim it normalises.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::Softmax::new(1).dim(), 1);
+    /// ```
     pub fn dim(&self) -> isize {
         self.dim
     }

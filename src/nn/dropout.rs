@@ -32,6 +32,12 @@ impl Dropout {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `p` is outside `[0, 1]` (or NaN).
+    ///
+    /// ```
+    /// let d = wgtensor::nn::Dropout::new(0.1)?;
+    /// assert!(wgtensor::nn::Dropout::new(1.5).is_err());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn new(p: f32) -> Result<Dropout> {
         if !(0.0..=1.0).contains(&p) {
             return Err(Error::InvalidArgument {
@@ -43,11 +49,24 @@ impl Dropout {
     }
 
     /// The drop probability.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::Dropout::new(0.1)?.p(), 0.1);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn p(&self) -> f32 {
         self.p
     }
 
     /// Whether the layer is in training mode (dropping).
+    ///
+    /// ```
+    /// use wgtensor::nn::{Dropout, Module};
+    /// let mut d = Dropout::new(0.1)?;
+    /// d.eval();
+    /// assert!(!d.is_training());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn is_training(&self) -> bool {
         self.training
     }

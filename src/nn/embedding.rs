@@ -30,6 +30,12 @@ impl Embedding {
     ///
     /// # Errors
     /// Device errors (allocation, a lost GPU).
+    ///
+    /// ```
+    /// let emb = wgtensor::nn::Embedding::new(100, 16, &wgtensor::Device::cpu())?;
+    /// assert_eq!(emb.weight().shape(), &[100, 16]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn new(num_embeddings: usize, embedding_dim: usize, device: &Device) -> Result<Embedding> {
         let w = Tensor::randn(&[num_embeddings, embedding_dim], &Device::cpu())?.to(device)?;
         Ok(Embedding { weight: param(w) })
@@ -73,16 +79,32 @@ impl Embedding {
     }
 
     /// The table, `[num_embeddings, embedding_dim]`.
+    ///
+    /// ```
+    /// let emb = wgtensor::nn::Embedding::new(5, 2, &wgtensor::Device::cpu())?;
+    /// assert_eq!(emb.weight().shape(), &[5, 2]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
 
     /// Number of rows.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::Embedding::new(5, 2, &wgtensor::Device::cpu())?.num_embeddings(), 5);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn num_embeddings(&self) -> usize {
         self.weight.shape()[0]
     }
 
     /// Size of each vector.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::Embedding::new(5, 2, &wgtensor::Device::cpu())?.embedding_dim(), 2);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn embedding_dim(&self) -> usize {
         self.weight.shape()[1]
     }

@@ -30,6 +30,14 @@ impl Linear {
     ///
     /// # Errors
     /// Device errors (allocation, a lost GPU).
+    ///
+    /// ```
+    /// wgtensor::manual_seed(0);
+    /// let layer = wgtensor::nn::Linear::new(16, 4, true, &wgtensor::Device::cpu())?;
+    /// // U(-1/4, 1/4), PyTorch's bound 1/sqrt(in_features)
+    /// assert!(layer.weight().to_vec::<f32>()?.iter().all(|w| w.abs() <= 0.25));
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn new(
         in_features: usize,
         out_features: usize,
@@ -106,21 +114,43 @@ impl Linear {
     }
 
     /// The weight, `[out_features, in_features]`.
+    ///
+    /// ```
+    /// let l = wgtensor::nn::Linear::new(3, 2, true, &wgtensor::Device::cpu())?;
+    /// assert_eq!(l.weight().shape(), &[2, 3]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
 
     /// The bias, `[out_features]`, if the layer has one.
+    ///
+    /// ```
+    /// let l = wgtensor::nn::Linear::new(3, 2, false, &wgtensor::Device::cpu())?;
+    /// assert!(l.bias().is_none());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
 
     /// `in_features`.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::Linear::new(3, 2, true, &wgtensor::Device::cpu())?.in_features(), 3);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn in_features(&self) -> usize {
         self.weight.shape()[1]
     }
 
     /// `out_features`.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::Linear::new(3, 2, true, &wgtensor::Device::cpu())?.out_features(), 2);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
     }

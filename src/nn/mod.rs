@@ -3,6 +3,26 @@
 //!
 //! Layers are written with the public tensor ops only, so they run on every device the ops run
 //! on, and gradients (when autograd records the ops) come for free.
+//!
+//! - Layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`ReLU`], [`GELU`], [`Sigmoid`], [`Tanh`],
+//!   [`Softmax`], [`Dropout`], [`Identity`], and the container [`Sequential`].
+//! - Weights: [`save_safetensors`] / [`load_safetensors`], and [`Module::save_weights`] /
+//!   [`Module::load_weights`] (by name, shapes checked, onto a chosen device, f32 or f16).
+//! - [`DataParallel`]: one replica per device, the batch split along dim 0.
+//!
+//! ```
+//! use wgtensor::nn::{Linear, Module, ReLU, Sequential};
+//! use wgtensor::{Device, Tensor};
+//! let device = Device::best();
+//! let mut model = Sequential::new()
+//!     .add(Linear::new(10, 32, true, &Device::cpu())?)
+//!     .add(ReLU)
+//!     .add(Linear::new(32, 1, true, &Device::cpu())?);
+//! model.to(&device)?; // PyTorch's model.to(device)
+//! let out = model.forward(&Tensor::randn(&[4, 10], &device)?)?;
+//! assert_eq!(out.device(), &device);
+//! # Ok::<(), wgtensor::Error>(())
+//! ```
 
 mod activation;
 mod checkpoint;

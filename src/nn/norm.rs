@@ -32,6 +32,13 @@ impl LayerNorm {
     ///
     /// # Errors
     /// Device errors (allocation, a lost GPU).
+    ///
+    /// ```
+    /// use wgtensor::nn::{LayerNorm, Module};
+    /// let ln = LayerNorm::new(8, &wgtensor::Device::cpu())?;
+    /// assert_eq!(ln.num_parameters(), 16); // weight and bias
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn new(dim: usize, device: &Device) -> Result<LayerNorm> {
         LayerNorm::with_options(dim, 1e-5, true, device)
     }
@@ -71,11 +78,21 @@ impl LayerNorm {
     }
 
     /// The normalised (last) dim's size.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::LayerNorm::new(8, &wgtensor::Device::cpu())?.dim(), 8);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn dim(&self) -> usize {
         self.dim
     }
 
     /// The variance floor.
+    ///
+    /// ```
+    /// assert_eq!(wgtensor::nn::LayerNorm::new(8, &wgtensor::Device::cpu())?.eps(), 1e-5);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn eps(&self) -> f32 {
         self.eps
     }

@@ -47,6 +47,15 @@ impl<M: Module + Clone> DataParallel<M> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty device list; the errors of moving parameters.
+    ///
+    /// ```
+    /// use wgtensor::nn::{DataParallel, Linear};
+    /// use wgtensor::Device;
+    /// let devices = [Device::cpu(), Device::cpu()];
+    /// let dp = DataParallel::new(Linear::new(4, 2, true, &Device::cpu())?, &devices, &Device::cpu())?;
+    /// assert_eq!(dp.devices().len(), 2);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn new(module: M, devices: &[Device], output_device: &Device) -> Result<DataParallel<M>> {
         if devices.is_empty() {
             return Err(Error::InvalidArgument {
@@ -68,26 +77,65 @@ impl<M: Module + Clone> DataParallel<M> {
     }
 
     /// The devices holding a replica, in shard order.
+    ///
+    /// ```
+    /// # use wgtensor::nn::{DataParallel, ReLU};
+    /// let dp = DataParallel::new(ReLU, &[wgtensor::Device::cpu()], &wgtensor::Device::cpu())?;
+    /// assert!(dp.devices()[0].is_cpu());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn devices(&self) -> &[Device] {
         &self.devices
     }
 
     /// Where [`Module::forward`] gathers its output.
+    ///
+    /// ```
+    /// # use wgtensor::nn::{DataParallel, ReLU};
+    /// let dp = DataParallel::new(ReLU, &[wgtensor::Device::cpu()], &wgtensor::Device::cpu())?;
+    /// assert!(dp.output_device().is_cpu());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn output_device(&self) -> &Device {
         &self.output_device
     }
 
     /// The first replica (on `devices()[0]`).
+    ///
+    /// ```
+    /// # use wgtensor::nn::{DataParallel, Linear, Module};
+    /// let cpu = wgtensor::Device::cpu();
+    /// let dp = DataParallel::new(Linear::new(2, 2, true, &cpu)?, &[cpu.clone()], &cpu)?;
+    /// assert_eq!(dp.module().num_parameters(), 6);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn module(&self) -> &M {
         &self.replicas[0]
     }
 
     /// The replica on `devices()[i]`.
+    ///
+    /// ```
+    /// # use wgtensor::nn::{DataParallel, Linear, Module};
+    /// let cpu = wgtensor::Device::cpu();
+    /// let dp = DataParallel::new(Linear::new(2, 2, true, &cpu)?, &[cpu.clone(), cpu.clone()], &cpu)?;
+    /// assert_eq!(dp.replica(1).unwrap().device(), Some(cpu));
+    /// assert!(dp.replica(2).is_none());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn replica(&self, i: usize) -> Option<&M> {
         self.replicas.get(i)
     }
 
     /// The first replica, giving up the others.
+    ///
+    /// ```
+    /// # use wgtensor::nn::{DataParallel, Linear};
+    /// let cpu = wgtensor::Device::cpu();
+    /// let dp = DataParallel::new(Linear::new(2, 2, true, &cpu)?, &[cpu.clone()], &cpu)?;
+    /// let linear: Linear = dp.into_inner();
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn into_inner(mut self) -> M {
         self.replicas.swap_remove(0)
     }
@@ -97,6 +145,19 @@ impl<M: Module + Clone> DataParallel<M> {
     ///
     /// # Errors
     /// The errors of moving tensors between devices.
+    ///
+    /// ```
+    /// use wgtensor::nn::{DataParallel, Linear, Module};
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let mut dp = DataParallel::new(Linear::new(2, 1, false, &cpu)?, &[cpu.clone(), cpu.clone()], &cpu)?;
+    /// for (_, p) in dp.named_parameters_mut() {
+    ///     *p = Tensor::zeros(&[1, 2], DType::F32, &cpu)?; // e.g. an optimizer step
+    /// }
+    /// dp.sync_replicas()?;
+    /// assert_eq!(dp.replica(1).unwrap().weight().to_vec::<f32>()?, vec![0.0, 0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn sync_replicas(&mut self) -> Result<()> {
         let (first, rest) = self.replicas.split_at_mut(1);
         let source = first[0].named_parameters();

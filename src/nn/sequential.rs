@@ -47,11 +47,27 @@ pub struct Sequential {
 
 impl Sequential {
     /// An empty container.
+    ///
+    /// ```
+    /// let s = wgtensor::nn::Sequential::new();
+    /// assert!(s.is_empty());
+    /// ```
     pub fn new() -> Sequential {
         Sequential { layers: Vec::new() }
     }
 
     /// Appends `layer` (builder style).
+    ///
+    /// ```
+    /// use wgtensor::nn::{Linear, Module, ReLU, Sequential};
+    /// let cpu = wgtensor::Device::cpu();
+    /// let s = Sequential::new().add(Linear::new(2, 3, true, &cpu)?).add(ReLU);
+    /// assert_eq!(s.named_parameters()[0].0, "0.weight");
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    // The name PyTorch users expect (`nn.Sequential().add_module`, Keras' `add`); it takes a
+    // layer, not another Sequential, so `std::ops::Add` would be the wrong trait.
+    #[allow(clippy::should_implement_trait)]
     pub fn add<M: Module + Clone + 'static>(mut self, layer: M) -> Sequential {
         self.push(layer);
         self
@@ -70,11 +86,20 @@ impl Sequential {
     }
 
     /// Number of layers.
+    ///
+    /// ```
+    /// let s = wgtensor::nn::Sequential::new().add(wgtensor::nn::ReLU).add(wgtensor::nn::Tanh);
+    /// assert_eq!(s.len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.layers.len()
     }
 
     /// Whether there are no layers.
+    ///
+    /// ```
+    /// assert!(wgtensor::nn::Sequential::new().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }
@@ -91,6 +116,13 @@ impl Sequential {
     }
 
     /// Layer `i` mutably, or `None` past the end.
+    ///
+    /// ```
+    /// use wgtensor::nn::{Dropout, Module, Sequential};
+    /// let mut s = Sequential::new().add(Dropout::new(0.5)?);
+    /// s.get_mut(0).unwrap().eval(); // only this layer leaves training mode
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
     pub fn get_mut(&mut self, i: usize) -> Option<&mut dyn Module> {
         self.layers.get_mut(i).map(|l| &mut **l as &mut dyn Module)
     }

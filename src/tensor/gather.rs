@@ -92,9 +92,7 @@ impl Tensor {
                     b,
                     self.layout(),
                     d,
-                    i,
-                    ids.layout().offset,
-                    host_ids.len(),
+                    (i, ids.layout().offset, host_ids.len()),
                 )?)
             }
             (Storage::Gpu(b), _) => {
@@ -105,9 +103,7 @@ impl Tensor {
                     b,
                     self.layout(),
                     d,
-                    &packed,
-                    0,
-                    host_ids.len(),
+                    (&packed, 0, host_ids.len()),
                 )?)
             }
         };
