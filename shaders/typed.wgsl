@@ -330,7 +330,12 @@ fn binary_i(x: i32, y: i32) -> i32 {
         case 3u: { return x / guard_i(x, y); }
         case 4u: { return max(x, y); }
         case 5u: { return min(x, y); }
-        case 7u: { return x % guard_i(x, y); }
+        case 7u: {
+            // Not `%`: GLSL leaves % of negative operands undefined (and GL drivers differ), so
+            // the truncated remainder is rebuilt from the division, as naga does for SPIR-V.
+            let g = guard_i(x, y);
+            return x - (x / g) * g;
+        }
         default: { return x; }
     }
 }

@@ -205,7 +205,8 @@ fn to_dtype_follows_rust_as_on_the_cpu() {
 #[test]
 fn to_dtype_all_pairs_and_views_match_the_cpu_on_every_device() {
     let cpu_sources = sources(&Device::cpu());
-    for d in devices() {
+    // GL views too: another shader compiler, and no SHADER_F16.
+    for d in devices().into_iter().chain(common::gl_views()) {
         for (src_cpu, src) in cpu_sources.iter().zip(sources(&d)) {
             for ((name, v_cpu), (_, v)) in views(src_cpu).into_iter().zip(views(&src)) {
                 for to in ALL {

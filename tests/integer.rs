@@ -74,7 +74,8 @@ fn faults_row_11_i32_arithmetic_matches_wgsl_on_every_device() {
         ("maximum", Tensor::maximum, i32::max),
         ("minimum", Tensor::minimum, i32::min),
     ];
-    for d in devices() {
+    // GL views too: another shader compiler must give the same integer semantics.
+    for d in devices().into_iter().chain(common::gl_views()) {
         let ta = Tensor::from_slice(&a, &[n], &d).unwrap();
         let tb = Tensor::from_slice(&b, &[n], &d).unwrap();
         for (name, op, f) in ops {
@@ -115,7 +116,7 @@ fn u32_arithmetic_wraps_and_divides_as_wgsl_on_every_device() {
         ("maximum", Tensor::maximum, u32::max),
         ("minimum", Tensor::minimum, u32::min),
     ];
-    for d in devices() {
+    for d in devices().into_iter().chain(common::gl_views()) {
         let ta = Tensor::from_slice(&a, &[n], &d).unwrap();
         let tb = Tensor::from_slice(&b, &[n], &d).unwrap();
         for (name, op, f) in ops {
@@ -327,7 +328,7 @@ fn long_integer_reductions_run_in_several_passes_and_match_the_cpu() {
     let first_max = vals.iter().position(|&v| v == max).unwrap() as u32;
     let umin = *uvals.iter().min().unwrap();
     let first_umin = uvals.iter().position(|&v| v == umin).unwrap() as u32;
-    for d in devices() {
+    for d in devices().into_iter().chain(common::gl_views()) {
         let t = Tensor::from_slice(&vals, &[n], &d).unwrap();
         let u = Tensor::from_slice(&uvals, &[n], &d).unwrap();
         assert_eq!(

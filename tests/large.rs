@@ -206,3 +206,21 @@ fn typed_kernels_past_65535_workgroups() {
         );
     }
 }
+
+/// to_dtype past one binding, narrowing and widening (the wider side decides the blocks).
+#[test]
+fn to_dtype_of_tensors_larger_than_one_binding() {
+    for d in gpus() {
+        let n = 132 * MIB / 4;
+        let host = ramp(n, 0.001);
+        let t = Tensor::from_vec(host.clone(), &[n / 4096, 4096], &d).unwrap();
+        let h = t.to_dtype(DType::F16).unwrap();
+        let back = h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(
+            back.iter()
+                .zip(&host)
+                .all(|(b, x)| *b == half::f16::from_f32(*x).to_f32()),
+            "f32 -> f16 -> f32 of 132 MiB on {d}"
+        );
+    }
+}

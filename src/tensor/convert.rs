@@ -2,6 +2,7 @@
 //! to `cpu/typed.rs` or `gpu/convert.rs`. The public ops in `elementwise.rs` and `compare.rs`
 //! validate, then hand non-f32 tensors to the functions here.
 
+use super::chunked::{blocks_needed, map_row_blocks};
 use super::Tensor;
 use crate::cpu::compare::CmpOp;
 use crate::cpu::typed::Scalar;
@@ -43,6 +44,20 @@ impl Tensor {
 
     /// A packed copy of the view in `dtype` (also the strided copy behind `contiguous`).
     pub(crate) fn convert_to(&self, dtype: DType) -> Result<Tensor> {
+        // Past one binding: convert in row blocks, sized for the wider of the two dtypes.
+        let (from, to) = (self.dtype().size_in_bytes(), dtype.size_in_bytes());
+        if let Some(g) = blocks_needed(&[self], self.numel() * from.max(to) / from) {
+            // `map_row_blocks` sizes blocks by its first operand's dtype: a one-element
+            // tensor of the target dtype (broadcast, so bound whole) makes that the wider one.
+            let sizing = Tensor::zeros(
+                &[1],
+                if to > from { dtype } else { self.dtype() },
+                self.device(),
+            )?;
+            return map_row_blocks("to_dtype", g, self.shape(), &[&sizing, self], &|b| {
+                b[1].convert_to(dtype)
+            });
+        }
         let storage = match self.storage() {
             Storage::Cpu(s) => Storage::Cpu(cpu::typed::convert(s, self.layout(), dtype)?),
             Storage::Gpu(b) => {
