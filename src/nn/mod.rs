@@ -82,7 +82,10 @@ pub trait Module: Send + Sync {
 
     /// The parameters without names (PyTorch's `model.parameters()`).
     fn parameters(&self) -> Vec<Tensor> {
-        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
     }
 
     /// Moves every parameter to `device` (PyTorch's `model.to(device)`); parameters stay
