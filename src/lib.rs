@@ -17,6 +17,11 @@
 //! # Ok::<(), wgtensor::Error>(())
 //! ```
 //!
+//! Autograd follows PyTorch: `requires_grad_(true)` leaves (layer parameters via
+//! [`nn::param`]), `backward()`, `grad()`, [`no_grad`]; gradients run on the tensor's device.
+//! [`optim`] has SGD, Adam, AdamW and the mixed-precision loss scaler; [`nn`] has the losses and
+//! gradient checkpointing.
+//!
 //! Ops never move data between devices silently: mixing devices is an
 //! [`Error::DeviceMismatch`]. Every fallible call returns [`Result`]; wgpu's panicking default
 //! error handler is replaced on every device wgtensor opens or wraps.
