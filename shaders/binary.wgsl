@@ -1,7 +1,8 @@
 // binary.wgsl: two-input elementwise ops with broadcasting, and their tensor-scalar forms.
 //
 // Computes   dst[i] = f(a, b) for the op selected by the override constant OP (codes of
-//            `BinaryOp` in src/ops.rs): 0 add, 1 sub, 2 mul, 3 div, 4 maximum, 5 minimum, 6 pow.
+//            `BinaryOp` in src/ops.rs): 0 add, 1 sub, 2 mul, 3 div, 4 maximum, 5 minimum, 6 pow,
+//            7 rem (a - b * trunc(a / b)).
 //            maximum/minimum propagate NaN as PyTorch does; pow follows C's powf for negative
 //            bases, zero and infinities (the CPU twin calls f32::powf).
 // Bindings   @group(0) @binding(0) lhs  : array<f32>, read-only
@@ -96,6 +97,8 @@ fn apply(a: f32, b: f32) -> f32 {
             return select(b, a, a < b);
         }
         case 6u: { return pow_c(a, b); }
+        // Truncated remainder, WGSL's float `%` spelled out (the CPU twin is ops::rem_f32).
+        case 7u: { return a - b * trunc(a / b); }
         default: { return a; }
     }
 }

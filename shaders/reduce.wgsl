@@ -4,8 +4,10 @@
 // Computes   item j = o * C + c (row o, chunk c of C chunks per row) reduces the row elements
 //            r in [c * L, min(R, (c + 1) * L)), where element (o, r) is stored at
 //            offset + sum_k idx_k(o) * out_strides[k] + r * stride_r   (idx = o unravelled over
-//            out_shape). OP (override): 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin,
-//            6 sum of exp(x - aux[o]) (codes of `ReduceOp` in src/cpu/reduce.rs).
+//            out_shape). OP (override) = op | kind << 8; op: 0 sum, 1 prod, 2 max, 3 min,
+//            4 argmax, 5 argmin, 6 sum of exp(x - aux[o]) (codes of `ReduceOp` in
+//            src/cpu/reduce.rs); kind: 0 f32, 1 i32, 2 u32. Integer sums and products wrap
+//            (the CPU twin is `cpu::typed::reduce_int`); values travel as bits throughout.
 //            A pass with C > 1 writes one partial per item; the host runs the next pass over the
 //            partials (rows of length C, contiguous) until C == 1, so no per-invocation loop is
 //            ever longer than 256 iterations (software drivers cut loops at 65,535) and the
@@ -50,10 +52,41 @@ const NAN_BITS: u32 = 0x7fc00000u;
 var<workgroup> tree_v: array<u32, 256>;
 var<workgroup> tree_i: array<u32, 256>;
 
-// A running result: value and, for argmax/argmin, its index along the row.
+// A running result: value bits (f32, i32 or u32 by kind) and, for argmax/argmin, its index
+// along the row.
 struct Acc {
-    v: f32,
+    v: u32,
     i: u32,
+}
+
+fn op() -> u32 {
+    return OP & 0xffu;
+}
+
+fn kind() -> u32 {
+    return OP >> 8u;
+}
+
+// NaN only exists for floats; integer bits that look like NaN are ordinary values.
+fn nan_bits(x: u32) -> bool {
+    return kind() == 0u && (x & 0x7fffffffu) > 0x7f800000u;
+}
+
+// b > a in the dtype's order (callers handle NaN first).
+fn greater(b: u32, a: u32) -> bool {
+    switch kind() {
+        case 1u: { return bitcast<i32>(b) > bitcast<i32>(a); }
+        case 2u: { return b > a; }
+        default: { return bitcast<f32>(b) > bitcast<f32>(a); }
+    }
+}
+
+// Equal values (-0.0 == 0.0 for floats).
+fn same(b: u32, a: u32) -> bool {
+    if (kind() == 0u) {
+        return bitcast<f32>(b) == bitcast<f32>(a);
+    }
+    return b == a;
 }
 
 fn is_nan(x: f32) -> bool {
@@ -61,44 +94,54 @@ fn is_nan(x: f32) -> bool {
 }
 
 fn is_arg() -> bool {
-    return OP == 4u || OP == 5u;
+    return op() == 4u || op() == 5u;
 }
 
 // The neutral element. The sum starts at -0.0 (-0.0 + x == x for every x, even -0.0); arg ops
 // start at the opposite infinity with an index no real element has, so any element beats it.
+// Integers start at 0 / 1 and at their type's extremes.
 fn identity() -> Acc {
-    switch OP {
-        case 1u: { return Acc(1.0, 0u); }
-        case 2u, 4u: { return Acc(bitcast<f32>(0xff800000u), 0xffffffffu); }
-        case 3u, 5u: { return Acc(bitcast<f32>(0x7f800000u), 0xffffffffu); }
-        default: { return Acc(bitcast<f32>(0x80000000u), 0u); }
+    let k = kind();
+    switch op() {
+        case 1u: { return Acc(select(1u, 0x3f800000u, k == 0u), 0u); }
+        case 2u, 4u: {
+            return Acc(select(select(0xff800000u, 0x80000000u, k == 1u), 0u, k == 2u), 0xffffffffu);
+        }
+        case 3u, 5u: {
+            return Acc(select(select(0x7f800000u, 0x7fffffffu, k == 1u), 0xffffffffu, k == 2u), 0xffffffffu);
+        }
+        default: { return Acc(select(0u, 0x80000000u, k == 0u), 0u); }
     }
 }
 
 // Whether b beats a for argmax (up) or argmin: NaN first (lowest index among NaNs), then the
 // larger (smaller) value, then the lower index. A total order: any tree gives the same answer.
 fn arg_better(b: Acc, a: Acc, up: bool) -> bool {
-    let bn = is_nan(b.v);
-    let an = is_nan(a.v);
+    let bn = nan_bits(b.v);
+    let an = nan_bits(a.v);
     if (bn || an) {
         return bn && (!an || b.i < a.i);
     }
-    if (b.v == a.v) {
+    if (same(b.v, a.v)) {
         return b.i < a.i;
     }
-    return (b.v > a.v) == up;
+    return greater(b.v, a.v) == up;
 }
 
 // Combines a (the lower indices, where that matters) with b.
+// Integer + and * wrap, and two's complement makes them the same bits for i32 and u32.
 fn combine(a: Acc, b: Acc) -> Acc {
-    switch OP {
-        case 1u: { return Acc(a.v * b.v, 0u); }
+    switch op() {
+        case 1u: {
+            if (kind() != 0u) { return Acc(a.v * b.v, 0u); }
+            return Acc(bitcast<u32>(bitcast<f32>(a.v) * bitcast<f32>(b.v)), 0u);
+        }
         case 2u: {
-            if (is_nan(a.v) || (!is_nan(b.v) && !(b.v > a.v))) { return a; }
+            if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(b.v, a.v))) { return a; }
             return b;
         }
         case 3u: {
-            if (is_nan(a.v) || (!is_nan(b.v) && !(b.v < a.v))) { return a; }
+            if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(a.v, b.v))) { return a; }
             return b;
         }
         case 4u: {
@@ -109,7 +152,10 @@ fn combine(a: Acc, b: Acc) -> Acc {
             if (arg_better(b, a, false)) { return b; }
             return a;
         }
-        default: { return Acc(a.v + b.v, 0u); }
+        default: {
+            if (kind() != 0u) { return Acc(a.v + b.v, 0u); }
+            return Acc(bitcast<u32>(bitcast<f32>(a.v) + bitcast<f32>(b.v)), 0u);
+        }
     }
 }
 
@@ -131,18 +177,17 @@ fn row_base(o: u32) -> u32 {
 fn load(o: u32, r: u32, base: u32) -> Acc {
     let at = base + r * params[4];
     if ((params[6] & 1u) != 0u) {
-        return Acc(bitcast<f32>(src[2u * at]), src[2u * at + 1u]);
+        return Acc(src[2u * at], src[2u * at + 1u]);
     }
-    let x = bitcast<f32>(src[at]);
-    if (OP == 6u) {
-        let d = x - bitcast<f32>(aux[o]);
+    if (op() == 6u) {
+        let d = bitcast<f32>(src[at]) - bitcast<f32>(aux[o]);
         // exp may clamp its argument on some drivers, which would turn NaN into a number.
         if (is_nan(d)) {
-            return Acc(bitcast<f32>(NAN_BITS), r);
+            return Acc(NAN_BITS, r);
         }
-        return Acc(exp(d), r);
+        return Acc(bitcast<u32>(exp(d)), r);
     }
-    return Acc(x, r);
+    return Acc(src[at], r);
 }
 
 fn store(item: u32, acc: Acc) {
@@ -151,16 +196,16 @@ fn store(item: u32, acc: Acc) {
         if (last_pass) {
             dst[item] = acc.i;
         } else {
-            dst[2u * item] = bitcast<u32>(acc.v);
+            dst[2u * item] = acc.v;
             dst[2u * item + 1u] = acc.i;
         }
         return;
     }
     var v = acc.v;
     if (last_pass && (params[6] & 2u) != 0u) {
-        v = v / bitcast<f32>(params[7]);
+        v = bitcast<u32>(bitcast<f32>(v) / bitcast<f32>(params[7]));
     }
-    dst[item] = bitcast<u32>(v);
+    dst[item] = v;
 }
 
 @compute @workgroup_size(256)
@@ -185,20 +230,19 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
             acc = combine(acc, load(o, r, base));
         }
     }
-    tree_v[lid] = bitcast<u32>(acc.v);
+    tree_v[lid] = acc.v;
     tree_i[lid] = acc.i;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
-            let m = combine(Acc(bitcast<f32>(tree_v[lid]), tree_i[lid]),
-                            Acc(bitcast<f32>(tree_v[lid + s]), tree_i[lid + s]));
-            tree_v[lid] = bitcast<u32>(m.v);
+            let m = combine(Acc(tree_v[lid], tree_i[lid]), Acc(tree_v[lid + s], tree_i[lid + s]));
+            tree_v[lid] = m.v;
             tree_i[lid] = m.i;
         }
         workgroupBarrier();
     }
     if (lid == 0u) {
-        store(item, Acc(bitcast<f32>(tree_v[0]), tree_i[0]));
+        store(item, Acc(tree_v[0], tree_i[0]));
     }
 }
 

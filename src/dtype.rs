@@ -5,15 +5,39 @@ use std::fmt;
 
 /// The element type of a tensor.
 ///
-/// Every dtype can be created, moved between devices and read back. Compute kernels cover
-/// [`DType::F32`]; other dtypes return [`crate::Error::UnsupportedDType`] from ops until their
-/// kernels land.
+/// Every dtype can be created, moved between devices, read back and converted with
+/// [`crate::Tensor::to_dtype`]. What computes, on the CPU and on every GPU alike:
+///
+/// - [`DType::F32`]: every op.
+/// - [`DType::F16`]: every op. Stored two per 32-bit word on GPUs (half the memory and transfer
+///   bytes of f32, on every adapter). Elementwise math runs in f32 and rounds once to f16 (so
+///   `+ - * /` are exactly the correctly rounded f16 results), natively in f16 where the adapter
+///   has `SHADER_F16`; matmul, reductions and softmax convert to f32, accumulate in f32 and
+///   convert the result back.
+/// - [`DType::I32`] / [`DType::U32`]: arithmetic with WGSL semantics on every device: `+ - *`
+///   and `neg` wrap; `x / 0 == x`, `i32::MIN / -1 == i32::MIN`, `x % 0 == 0`,
+///   `i32::MIN % -1 == 0`; `%` truncates (the sign of the dividend, like C's `fmod`). Sums and
+///   products wrap in the same dtype (there is no i64); `mean` is an error (as PyTorch).
+///   Float-only ops (exp, log, sqrt, sigmoid, tanh, gelu, sin, cos, pow) and matmul return
+///   [`crate::Error::UnsupportedDType`], naming `to_dtype` as the fix.
+/// - [`DType::U8`]: storage and masks (comparison results, `where_cond` conditions),
+///   comparisons, `where_cond` values, cat/stack and conversion; no arithmetic.
+///
+/// **Mixed dtypes are an error, never a silent promotion**: `f32 + i32` returns
+/// [`crate::Error::DTypeMismatch`] naming both dtypes and suggesting `.to_dtype()`. Scalar
+/// arguments are `f32`; on integer tensors a scalar (or clamp bound) must be an integer in the
+/// dtype's range, else [`crate::Error::InvalidArgument`] (`±inf` clamp bounds mean "no bound").
 ///
 /// ```
 /// use wgtensor::{DType, Device, Tensor};
 /// let t = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
 /// assert_eq!(t.dtype(), DType::F32);
 /// assert_eq!(DType::F16.size_in_bytes(), 2);
+/// let i = Tensor::from_vec(vec![7i32, -7], &[2], &Device::cpu())?;
+/// let f = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+/// assert!(i.add(&f).is_err()); // i32 + f32: DTypeMismatch
+/// assert_eq!(i.add(&f.to_dtype(DType::I32)?)?.to_vec::<i32>()?, vec![7, -7]);
+/// assert_eq!(i.div_scalar(0.0)?.to_vec::<i32>()?, vec![7, -7]); // WGSL: x / 0 == x
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

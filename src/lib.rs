@@ -17,10 +17,16 @@
 //! # Ok::<(), wgtensor::Error>(())
 //! ```
 //!
+//! Autograd follows PyTorch: `requires_grad_(true)` leaves (layer parameters via
+//! [`nn::param`]), `backward()`, `grad()`, [`no_grad`]; gradients run on the tensor's device.
+//! [`optim`] has SGD, Adam, AdamW and the mixed-precision loss scaler; [`nn`] has the losses and
+//! gradient checkpointing.
+//!
 //! Ops never move data between devices silently: mixing devices is an
 //! [`Error::DeviceMismatch`]. Every fallible call returns [`Result`]; wgpu's panicking default
 //! error handler is replaced on every device wgtensor opens or wraps.
 
+mod autograd;
 mod cpu;
 mod device;
 mod dtype;
@@ -29,11 +35,13 @@ mod gpu;
 mod memory;
 pub mod nn;
 mod ops;
+pub mod optim;
 mod random;
 mod shape;
 mod storage;
 mod tensor;
 
+pub use autograd::{is_grad_enabled, no_grad, no_grad_scope, NoGradGuard};
 pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
@@ -68,6 +76,12 @@ pub mod testing {
         if let Some(g) = device.as_gpu() {
             g.inject_uncaptured_error();
         }
+    }
+
+    /// Whether f16 elementwise ops on `device` run the native-f16 kernels (`SHADER_F16` on and
+    /// `WGTENSOR_DISABLE_SHADER_F16` not `1` when the device opened); false on the CPU.
+    pub fn native_f16(device: &Device) -> bool {
+        device.as_gpu().is_some_and(|g| g.native_f16())
     }
 
     /// The WGSL source of every embedded shader, by file name (validated by naga in the tests).

@@ -56,6 +56,8 @@ pub(crate) enum BinaryOp {
     Maximum,
     Minimum,
     Pow,
+    /// Truncated remainder (WGSL `%`, C `fmod`): the result has the sign of the dividend.
+    Rem,
 }
 
 impl BinaryOp {
@@ -68,6 +70,7 @@ impl BinaryOp {
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
             BinaryOp::Pow => "pow",
+            BinaryOp::Rem => "rem",
         }
     }
 
@@ -81,6 +84,7 @@ impl BinaryOp {
             BinaryOp::Maximum => "maximum_scalar",
             BinaryOp::Minimum => "minimum_scalar",
             BinaryOp::Pow => "pow_scalar",
+            BinaryOp::Rem => "rem_scalar",
         }
     }
 
@@ -141,6 +145,132 @@ pub(crate) fn apply_binary(op: BinaryOp, a: f32, b: f32) -> f32 {
         BinaryOp::Maximum => maximum(a, b),
         BinaryOp::Minimum => minimum(a, b),
         BinaryOp::Pow => a.powf(b),
+        BinaryOp::Rem => rem_f32(a, b),
+    }
+}
+
+/// WGSL's float `%`: `a - b * trunc(a / b)`, the formula the shaders evaluate (not the exact
+/// `fmod`, which differs by rounding when the quotient is large). `x % 0` is NaN.
+#[inline]
+pub(crate) fn rem_f32(a: f32, b: f32) -> f32 {
+    a - b * (a / b).trunc()
+}
+
+impl UnaryOp {
+    /// Ops defined only for floats (integer tensors get `UnsupportedDType`).
+    pub(crate) fn float_only(self) -> bool {
+        !matches!(
+            self,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Copy
+        )
+    }
+}
+
+impl BinaryOp {
+    /// Ops defined only for floats (integer tensors get `UnsupportedDType`).
+    pub(crate) fn float_only(self) -> bool {
+        self == BinaryOp::Pow
+    }
+}
+
+/// Integer element types with WGSL semantics: wrapping `+ - * neg`, and a divisor of 0 (or
+/// `MIN / -1` for signed types) replaced by 1, so `x / 0 == x`, `MIN / -1 == MIN`, `x % 0 == 0`
+/// and `MIN % -1 == 0` (what naga emits for every backend, and what the shaders spell out).
+pub(crate) trait IntElem: Copy + Ord + Send + Sync + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+    fn wadd(self, b: Self) -> Self;
+    fn wsub(self, b: Self) -> Self;
+    fn wmul(self, b: Self) -> Self;
+    fn wneg(self) -> Self;
+    fn wabs(self) -> Self;
+    /// The divisor WGSL actually divides by.
+    fn guard(self, b: Self) -> Self;
+    fn wdiv(self, b: Self) -> Self;
+    fn wrem(self, b: Self) -> Self;
+}
+
+macro_rules! int_elem {
+    ($t:ty, $neg:expr, $abs:expr, $bad:expr) => {
+        impl IntElem for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            #[inline]
+            fn wadd(self, b: Self) -> Self {
+                self.wrapping_add(b)
+            }
+            #[inline]
+            fn wsub(self, b: Self) -> Self {
+                self.wrapping_sub(b)
+            }
+            #[inline]
+            fn wmul(self, b: Self) -> Self {
+                self.wrapping_mul(b)
+            }
+            #[inline]
+            fn wneg(self) -> Self {
+                $neg(self)
+            }
+            #[inline]
+            fn wabs(self) -> Self {
+                $abs(self)
+            }
+            #[inline]
+            fn guard(self, b: Self) -> Self {
+                if b == 0 || $bad(self, b) {
+                    1
+                } else {
+                    b
+                }
+            }
+            #[inline]
+            fn wdiv(self, b: Self) -> Self {
+                self / self.guard(b)
+            }
+            #[inline]
+            fn wrem(self, b: Self) -> Self {
+                self % self.guard(b)
+            }
+        }
+    };
+}
+
+int_elem!(
+    i32,
+    |x: i32| x.wrapping_neg(),
+    |x: i32| x.wrapping_abs(),
+    |a: i32, b: i32| a == i32::MIN && b == -1
+);
+int_elem!(
+    u32,
+    |x: u32| x.wrapping_neg(),
+    |x: u32| x,
+    |_: u32, _: u32| false
+);
+
+/// `op(x)` on an integer (`op` is not float-only).
+#[inline]
+pub(crate) fn apply_unary_int<T: IntElem>(op: UnaryOp, x: T) -> T {
+    match op {
+        UnaryOp::Neg => x.wneg(),
+        UnaryOp::Abs => x.wabs(),
+        UnaryOp::Relu => x.max(T::ZERO),
+        _ => x,
+    }
+}
+
+/// `op(a, b)` on integers (`op` is not float-only).
+#[inline]
+pub(crate) fn apply_binary_int<T: IntElem>(op: BinaryOp, a: T, b: T) -> T {
+    match op {
+        BinaryOp::Add => a.wadd(b),
+        BinaryOp::Sub => a.wsub(b),
+        BinaryOp::Mul => a.wmul(b),
+        BinaryOp::Div => a.wdiv(b),
+        BinaryOp::Rem => a.wrem(b),
+        BinaryOp::Maximum => a.max(b),
+        BinaryOp::Minimum => a.min(b),
+        BinaryOp::Pow => a,
     }
 }
 

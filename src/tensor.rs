@@ -3,6 +3,7 @@
 
 mod chunked;
 mod compare;
+mod convert;
 mod create;
 mod display;
 mod elementwise;
@@ -44,6 +45,8 @@ struct TensorInner {
     layout: Layout,
     dtype: DType,
     device: Device,
+    /// Autograd state: the recording node of an op result, or a leaf's flag and grad slot.
+    autograd: crate::autograd::Meta,
 }
 
 impl Tensor {
@@ -61,6 +64,7 @@ impl Tensor {
             layout: Layout::contiguous(shape),
             dtype,
             device,
+            autograd: Default::default(),
         }))
     }
 
@@ -70,6 +74,29 @@ impl Tensor {
 
     pub(crate) fn layout(&self) -> &Layout {
         &self.0.layout
+    }
+
+    /// Autograd state (see `src/autograd/`).
+    pub(crate) fn autograd_meta(&self) -> &crate::autograd::Meta {
+        &self.0.autograd
+    }
+
+    /// This tensor's recording node when this handle is the last one to it (used to free long
+    /// graphs without recursion); `None` otherwise.
+    pub(crate) fn into_unique_node(self) -> Option<Arc<crate::autograd::Node>> {
+        Arc::try_unwrap(self.0).ok()?.autograd.take_node()
+    }
+
+    /// A tensor sharing this one's storage and view with new autograd state: how recorded op
+    /// results, `detach` and `requires_grad_` are made without copying data.
+    pub(crate) fn with_autograd(&self, autograd: crate::autograd::Meta) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            storage: self.0.storage.clone(),
+            layout: self.0.layout.clone(),
+            dtype: self.0.dtype,
+            device: self.0.device.clone(),
+            autograd,
+        }))
     }
 
     /// The shape (PyTorch's `t.shape`).

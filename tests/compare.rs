@@ -198,9 +198,11 @@ fn operands_on_different_devices_or_dtypes_are_errors() {
         cpu.eq(&ints),
         Err(Error::DTypeMismatch { op: "eq", .. })
     ));
+    // Integer tensors compare with integer scalars only (no silent rounding of 0.5).
+    assert_eq!(ints.gt_scalar(0.0).unwrap().to_vec::<u8>().unwrap(), [0, 0]);
     assert!(matches!(
-        ints.gt_scalar(0.0),
-        Err(Error::UnsupportedDType {
+        ints.gt_scalar(0.5),
+        Err(Error::InvalidArgument {
             op: "gt_scalar",
             ..
         })

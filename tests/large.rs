@@ -185,3 +185,42 @@ fn reductions_and_matmul_past_one_binding() {
         }
     }
 }
+
+/// The typed kernels (i32 here) on more than 65,535 workgroups: the grid is split in 2-D and
+/// every word is still written exactly once.
+#[test]
+fn typed_kernels_past_65535_workgroups() {
+    for d in gpus() {
+        let n = 65_535 * 256 + 701;
+        let host: Vec<i32> = (0..n as i32).map(|i| i.wrapping_mul(-7919)).collect();
+        let t = Tensor::from_slice(&host, &[n], &d).unwrap();
+        let got = t.add_scalar(3.0).unwrap().to_vec::<i32>().unwrap();
+        assert!(
+            got.iter().zip(&host).all(|(g, h)| *g == h.wrapping_add(3)),
+            "i32 add_scalar over {n} elements on {d}"
+        );
+        let u = t.to_dtype(DType::U32).unwrap().to_vec::<u32>().unwrap();
+        assert!(
+            u.iter().zip(&host).all(|(g, h)| *g == *h as u32),
+            "to_dtype on {d}"
+        );
+    }
+}
+
+/// to_dtype past one binding, narrowing and widening (the wider side decides the blocks).
+#[test]
+fn to_dtype_of_tensors_larger_than_one_binding() {
+    for d in gpus() {
+        let n = 132 * MIB / 4;
+        let host = ramp(n, 0.001);
+        let t = Tensor::from_vec(host.clone(), &[n / 4096, 4096], &d).unwrap();
+        let h = t.to_dtype(DType::F16).unwrap();
+        let back = h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        assert!(
+            back.iter()
+                .zip(&host)
+                .all(|(b, x)| *b == half::f16::from_f32(*x).to_f32()),
+            "f32 -> f16 -> f32 of 132 MiB on {d}"
+        );
+    }
+}

@@ -135,6 +135,37 @@ fn soak_create_op_drop_keeps_reserved_memory_flat() {
 }
 
 #[test]
+fn f16_tensors_take_half_the_memory_and_transfer_bytes_of_f32() {
+    let _g = lock();
+    let n = 4096u64;
+    for d in common::devices() {
+        let f = Tensor::ones(&[n as usize], DType::F32, &d).unwrap();
+        let before = wgtensor::memory_allocated(&d);
+        let h = f.to_dtype(DType::F16).unwrap();
+        let h_bytes = wgtensor::memory_allocated(&d) - before;
+        let before = wgtensor::memory_allocated(&d);
+        let f2 = h.to_dtype(DType::F32).unwrap();
+        let f_bytes = wgtensor::memory_allocated(&d) - before;
+        assert_eq!(
+            (h_bytes, f_bytes),
+            (2 * n, 4 * n),
+            "f16 vs f32 memory on {d}"
+        );
+        drop((f2, f));
+        if d.is_gpu() {
+            wgtensor::reset_transfer_stats(&d);
+            let _ = h.to_vec::<half::f16>().unwrap();
+            let _ = Tensor::ones(&[n as usize], DType::F16, &Device::cpu())
+                .unwrap()
+                .to(&d)
+                .unwrap();
+            let s = wgtensor::transfer_stats(&d);
+            assert_eq!((s.download_bytes, s.upload_bytes), (2 * n, 2 * n), "{d}");
+        }
+    }
+}
+
+#[test]
 fn transfer_stats_count_bytes_each_way() {
     let _g = lock();
     for d in gpus() {

@@ -120,3 +120,19 @@ fn validator_rejects_a_broken_shader() {
     };
     assert!(rejected, "naga accepted a shader with a type error");
 }
+
+#[test]
+fn only_the_native_f16_variant_needs_shader_f16() {
+    // Adapters without SHADER_F16 get every shader but typed_f16.wgsl (FAULTS row 12): those
+    // must validate without the f16 capability, and the native variant must really need it.
+    let without_f16 = Capabilities::all() - Capabilities::SHADER_FLOAT16;
+    let lib = embedded();
+    assert!(lib.contains_key("typed.wgsl") && lib.contains_key("typed_f16.wgsl"));
+    for (name, source) in &lib {
+        let module = naga::front::wgsl::parse_str(source).expect("parsed above");
+        let ok = Validator::new(ValidationFlags::all(), without_f16)
+            .validate(&module)
+            .is_ok();
+        assert_eq!(ok, name != "typed_f16.wgsl", "{name} without SHADER_F16");
+    }
+}

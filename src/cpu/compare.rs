@@ -44,6 +44,20 @@ impl CmpOp {
         self as u32
     }
 
+    /// Whether the comparison holds for an ordering (`None`: unordered, NaN): false for
+    /// every op but `ne`, as IEEE comparisons.
+    pub(crate) fn holds(self, o: Option<std::cmp::Ordering>) -> bool {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match self {
+            CmpOp::Eq => o == Some(Equal),
+            CmpOp::Ne => o != Some(Equal),
+            CmpOp::Lt => o == Some(Less),
+            CmpOp::Le => matches!(o, Some(Less | Equal)),
+            CmpOp::Gt => o == Some(Greater),
+            CmpOp::Ge => matches!(o, Some(Greater | Equal)),
+        }
+    }
+
     /// IEEE comparison (Rust's operators): NaN compares false, except `!=`.
     #[inline(always)]
     fn apply(self, a: f32, b: f32) -> bool {

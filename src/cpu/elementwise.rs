@@ -34,7 +34,7 @@ pub(crate) fn binary(
             }
         };
     }
-    go!(Add, Sub, Mul, Div, Maximum, Minimum, Pow)
+    go!(Add, Sub, Mul, Div, Maximum, Minimum, Pow, Rem)
 }
 
 /// `op(x, s)` (or `op(s, x)` when `scalar_first`) for every element of the view.
@@ -53,7 +53,7 @@ pub(crate) fn scalar(
             }
         };
     }
-    go!(Add, Sub, Mul, Div, Maximum, Minimum, Pow)
+    go!(Add, Sub, Mul, Div, Maximum, Minimum, Pow, Rem)
 }
 
 /// `start + i * step` for `i in 0..n`, the same formula as `shaders/fill.wgsl::arange`.
@@ -65,12 +65,13 @@ pub(crate) fn arange(n: usize, start: f32, step: f32) -> Result<Vec<f32>> {
     })
 }
 
-fn map1(
+/// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
+pub(crate) fn map1<T: Copy + Sync, U: Send>(
     op: &'static str,
-    src: &[f32],
+    src: &[T],
     l: &Layout,
-    f: impl Fn(f32) -> f32 + Sync,
-) -> Result<Vec<f32>> {
+    f: impl Fn(T) -> U + Sync,
+) -> Result<Vec<U>> {
     let n = l.numel();
     if l.is_contiguous() {
         let src = &src[l.offset..l.offset + n];
@@ -98,14 +99,15 @@ fn map1(
     })
 }
 
-fn map2(
+/// `f(a, b)` over two views broadcast to one shape, packed row-major (any element types).
+pub(crate) fn map2<T: Copy + Sync, U: Send>(
     op: &'static str,
-    a: &[f32],
+    a: &[T],
     la: &Layout,
-    b: &[f32],
+    b: &[T],
     lb: &Layout,
-    f: impl Fn(f32, f32) -> f32 + Sync,
-) -> Result<Vec<f32>> {
+    f: impl Fn(T, T) -> U + Sync,
+) -> Result<Vec<U>> {
     let n = la.numel();
     if la.is_contiguous() && lb.is_contiguous() {
         let a = &a[la.offset..la.offset + n];

@@ -9,3 +9,4 @@ pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod strided;
+pub(crate) mod typed;

@@ -30,12 +30,16 @@ pub(crate) enum Shader {
     Matmul,
     MatmulVec4,
     Gather,
+    /// Elementwise kernels and conversions for f16 (unpacked to f32), i32, u32 and u8.
+    Typed,
+    /// The native-f16 elementwise kernels (`enable f16;`), used where `SHADER_F16` is on.
+    TypedF16,
 }
 
 impl Shader {
     /// Every shader, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 11] = [
+    pub(crate) const ALL: [Shader; 13] = [
         Shader::Fill,
         Shader::Unary,
         Shader::Binary,
@@ -47,6 +51,8 @@ impl Shader {
         Shader::Matmul,
         Shader::MatmulVec4,
         Shader::Gather,
+        Shader::Typed,
+        Shader::TypedF16,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -62,6 +68,8 @@ impl Shader {
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
             Shader::Gather => "gather.wgsl",
+            Shader::Typed => "typed.wgsl",
+            Shader::TypedF16 => "typed_f16.wgsl",
         }
     }
 
@@ -78,6 +86,8 @@ impl Shader {
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
             Shader::Gather => include_str!("../../shaders/gather.wgsl"),
+            Shader::Typed => include_str!("../../shaders/typed.wgsl"),
+            Shader::TypedF16 => include_str!("../../shaders/typed_f16.wgsl"),
         }
     }
 
@@ -95,6 +105,7 @@ impl Shader {
             Shader::Join => 1,
             // The table and the ids.
             Shader::Gather => 2,
+            Shader::Typed | Shader::TypedF16 => 3,
         }
     }
 }
@@ -102,11 +113,24 @@ impl Shader {
 type PipelineKey = (Shader, &'static str, Option<u32>);
 
 /// Compiled modules, layouts and pipelines of one device, built on first use.
-#[derive(Default)]
 pub(crate) struct KernelCache {
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
     layouts: Mutex<HashMap<usize, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    /// `WGTENSOR_DISABLE_SHADER_F16=1` when the device opened: f16 kernels take the unpacking
+    /// path even where the adapter offers `SHADER_F16` (to test that path on any adapter).
+    pub(crate) f16_disabled: bool,
+}
+
+impl Default for KernelCache {
+    fn default() -> Self {
+        KernelCache {
+            modules: Mutex::default(),
+            layouts: Mutex::default(),
+            pipelines: Mutex::default(),
+            f16_disabled: std::env::var("WGTENSOR_DISABLE_SHADER_F16").is_ok_and(|v| v == "1"),
+        }
+    }
 }
 
 /// One dispatch: which kernel, its buffers and metadata, and how many threads.
@@ -140,6 +164,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl GpuDevice {
+    /// Whether f16 elementwise kernels run natively (`SHADER_F16` enabled on this device and
+    /// not disabled by `WGTENSOR_DISABLE_SHADER_F16=1`).
+    pub(crate) fn native_f16(&self) -> bool {
+        !self.0.kernels.f16_disabled
+            && self
+                .0
+                .device
+                .features()
+                .contains(wgpu::Features::SHADER_F16)
+    }
+
     fn layout(&self, inputs: usize) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
         let mut layouts = lock(&self.0.kernels.layouts);
         layouts

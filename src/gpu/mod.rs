@@ -5,6 +5,7 @@
 
 pub(crate) mod buffer;
 pub(crate) mod compare;
+pub(crate) mod convert;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod gather;

@@ -14,7 +14,7 @@ use super::kernels::{Launch, Shader, WORKGROUP};
 use super::params::{check_u32, extend, w};
 use crate::cpu::reduce::{ReduceOp, Rows, SUM_EXP_CODE};
 use crate::shape::Layout;
-use crate::Result;
+use crate::{DType, Result};
 
 /// Elements per workgroup of `reduce_wg` (256 threads × 64; must match the shader). 64 per
 /// thread made a 1 M sum on lavapipe 1.2x the cost of an elementwise pass, against 1.8x with 16
@@ -59,9 +59,37 @@ impl GpuDevice {
         layout: &Layout,
         rows: &Rows,
     ) -> Result<GpuBuffer> {
+        self.reduce_typed(name, op, DType::F32, src, layout, rows)
+    }
+
+    /// [`GpuDevice::reduce`] for an f32, i32 or u32 view (integer sums and products wrap; no
+    /// integer mean reaches here).
+    pub(crate) fn reduce_typed(
+        &self,
+        name: &'static str,
+        op: ReduceOp,
+        dtype: DType,
+        src: &GpuBuffer,
+        layout: &Layout,
+        rows: &Rows,
+    ) -> Result<GpuBuffer> {
         check_u32(name, layout)?;
         let mean = (op == ReduceOp::Mean).then_some(rows.len as f32);
-        self.passes(name, op.code(), op.is_arg(), mean, src, None, rows)
+        // The shader's value kind: 0 f32, 1 i32, 2 u32 (OP = op | kind << 8).
+        let kind = match dtype {
+            DType::I32 => 1,
+            DType::U32 => 2,
+            _ => 0,
+        };
+        self.passes(
+            name,
+            op.code() | kind << 8,
+            op.is_arg(),
+            mean,
+            src,
+            None,
+            rows,
+        )
     }
 
     /// `Σ exp(x - max[o])` per row: softmax's denominator, `max` from [`GpuDevice::reduce`].

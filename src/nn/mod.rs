@@ -25,19 +25,23 @@
 //! ```
 
 mod activation;
+mod checkpoint;
 mod dropout;
 mod embedding;
 mod io;
 mod linear;
+mod loss;
 mod norm;
 mod parallel;
 mod sequential;
 
 pub use activation::{Identity, ReLU, Sigmoid, Softmax, Tanh, GELU};
+pub use checkpoint::Checkpoint;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use io::{load_safetensors, save_safetensors};
 pub use linear::Linear;
+pub use loss::{cross_entropy, mse_loss};
 pub use norm::LayerNorm;
 pub use parallel::DataParallel;
 pub use sequential::Sequential;
@@ -261,7 +265,14 @@ fn list_keys<'a>(keys: impl Iterator<Item = &'a String>) -> String {
 }
 
 /// Marks a tensor as a trainable parameter. Every layer constructor and [`Module::to`] route
-/// their parameters through here, so parameter-ness (gradient tracking) is decided in one place.
+/// their parameters through here, so parameter-ness (gradient tracking) is decided in one place:
+/// the result is a fresh leaf (sharing `t`'s data) that requires grad.
+///
+/// ```
+/// let w = wgtensor::nn::param(wgtensor::Tensor::ones(&[2], wgtensor::DType::F32, &wgtensor::Device::cpu())?);
+/// assert!(w.requires_grad() && w.is_leaf());
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
 pub fn param(t: Tensor) -> Tensor {
-    t
+    t.requires_grad_(true)
 }

@@ -164,6 +164,7 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
         },
         dtype: t.dtype(),
         device: t.device().clone(),
+        autograd: Default::default(),
     })))
 }
 

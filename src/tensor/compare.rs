@@ -11,13 +11,13 @@ impl Tensor {
     fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
         let name = op.name();
         self.check_pair(name, rhs)?;
-        self.require_f32(name)?;
         let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
         let (la, lb) = (
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
         );
         let storage = match (self.storage(), rhs.storage()) {
+            _ if self.dtype() != DType::F32 => self.typed_compare(op, Ok((rhs, &lb)), &la)?,
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::U8(
                 cpu::compare::compare(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb)?,
             )),
@@ -36,8 +36,8 @@ impl Tensor {
 
     fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
         let name = op.scalar_name();
-        self.require_f32(name)?;
         let storage = match self.storage() {
+            _ if self.dtype() != DType::F32 => self.typed_compare(op, Err(s), self.layout())?,
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::U8(cpu::compare::compare_scalar(
                 op,
                 self.cpu_f32(name)?,
@@ -64,10 +64,10 @@ impl Tensor {
 
     /// `self` (a [`DType::U8`] mask) selects `on_true` where non-zero, else `on_false`
     /// (`torch.where(mask, on_true, on_false)`). All three broadcast to one shape; the values
-    /// are f32.
+    /// may have any dtype (the result has it).
     ///
     /// # Errors
-    /// [`Error::UnsupportedDType`] when the mask is not U8 or the values are not f32;
+    /// [`Error::UnsupportedDType`] when the mask is not U8;
     /// [`Error::DTypeMismatch`] when `on_true` and `on_false` differ; [`Error::ShapeMismatch`]
     /// when the shapes do not broadcast; [`Error::DeviceMismatch`].
     ///
@@ -81,6 +81,13 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        let out = self.where_cond_untracked(on_true, on_false)?;
+        Ok(crate::autograd::shape::where_cond(
+            self, on_true, on_false, out,
+        ))
+    }
+
+    fn where_cond_untracked(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         let name = "where_cond";
         if self.dtype() != DType::U8 {
             return Err(self.unsupported(name));
@@ -91,13 +98,15 @@ impl Tensor {
             }
         }
         on_true.check_pair(name, on_false)?;
-        on_true.require_f32(name)?;
         let values = broadcast_shapes(name, on_true.shape(), on_false.shape())?;
         let shape = broadcast_shapes(name, self.shape(), &values)?;
         let lm = self.layout().broadcast_to(&shape);
         let lt = on_true.layout().broadcast_to(&shape);
         let lf = on_false.layout().broadcast_to(&shape);
         let storage = match (self.storage(), on_true.storage(), on_false.storage()) {
+            _ if on_true.dtype() != DType::F32 => {
+                self.typed_where((on_true, &lt), (on_false, &lf), &lm)?
+            }
             (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(_), Storage::Cpu(_)) => {
                 Storage::Cpu(CpuStorage::F32(cpu::compare::where_cond(
                     m,
@@ -119,7 +128,9 @@ impl Tensor {
 
     /// Limits every element to `[min, max]` (`torch.clamp`): `min(max(x, min), max)`, so
     /// `min > max` gives `max` everywhere as in PyTorch. NaN stays NaN (and a NaN bound gives
-    /// NaN). Pass `f32::NEG_INFINITY` / `f32::INFINITY` for a one-sided clamp.
+    /// NaN). Pass `f32::NEG_INFINITY` / `f32::INFINITY` for a one-sided clamp. f16 clamps in
+    /// f32 and rounds; on i32 / u32 the bounds must be integers in range (or ±inf), else
+    /// [`Error::InvalidArgument`].
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -130,7 +141,15 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn clamp(&self, min: f32, max: f32) -> Result<Tensor> {
-        self.require_f32("clamp")?;
+        let out = self.clamp_untracked(min, max)?;
+        Ok(crate::autograd::shape::clamp(self, min, max, out))
+    }
+
+    fn clamp_untracked(&self, min: f32, max: f32) -> Result<Tensor> {
+        self.check_compute("clamp", false)?;
+        if self.dtype() != DType::F32 {
+            return self.typed_clamp(min, max);
+        }
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::compare::clamp(
                 self.cpu_f32("clamp")?,
@@ -157,7 +176,8 @@ macro_rules! comparisons {
                 /// # Errors
                 /// [`Error::ShapeMismatch`] when the shapes do not broadcast;
                 /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands
-                /// differ; [`Error::UnsupportedDType`] for non-f32 operands.
+                /// differ. Every dtype compares (f16 exactly as its f32 value); a scalar on an
+                /// integer tensor must be an integer in range, else [`Error::InvalidArgument`].
                 pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
                     self.compare_op(rhs, CmpOp::$op)
                 }

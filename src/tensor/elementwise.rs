@@ -5,13 +5,16 @@ use super::Tensor;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::broadcast_shapes;
 use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, Error, Result};
+use crate::{cpu, DType, Error, Result};
 
 impl Tensor {
     fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
-        self.require_f32(op.name())?;
+        self.check_compute(op.name(), op.float_only())?;
         if let Some(g) = blocks_needed(&[self], self.numel()) {
             return map_row_blocks(op.name(), g, self.shape(), &[self], &|b| b[0].unary_op(op));
+        }
+        if self.dtype() != DType::F32 {
+            return self.typed_unary(op);
         }
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::elementwise::unary(
@@ -27,7 +30,7 @@ impl Tensor {
     fn binary_op(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
         let name = op.name();
         self.check_pair(name, rhs)?;
-        self.require_f32(name)?;
+        self.check_compute(name, op.float_only())?;
         let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
         if let Some(g) = blocks_needed(&[self, rhs], shape.iter().product()) {
             return map_row_blocks(name, g, &shape, &[self, rhs], &|b| {
@@ -38,6 +41,9 @@ impl Tensor {
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
         );
+        if self.dtype() != DType::F32 {
+            return self.typed_binary(rhs, op, &shape, &la, &lb);
+        }
         let storage = match (self.storage(), rhs.storage()) {
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(
                 cpu::elementwise::binary(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb)?,
@@ -58,11 +64,14 @@ impl Tensor {
 
     fn scalar_op(&self, op: BinaryOp, s: f32, scalar_first: bool) -> Result<Tensor> {
         let name = op.scalar_name();
-        self.require_f32(name)?;
+        self.check_compute(name, op.float_only())?;
         if let Some(g) = blocks_needed(&[self], self.numel()) {
             return map_row_blocks(name, g, self.shape(), &[self], &|b| {
                 b[0].scalar_op(op, s, scalar_first)
             });
+        }
+        if self.dtype() != DType::F32 {
+            return self.typed_scalar(op, s, scalar_first);
         }
         let storage = match self.storage() {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::elementwise::scalar(
@@ -89,9 +98,13 @@ macro_rules! binary_ops {
                 ///
                 /// # Errors
                 /// [`Error::ShapeMismatch`] when the shapes do not broadcast,
-                /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ.
+                /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ
+                /// (no implicit promotion: convert with [`Tensor::to_dtype`]);
+                /// [`Error::UnsupportedDType`] for u8, and for `pow` on integers. Integer ops
+                /// follow WGSL (see [`crate::DType`]); f16 computes in f32 and rounds once.
                 pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
-                    self.binary_op(rhs, BinaryOp::$op)
+                    let out = self.binary_op(rhs, BinaryOp::$op)?;
+                    Ok(crate::autograd::elementwise::binary(BinaryOp::$op, self, rhs, out))
                 }
             )*
         }
@@ -168,6 +181,19 @@ binary_ops! {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pow => Pow;
+    /// Truncated remainder `self % rhs` with broadcasting: WGSL's `%` (C's `fmod`,
+    /// PyTorch's `torch.fmod`, not `torch.remainder`), so the result has the sign of `self`.
+    /// Integers follow WGSL: `x % 0 == 0` and `i32::MIN % -1 == 0`. Floats compute
+    /// `a - b * trunc(a / b)` on every device (`x % 0` is NaN).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![7i32, -7, 7, 5], &[4], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![3i32, 3, -3, 0], &[4], &Device::cpu())?;
+    /// assert_eq!(a.rem(&b)?.to_vec::<i32>()?, vec![1, -1, 1, 0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    rem => Rem;
 }
 
 /// Defines tensor-with-scalar ops.
@@ -177,7 +203,8 @@ macro_rules! scalar_ops {
             $(
                 $(#[$doc])*
                 pub fn $name(&self, s: f32) -> Result<Tensor> {
-                    self.scalar_op(BinaryOp::$op, s, false)
+                    let out = self.scalar_op(BinaryOp::$op, s, false)?;
+                    Ok(crate::autograd::elementwise::scalar(BinaryOp::$op, self, s, false, out))
                 }
             )*
         }
@@ -241,6 +268,14 @@ scalar_ops! {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     minimum_scalar => Minimum;
+    /// `self % s`, truncated as [`Tensor::rem`].
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::from_vec(vec![-7i32, 8], &[2], &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.rem_scalar(3.0)?.to_vec::<i32>()?, vec![-1, 2]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    rem_scalar => Rem;
 }
 
 /// Defines unary ops.
@@ -250,7 +285,8 @@ macro_rules! unary_ops {
             $(
                 $(#[$doc])*
                 pub fn $name(&self) -> Result<Tensor> {
-                    self.unary_op(UnaryOp::$op)
+                    let out = self.unary_op(UnaryOp::$op)?;
+                    Ok(crate::autograd::elementwise::unary(UnaryOp::$op, self, out))
                 }
             )*
         }
@@ -366,7 +402,8 @@ macro_rules! operators {
         impl std::ops::$trait<&Tensor> for f32 {
             type Output = Result<Tensor>;
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                rhs.scalar_op(BinaryOp::$op, self, true)
+                let out = rhs.scalar_op(BinaryOp::$op, self, true)?;
+                Ok(crate::autograd::elementwise::scalar(BinaryOp::$op, rhs, self, true, out))
             }
         }
     )*};
@@ -377,6 +414,7 @@ operators! {
     Sub sub => sub, sub_scalar, Sub;
     Mul mul => mul, mul_scalar, Mul;
     Div div => div, div_scalar, Div;
+    Rem rem => rem, rem_scalar, Rem;
 }
 
 impl std::ops::Neg for &Tensor {

@@ -39,6 +39,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn index_select(&self, dim: isize, ids: &Tensor) -> Result<Tensor> {
+        let out = self.index_select_untracked(dim, ids)?;
+        Ok(crate::autograd::shape::index_select(self, dim, ids, out))
+    }
+
+    fn index_select_untracked(&self, dim: isize, ids: &Tensor) -> Result<Tensor> {
         if self.device() != ids.device() {
             return Err(Error::DeviceMismatch {
                 op: OP,

@@ -3,13 +3,14 @@
 use super::{backend, Backend, Tensor};
 use crate::shape::normalize_dim;
 use crate::storage::Storage;
-use crate::{cpu, Error, Result};
+use crate::{cpu, DType, Error, Result};
 
 impl Tensor {
     /// Concatenates tensors along an existing `dim` (`torch.cat`; negative dims count from the
     /// end). Every tensor must have the same device, dtype and number of dims, and the same size
     /// in every dim but `dim`. Inputs may be strided views; the result is packed row-major.
-    /// Every dtype works (f16 and u8 on a GPU go through the host).
+    /// Every dtype works (f16 and u8 on a GPU are widened to 32 bits on the device, joined
+    /// and narrowed back).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty list, 0-d tensors, a bad `dim` or mismatched
@@ -28,6 +29,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let out = Tensor::cat_untracked(tensors, dim)?;
+        Ok(crate::autograd::shape::cat(tensors, dim, out))
+    }
+
+    fn cat_untracked(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         let op = "cat";
         let Some(&first) = tensors.first() else {
             return Err(Error::InvalidArgument {
@@ -84,20 +90,23 @@ impl Tensor {
                 }
                 Storage::Gpu(g.cat(&parts, d, &out_shape)?)
             }
-            // The copy kernel moves 32-bit words; 16- and 8-bit elements share words, so they
-            // are joined on the host and uploaded once.
-            Backend::Gpu(g) => {
-                let host: Vec<_> = tensors
+            // The copy kernel moves 32-bit words and 16- / 8-bit elements share words: widen
+            // each part on the device (f16 -> f32 and u8 -> u32 are exact), join, and narrow
+            // back, so the data never leaves the GPU.
+            Backend::Gpu(_) => {
+                let (dtype, wide) = (first.dtype(), wide_dtype(first.dtype()));
+                let parts = tensors
                     .iter()
-                    .map(|t| t.host_contiguous(op))
-                    .collect::<Result<_>>()?;
-                let layouts: Vec<_> = tensors
-                    .iter()
-                    .map(|t| crate::shape::Layout::contiguous(t.shape()))
-                    .collect();
-                let parts: Vec<_> = host.iter().zip(&layouts).collect();
-                let joined = cpu::join::cat(&parts, d, &out_shape)?;
-                Storage::Gpu(g.upload(op, joined.as_bytes())?)
+                    .map(|t| {
+                        if t.is_gpu() {
+                            t.to_dtype(wide)
+                        } else {
+                            Err(first.device_mismatch(op, t))
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let refs: Vec<&Tensor> = parts.iter().collect();
+                return Tensor::cat(&refs, d as isize)?.to_dtype(dtype);
             }
         };
         Ok(first.derived(storage, &out_shape))
@@ -148,5 +157,13 @@ impl Tensor {
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Tensor> = views.iter().collect();
         Tensor::cat(&refs, d as isize)
+    }
+}
+
+/// The 32-bit dtype that holds every value of a 16- or 8-bit one exactly.
+fn wide_dtype(d: DType) -> DType {
+    match d {
+        DType::U8 => DType::U32,
+        _ => DType::F32,
     }
 }

@@ -5,7 +5,7 @@ use super::Tensor;
 use crate::gpu::matmul::MatmulKernel;
 use crate::shape::{broadcast_shapes, numel_checked, Layout};
 use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, Error, Result};
+use crate::{cpu, DType, Error, Result};
 
 /// What the operands' shapes mean for the product: both views brought to `[..batch, M, K]` and
 /// `[..batch, K, N]` with identical batch dims, and the shape the result is reported with.
@@ -109,10 +109,13 @@ impl Tensor {
     /// [`Error::ShapeMismatch`] (naming both shapes) when the inner dims differ or the batch
     /// dims do not broadcast; [`Error::InvalidArgument`] for 0-d operands;
     /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ;
-    /// [`Error::UnsupportedDType`] for dtypes other than f32; GPU errors (out of memory, a lost
-    /// device) as for every op.
+    /// [`Error::UnsupportedDType`] for integer and u8 operands (as PyTorch on CUDA; convert
+    /// with [`Tensor::to_dtype`]); GPU errors (out of memory, a lost device) as for every op.
+    /// f16 operands are converted to f32, multiplied with f32 accumulation, and the product
+    /// rounded once to f16.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        self.matmul_impl(rhs, None)
+        let out = self.matmul_impl(rhs, None)?;
+        Ok(crate::autograd::linalg::matmul(self, rhs, out))
     }
 
     /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
@@ -137,7 +140,8 @@ impl Tensor {
                 Tensor::matmul_kernels()
             ),
         })?;
-        self.matmul_impl(rhs, Some(k))
+        let out = self.matmul_impl(rhs, Some(k))?;
+        Ok(crate::autograd::linalg::matmul(self, rhs, out))
     }
 
     /// The GPU kernel names [`Tensor::matmul_with_kernel`] accepts.
@@ -171,6 +175,11 @@ impl Tensor {
     fn matmul_impl(&self, rhs: &Tensor, kernel: Option<MatmulKernel>) -> Result<Tensor> {
         let op = "matmul";
         self.check_pair(op, rhs)?;
+        if self.dtype() == DType::F16 {
+            // Both operands converted to f32, multiplied with f32 accumulation, rounded once.
+            let rhs = rhs.to_dtype(DType::F32)?;
+            return self.via_f32(true, |a| a.matmul_impl(&rhs, kernel));
+        }
         self.require_f32(op)?;
         // A tall matrix past one GPU binding: multiply blocks of its rows (rhs must fit).
         if let Some(g) = super::chunked::blocks_needed(&[self], 0) {

@@ -8,6 +8,7 @@
 
 use super::chunked::{blocks_needed, map_dim0_blocks};
 use super::Tensor;
+use crate::autograd::reduce::{self as autograd, Reduction};
 use crate::cpu::reduce::{ReduceOp, Rows};
 use crate::gpu::GpuDevice;
 use crate::shape::normalize_dim;
@@ -59,7 +60,14 @@ impl Tensor {
     /// so argmax/argmin return flat row-major indices).
     fn reduce_op(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         let name = op.name();
-        self.require_f32(name)?;
+        match self.dtype() {
+            DType::F32 => {}
+            // Accumulates in f32 (a convert kernel each way); values come back as f16.
+            DType::F16 => return self.via_f32(true, |t| t.reduce_op(op, dim, keepdim)),
+            // Integer sums and products wrap in the same dtype (there is no i64).
+            DType::I32 | DType::U32 if op != ReduceOp::Mean => {}
+            _ => return Err(self.unsupported(name)),
+        }
         if let Some(g) = blocks_needed(&[self], 0) {
             if let Some(t) = self.reduce_in_blocks(g, op, dim, keepdim)? {
                 return Ok(t);
@@ -91,7 +99,11 @@ impl Tensor {
                 (src, rows, Vec::new())
             }
         };
-        let dtype = if op.is_arg() { DType::U32 } else { DType::F32 };
+        let dtype = if op.is_arg() {
+            DType::U32
+        } else {
+            self.dtype()
+        };
         if rows.len == 0 {
             return match op {
                 ReduceOp::Sum => Tensor::zeros(&out_shape, dtype, self.device()),
@@ -119,6 +131,9 @@ impl Tensor {
             return Tensor::zeros(&out_shape, dtype, self.device());
         }
         let storage = match src.storage() {
+            Storage::Cpu(s) if src.dtype() != DType::F32 => {
+                Storage::Cpu(cpu::typed::reduce_int(op, s, &rows)?)
+            }
             Storage::Cpu(_) => {
                 let x = src.cpu_f32(name)?;
                 Storage::Cpu(if op.is_arg() {
@@ -127,7 +142,14 @@ impl Tensor {
                     CpuStorage::F32(cpu::reduce::reduce(op, x, &rows))
                 })
             }
-            Storage::Gpu(b) => Storage::Gpu(b.device.reduce(name, op, b, src.layout(), &rows)?),
+            Storage::Gpu(b) => Storage::Gpu(b.device.reduce_typed(
+                name,
+                op,
+                src.dtype(),
+                b,
+                src.layout(),
+                &rows,
+            )?),
         };
         Ok(Tensor::from_parts(
             storage,
@@ -142,7 +164,8 @@ impl Tensor {
     /// propagates; an empty tensor sums to 0.
     ///
     /// # Errors
-    /// [`Error::UnsupportedDType`] for non-f32 tensors; GPU errors.
+    /// [`Error::UnsupportedDType`] for u8 tensors (and `mean` of integers); GPU errors.
+    /// f16 sums accumulate in f32 and round once; i32 / u32 sums wrap in their dtype.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -153,7 +176,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn sum_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Sum, None, false)
+        let out = self.reduce_op(ReduceOp::Sum, None, false)?;
+        Ok(autograd::reduce(Reduction::Sum, self, None, false, out))
     }
 
     /// Sum over `dim` (`-1` is the last); `keepdim` keeps it with size 1 (`t.sum(dim, keepdim)`).
@@ -170,7 +194,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn sum(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Sum, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Sum, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Sum,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Mean of every element as a 0-d tensor; NaN for an empty tensor (as PyTorch).
@@ -182,7 +213,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn mean_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Mean, None, false)
+        let out = self.reduce_op(ReduceOp::Mean, None, false)?;
+        Ok(autograd::reduce(Reduction::Mean, self, None, false, out))
     }
 
     /// Mean over `dim` (the sum divided by the dim's size).
@@ -197,7 +229,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn mean(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Mean, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Mean, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Mean,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Product of every element as a 0-d tensor; 1 for an empty tensor.
@@ -209,7 +248,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn prod_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Prod, None, false)
+        let out = self.reduce_op(ReduceOp::Prod, None, false)?;
+        Ok(autograd::reduce(Reduction::Prod, self, None, false, out))
     }
 
     /// Product over `dim`.
@@ -224,7 +264,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn prod(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Prod, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Prod, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Prod,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Largest element as a 0-d tensor (`torch.max(t)`); NaN if any element is NaN.
@@ -239,7 +286,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn max_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Max, None, false)
+        let out = self.reduce_op(ReduceOp::Max, None, false)?;
+        Ok(autograd::reduce(Reduction::Max, self, None, false, out))
     }
 
     /// Largest value over `dim` (PyTorch's `amax`; [`Tensor::argmax`] gives the positions).
@@ -254,7 +302,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn max(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Max, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Max, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Max,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Smallest element as a 0-d tensor; NaN if any element is NaN.
@@ -269,7 +324,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn min_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Min, None, false)
+        let out = self.reduce_op(ReduceOp::Min, None, false)?;
+        Ok(autograd::reduce(Reduction::Min, self, None, false, out))
     }
 
     /// Smallest value over `dim` (PyTorch's `amin`).
@@ -284,7 +340,14 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn min(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::Min, Some(dim), keepdim)
+        let out = self.reduce_op(ReduceOp::Min, Some(dim), keepdim)?;
+        Ok(autograd::reduce(
+            Reduction::Min,
+            self,
+            Some(dim),
+            keepdim,
+            out,
+        ))
     }
 
     /// Flat row-major index of the largest element, as a 0-d [`DType::U32`] tensor. Ties give

@@ -8,6 +8,10 @@ use crate::{cpu, Result};
 impl Tensor {
     fn softmax_op(&self, dim: isize, log: bool) -> Result<Tensor> {
         let name = if log { "log_softmax" } else { "softmax" };
+        if self.dtype() == crate::DType::F16 {
+            // Computed in f32 (a convert kernel each way) and rounded once to f16.
+            return self.via_f32(true, |t| t.softmax_op(dim, log));
+        }
         self.require_f32(name)?;
         if self.ndim() == 0 {
             // One element over a dim of size 1, as PyTorch treats 0-d tensors: softmax is 1.
@@ -37,7 +41,8 @@ impl Tensor {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
-    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for non-f32 tensors.
+    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors. f16
+    /// tensors are converted to f32, computed in f32 and rounded once to f16.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -46,7 +51,8 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        self.softmax_op(dim, false)
+        let out = self.softmax_op(dim, false)?;
+        Ok(crate::autograd::reduce::softmax(self, dim, false, out))
     }
 
     /// `log(softmax(x))` along `dim`, computed as `(x - max) - log Σ exp(x - max)`: finite where
@@ -64,6 +70,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
-        self.softmax_op(dim, true)
+        let out = self.softmax_op(dim, true)?;
+        Ok(crate::autograd::reduce::softmax(self, dim, true, out))
     }
 }

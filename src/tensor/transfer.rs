@@ -34,6 +34,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn to(&self, device: &Device) -> Result<Tensor> {
+        let out = self.to_untracked(device)?;
+        Ok(crate::autograd::shape::to(self, out))
+    }
+
+    fn to_untracked(&self, device: &Device) -> Result<Tensor> {
         if self.device() == device {
             return Ok(self.clone());
         }
@@ -177,6 +182,16 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn contiguous(&self) -> Result<Tensor> {
+        let out = self.contiguous_untracked()?;
+        Ok(crate::autograd::shape::view(
+            "contiguous",
+            crate::autograd::shape::View::Contiguous,
+            self,
+            out,
+        ))
+    }
+
+    fn contiguous_untracked(&self) -> Result<Tensor> {
         if self.is_contiguous() && self.layout().offset == 0 {
             return Ok(self.clone());
         }
@@ -190,11 +205,8 @@ impl Tensor {
             Storage::Gpu(b) if self.dtype() == DType::F32 => {
                 Storage::Gpu(b.device.unary(UnaryOp::Copy, b, self.layout())?)
             }
-            // Other dtypes have no copy kernel yet: gather on the host and upload again.
-            Storage::Gpu(b) => {
-                let host = self.host_contiguous("contiguous")?;
-                Storage::Gpu(b.device.upload("contiguous", host.as_bytes())?)
-            }
+            // Other dtypes: the convert kernel's same-dtype copy (whole words per thread).
+            Storage::Gpu(_) => return self.convert_to(self.dtype()),
         };
         Ok(self.derived(storage, self.shape()))
     }

@@ -1,6 +1,7 @@
 //! Views: new shapes and strides over the same storage, without copying.
 
 use super::{Tensor, TensorInner};
+use crate::autograd::shape::{self as autograd, View};
 use crate::shape::{broadcast_shapes, normalize_dim, numel_checked, Layout};
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ impl Tensor {
             layout,
             dtype: self.dtype(),
             device: self.device().clone(),
+            autograd: Default::default(),
         }))
     }
 
@@ -26,6 +28,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let out = self.reshape_untracked(shape)?;
+        Ok(autograd::view("reshape", View::Reshape, self, out))
+    }
+
+    fn reshape_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let n = numel_checked(shape)?;
         if n != self.numel() {
             return Err(Error::InvalidArgument {
@@ -57,6 +64,16 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn transpose(&self, dim0: isize, dim1: isize) -> Result<Tensor> {
+        let out = self.transpose_untracked(dim0, dim1)?;
+        Ok(autograd::view(
+            "transpose",
+            View::Transpose(dim0, dim1),
+            self,
+            out,
+        ))
+    }
+
+    fn transpose_untracked(&self, dim0: isize, dim1: isize) -> Result<Tensor> {
         let nd = self.ndim();
         let a = normalize_dim("transpose", dim0, nd)?;
         let b = normalize_dim("transpose", dim1, nd)?;
@@ -99,6 +116,16 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn permute(&self, dims: &[isize]) -> Result<Tensor> {
+        let out = self.permute_untracked(dims)?;
+        Ok(autograd::view(
+            "permute",
+            View::Permute(dims.to_vec()),
+            self,
+            out,
+        ))
+    }
+
+    fn permute_untracked(&self, dims: &[isize]) -> Result<Tensor> {
         let nd = self.ndim();
         let bad = || Error::InvalidArgument {
             op: "permute",
@@ -132,6 +159,16 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        let out = self.narrow_untracked(dim, start, len)?;
+        Ok(autograd::view(
+            "narrow",
+            View::Narrow { dim, start },
+            self,
+            out,
+        ))
+    }
+
+    fn narrow_untracked(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
         let d = normalize_dim("narrow", dim, self.ndim())?;
         if self.ndim() == 0 {
             return Err(Error::InvalidArgument {
@@ -166,6 +203,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        let out = self.squeeze_untracked(dim)?;
+        Ok(autograd::view("squeeze", View::Reshape, self, out))
+    }
+
+    fn squeeze_untracked(&self, dim: isize) -> Result<Tensor> {
         let d = normalize_dim("squeeze", dim, self.ndim())?;
         if self.ndim() == 0 || self.shape()[d] != 1 {
             return Ok(self.clone());
@@ -185,6 +227,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let out = self.unsqueeze_untracked(dim)?;
+        Ok(autograd::view("unsqueeze", View::Reshape, self, out))
+    }
+
+    fn unsqueeze_untracked(&self, dim: isize) -> Result<Tensor> {
         let d = normalize_dim("unsqueeze", dim, self.ndim() + 1)?;
         let mut l = self.layout().clone();
         // Any stride works for a size-1 dim; this one keeps contiguous tensors contiguous.
@@ -204,6 +251,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        let out = self.expand_untracked(shape)?;
+        Ok(autograd::view("expand", View::Expand, self, out))
+    }
+
+    fn expand_untracked(&self, shape: &[usize]) -> Result<Tensor> {
         let target = broadcast_shapes("expand", self.shape(), shape)?;
         if target != shape {
             return Err(Error::ShapeMismatch {

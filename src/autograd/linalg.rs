@@ -1,0 +1,44 @@
+//! Backward of `matmul` with `torch.matmul`'s shape rules (1-D operands, broadcast batches).
+
+use super::elementwise::sum_to;
+use super::record;
+use crate::{Result, Tensor};
+
+/// Records `out = a.matmul(b)`. With `A [.., M, K]`, `B [.., K, N]` and the output gradient
+/// `G [.., M, N]`: `dA = G Bᵀ`, `dB = Aᵀ G`, summed over broadcast batch dims. A 1-D operand is
+/// handled as the row `[1, K]` (lhs) or column `[K, 1]` (rhs) that matmul treats it as.
+pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Tensor {
+    let (a2, b2) = (a.clone(), b.clone());
+    record("matmul", out, &[a, b], move |g, needs| {
+        let a_vec = a2.ndim() == 1;
+        let b_vec = b2.ndim() == 1;
+        let a = if a_vec { a2.unsqueeze(0)? } else { a2.clone() };
+        let b = if b_vec { b2.unsqueeze(-1)? } else { b2.clone() };
+        // The output gradient with the dims matmul dropped for 1-D operands put back.
+        let mut g = g.clone();
+        if a_vec {
+            g = g.unsqueeze(if b_vec { 0 } else { -2 })?;
+        }
+        if b_vec {
+            g = g.unsqueeze(-1)?;
+        }
+        let ga = if needs[0] {
+            let d = g.matmul(&b.transpose(-2, -1)?)?;
+            Some(reduce_batch(d, a.shape())?.reshape(a2.shape())?)
+        } else {
+            None
+        };
+        let gb = if needs[1] {
+            let d = a.transpose(-2, -1)?.matmul(&g)?;
+            Some(reduce_batch(d, b.shape())?.reshape(b2.shape())?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    })
+}
+
+/// Sums the batch dims of a gradient back to an operand's (possibly fewer or size-1) batch dims.
+fn reduce_batch(d: Tensor, shape: &[usize]) -> Result<Tensor> {
+    sum_to(d, shape)
+}

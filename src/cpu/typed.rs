@@ -1,0 +1,346 @@
+//! CPU kernels for the dtypes other than f32, and dtype conversion: the oracle for
+//! `shaders/typed.wgsl`. f16 computes in f32 and rounds once (as the shaders do); i32 / u32 use
+//! the WGSL integer semantics of [`crate::ops::IntElem`].
+
+use super::elementwise::{map1, map2};
+use super::reduce::{ReduceOp, Rows};
+use super::strided::walk;
+use crate::cpu::compare::CmpOp;
+use crate::ops::UnaryOp;
+use crate::ops::{apply_binary, apply_binary_int, apply_unary, apply_unary_int, BinaryOp, IntElem};
+use crate::shape::Layout;
+use crate::storage::CpuStorage;
+use crate::{DType, Result};
+use half::f16;
+
+/// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Scalar {
+    F(f32),
+    I(i32),
+    U(u32),
+}
+
+impl Scalar {
+    /// The canonical bits `shaders/typed.wgsl` expects for this scalar.
+    pub(crate) fn bits(self) -> u32 {
+        match self {
+            Scalar::F(x) => x.to_bits(),
+            Scalar::I(x) => x as u32,
+            Scalar::U(x) => x,
+        }
+    }
+}
+
+fn h(x: f32) -> f16 {
+    f16::from_f32(x)
+}
+
+/// `op(x)` for F16, I32 and U32 storage (`op` valid for the dtype).
+pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, l: &Layout) -> Result<CpuStorage> {
+    let name = op.name();
+    Ok(match src {
+        CpuStorage::F16(v) => {
+            CpuStorage::F16(map1(name, v, l, |x| h(apply_unary(op, x.to_f32())))?)
+        }
+        CpuStorage::I32(v) => CpuStorage::I32(map1(name, v, l, |x| apply_unary_int(op, x))?),
+        CpuStorage::U32(v) => CpuStorage::U32(map1(name, v, l, |x| apply_unary_int(op, x))?),
+        CpuStorage::F32(v) => CpuStorage::F32(map1(name, v, l, |x| apply_unary(op, x))?),
+        CpuStorage::U8(v) => CpuStorage::U8(map1(name, v, l, |x| x)?),
+    })
+}
+
+/// `op(a, b)` over two views of the same dtype broadcast to one shape.
+pub(crate) fn binary(
+    op: BinaryOp,
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+) -> Result<CpuStorage> {
+    let name = op.name();
+    Ok(match (a, b) {
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => {
+            CpuStorage::F16(map2(name, x, la, y, lb, |p, q| {
+                h(apply_binary(op, p.to_f32(), q.to_f32()))
+            })?)
+        }
+        (CpuStorage::I32(x), CpuStorage::I32(y)) => {
+            CpuStorage::I32(map2(name, x, la, y, lb, |p, q| apply_binary_int(op, p, q))?)
+        }
+        (CpuStorage::U32(x), CpuStorage::U32(y)) => {
+            CpuStorage::U32(map2(name, x, la, y, lb, |p, q| apply_binary_int(op, p, q))?)
+        }
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => {
+            CpuStorage::F32(map2(name, x, la, y, lb, |p, q| apply_binary(op, p, q))?)
+        }
+        _ => return Err(unsupported(name, a)),
+    })
+}
+
+fn unsupported(op: &'static str, s: &CpuStorage) -> crate::Error {
+    crate::Error::UnsupportedDType {
+        op,
+        dtype: dtype_of(s),
+        device: "cpu".into(),
+    }
+}
+
+pub(crate) fn dtype_of(s: &CpuStorage) -> DType {
+    match s {
+        CpuStorage::F32(_) => DType::F32,
+        CpuStorage::F16(_) => DType::F16,
+        CpuStorage::I32(_) => DType::I32,
+        CpuStorage::U32(_) => DType::U32,
+        CpuStorage::U8(_) => DType::U8,
+    }
+}
+
+fn ordered<T: IntElem>(op: BinaryOp, x: T, s: T, first: bool) -> T {
+    if first {
+        apply_binary_int(op, s, x)
+    } else {
+        apply_binary_int(op, x, s)
+    }
+}
+
+/// `op(x, s)` (or `op(s, x)` when `first`) for F16, I32 and U32 storage.
+pub(crate) fn scalar(
+    op: BinaryOp,
+    src: &CpuStorage,
+    l: &Layout,
+    s: Scalar,
+    first: bool,
+) -> Result<CpuStorage> {
+    let name = op.scalar_name();
+    let f = |x: f32, s: f32| {
+        if first {
+            apply_binary(op, s, x)
+        } else {
+            apply_binary(op, x, s)
+        }
+    };
+    Ok(match (src, s) {
+        (CpuStorage::F16(v), Scalar::F(s)) => {
+            CpuStorage::F16(map1(name, v, l, |x| h(f(x.to_f32(), s)))?)
+        }
+        (CpuStorage::I32(v), Scalar::I(s)) => {
+            CpuStorage::I32(map1(name, v, l, |x| ordered(op, x, s, first))?)
+        }
+        (CpuStorage::U32(v), Scalar::U(s)) => {
+            CpuStorage::U32(map1(name, v, l, |x| ordered(op, x, s, first))?)
+        }
+        _ => return Err(unsupported(name, src)),
+    })
+}
+
+/// `a OP b` as a U8 mask, for any dtype (f16 compares exactly as its f32 value).
+pub(crate) fn compare(
+    op: CmpOp,
+    a: &CpuStorage,
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+) -> Result<Vec<u8>> {
+    let name = op.name();
+    let f = |o: Option<std::cmp::Ordering>| u8::from(op.holds(o));
+    match (a, b) {
+        (CpuStorage::F16(x), CpuStorage::F16(y)) => {
+            map2(name, x, la, y, lb, |p, q| f(p.partial_cmp(&q)))
+        }
+        (CpuStorage::I32(x), CpuStorage::I32(y)) => {
+            map2(name, x, la, y, lb, |p, q| f(p.partial_cmp(&q)))
+        }
+        (CpuStorage::U32(x), CpuStorage::U32(y)) => {
+            map2(name, x, la, y, lb, |p, q| f(p.partial_cmp(&q)))
+        }
+        (CpuStorage::U8(x), CpuStorage::U8(y)) => {
+            map2(name, x, la, y, lb, |p, q| f(p.partial_cmp(&q)))
+        }
+        (CpuStorage::F32(x), CpuStorage::F32(y)) => {
+            map2(name, x, la, y, lb, |p, q| f(p.partial_cmp(&q)))
+        }
+        _ => Err(unsupported(name, a)),
+    }
+}
+
+/// `a OP s` as a U8 mask.
+pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) -> Result<Vec<u8>> {
+    let name = op.scalar_name();
+    let f = |o: Option<std::cmp::Ordering>| u8::from(op.holds(o));
+    match (a, s) {
+        (CpuStorage::F16(x), Scalar::F(s)) => map1(name, x, la, |p| f(p.to_f32().partial_cmp(&s))),
+        (CpuStorage::I32(x), Scalar::I(s)) => map1(name, x, la, |p| f(p.partial_cmp(&s))),
+        (CpuStorage::U32(x), Scalar::U(s)) => map1(name, x, la, |p| f(p.partial_cmp(&s))),
+        (CpuStorage::U8(x), Scalar::U(s)) => map1(name, x, la, |p| f(u32::from(p).partial_cmp(&s))),
+        _ => Err(unsupported(name, a)),
+    }
+}
+
+/// `min(max(x, lo), hi)` for F16 (in f32, NaN propagates), I32 and U32.
+pub(crate) fn clamp(src: &CpuStorage, l: &Layout, lo: Scalar, hi: Scalar) -> Result<CpuStorage> {
+    let name = "clamp";
+    Ok(match (src, lo, hi) {
+        (CpuStorage::F16(v), Scalar::F(lo), Scalar::F(hi)) => {
+            CpuStorage::F16(map1(name, v, l, |x| {
+                h(super::compare::clamp1(x.to_f32(), lo, hi))
+            })?)
+        }
+        (CpuStorage::I32(v), Scalar::I(lo), Scalar::I(hi)) => {
+            CpuStorage::I32(map1(name, v, l, |x| x.max(lo).min(hi))?)
+        }
+        (CpuStorage::U32(v), Scalar::U(lo), Scalar::U(hi)) => {
+            CpuStorage::U32(map1(name, v, l, |x| x.max(lo).min(hi))?)
+        }
+        _ => return Err(unsupported(name, src)),
+    })
+}
+
+/// `mask ? on_true : on_false` for values of any dtype.
+pub(crate) fn where_cond(
+    mask: &[u8],
+    lm: &Layout,
+    t: &CpuStorage,
+    lt: &Layout,
+    f: &CpuStorage,
+    lf: &Layout,
+) -> Result<CpuStorage> {
+    fn go<T: Copy + Send + Sync>(
+        mask: &[u8],
+        lm: &Layout,
+        t: &[T],
+        lt: &Layout,
+        f: &[T],
+        lf: &Layout,
+    ) -> Result<Vec<T>> {
+        let n = lm.numel();
+        let mut out = super::strided::try_vec("where_cond", n)?;
+        walk(
+            &lm.shape,
+            [&lm.strides, &lt.strides, &lf.strides],
+            [lm.offset, lt.offset, lf.offset],
+            0,
+            n,
+            |[m, p, q]| out.push(if mask[m] != 0 { t[p] } else { f[q] }),
+        );
+        Ok(out)
+    }
+    Ok(match (t, f) {
+        (CpuStorage::F32(a), CpuStorage::F32(b)) => CpuStorage::F32(go(mask, lm, a, lt, b, lf)?),
+        (CpuStorage::F16(a), CpuStorage::F16(b)) => CpuStorage::F16(go(mask, lm, a, lt, b, lf)?),
+        (CpuStorage::I32(a), CpuStorage::I32(b)) => CpuStorage::I32(go(mask, lm, a, lt, b, lf)?),
+        (CpuStorage::U32(a), CpuStorage::U32(b)) => CpuStorage::U32(go(mask, lm, a, lt, b, lf)?),
+        (CpuStorage::U8(a), CpuStorage::U8(b)) => CpuStorage::U8(go(mask, lm, a, lt, b, lf)?),
+        _ => return Err(unsupported("where_cond", t)),
+    })
+}
+
+/// A value of any dtype, widened for conversion.
+#[derive(Clone, Copy)]
+enum Wide {
+    F(f32),
+    I(i32),
+    U(u32),
+}
+
+fn to_dtype<T: Copy + Sync>(
+    v: &[T],
+    l: &Layout,
+    wide: impl Fn(T) -> Wide + Sync,
+    to: DType,
+) -> Result<CpuStorage> {
+    let op = "to_dtype";
+    // Rust `as` casts: float -> int truncates toward zero and saturates, NaN -> 0; int -> int
+    // keeps the low bits; int -> float rounds to nearest even.
+    Ok(match to {
+        DType::F32 => CpuStorage::F32(map1(op, v, l, |x| match wide(x) {
+            Wide::F(f) => f,
+            Wide::I(i) => i as f32,
+            Wide::U(u) => u as f32,
+        })?),
+        DType::F16 => CpuStorage::F16(map1(op, v, l, |x| match wide(x) {
+            Wide::F(f) => h(f),
+            // Exact in f32 up to 2^24, far past f16's range: one rounding, as the shader.
+            Wide::I(i) => h(i as f32),
+            Wide::U(u) => h(u as f32),
+        })?),
+        DType::I32 => CpuStorage::I32(map1(op, v, l, |x| match wide(x) {
+            Wide::F(f) => f as i32,
+            Wide::I(i) => i,
+            Wide::U(u) => u as i32,
+        })?),
+        DType::U32 => CpuStorage::U32(map1(op, v, l, |x| match wide(x) {
+            Wide::F(f) => f as u32,
+            Wide::I(i) => i as u32,
+            Wide::U(u) => u,
+        })?),
+        DType::U8 => CpuStorage::U8(map1(op, v, l, |x| match wide(x) {
+            Wide::F(f) => f as u8,
+            Wide::I(i) => i as u8,
+            Wide::U(u) => u as u8,
+        })?),
+    })
+}
+
+/// The view `l` of `src` converted to `to`, packed row-major.
+pub(crate) fn convert(src: &CpuStorage, l: &Layout, to: DType) -> Result<CpuStorage> {
+    match src {
+        CpuStorage::F32(v) => to_dtype(v, l, Wide::F, to),
+        CpuStorage::F16(v) => to_dtype(v, l, |x: f16| Wide::F(x.to_f32()), to),
+        CpuStorage::I32(v) => to_dtype(v, l, Wide::I, to),
+        CpuStorage::U32(v) => to_dtype(v, l, Wide::U, to),
+        CpuStorage::U8(v) => to_dtype(v, l, |x: u8| Wide::U(x as u32), to),
+    }
+}
+
+/// An integer reduction of every row: sum and prod wrap, max / min, argmax / argmin (first
+/// occurrence of the extreme value). Rows are non-empty unless `op` is a sum or product.
+pub(crate) fn reduce_int(op: ReduceOp, src: &CpuStorage, rows: &Rows) -> Result<CpuStorage> {
+    fn go<T: IntElem>(op: ReduceOp, v: &[T], rows: &Rows) -> (Vec<T>, Vec<u32>) {
+        let mut vals = Vec::new();
+        let mut idx = Vec::new();
+        for o in 0..rows.outputs() {
+            let base = rows.base(o);
+            let at = |r: usize| v[base + r * rows.stride];
+            match op {
+                ReduceOp::Sum | ReduceOp::Mean => {
+                    vals.push((0..rows.len).fold(T::ZERO, |acc, r| acc.wadd(at(r))))
+                }
+                ReduceOp::Prod => vals.push((0..rows.len).fold(T::ONE, |acc, r| acc.wmul(at(r)))),
+                ReduceOp::Max => vals.push((1..rows.len).fold(at(0), |acc, r| acc.max(at(r)))),
+                ReduceOp::Min => vals.push((1..rows.len).fold(at(0), |acc, r| acc.min(at(r)))),
+                ReduceOp::ArgMax | ReduceOp::ArgMin => {
+                    let mut best = 0;
+                    for r in 1..rows.len {
+                        let better = if op == ReduceOp::ArgMax {
+                            at(r) > at(best)
+                        } else {
+                            at(r) < at(best)
+                        };
+                        if better {
+                            best = r;
+                        }
+                    }
+                    idx.push(best as u32);
+                }
+            }
+        }
+        (vals, idx)
+    }
+    let (out, arg) = match src {
+        CpuStorage::I32(v) => {
+            let (vals, idx) = go(op, v, rows);
+            (CpuStorage::I32(vals), idx)
+        }
+        CpuStorage::U32(v) => {
+            let (vals, idx) = go(op, v, rows);
+            (CpuStorage::U32(vals), idx)
+        }
+        _ => return Err(unsupported(op.name(), src)),
+    };
+    Ok(if op.is_arg() {
+        CpuStorage::U32(arg)
+    } else {
+        out
+    })
+}

@@ -1,0 +1,115 @@
+//! Stochastic gradient descent with PyTorch's `torch.optim.SGD` formulas (dampening 0).
+
+use super::{check_hyper, update_params, Optimizer};
+use crate::nn::Module;
+use crate::{Result, Tensor};
+use std::collections::HashMap;
+
+/// SGD: `g = grad + weight_decay * p`; with momentum `buf = momentum * buf + g` (the first
+/// step sets `buf = g`) and `g = buf`, or `g = g + momentum * buf` with Nesterov;
+/// then `p = p - lr * g`.
+///
+/// ```
+/// use wgtensor::nn::{param, Linear, Module};
+/// use wgtensor::optim::{Optimizer, Sgd};
+/// use wgtensor::{Device, Tensor};
+/// let d = Device::cpu();
+/// let mut m = Linear::from_weights(param(Tensor::from_vec(vec![1f32], &[1, 1], &d)?), None)?;
+/// m.forward(&Tensor::from_vec(vec![2f32], &[1, 1], &d)?)?.sum_all()?.backward()?; // grad 2
+/// Sgd::new(0.1).step(&mut m)?;
+/// assert_eq!(m.weight().to_vec::<f32>()?, vec![0.8]);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Sgd {
+    lr: f32,
+    momentum: f32,
+    weight_decay: f32,
+    nesterov: bool,
+    buffers: HashMap<String, Tensor>,
+}
+
+impl Sgd {
+    /// Plain SGD with learning rate `lr`.
+    pub fn new(lr: f32) -> Sgd {
+        Sgd {
+            lr,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            buffers: HashMap::new(),
+        }
+    }
+
+    /// Momentum factor (default 0).
+    #[must_use]
+    pub fn momentum(mut self, momentum: f32) -> Sgd {
+        self.momentum = momentum;
+        self
+    }
+
+    /// L2 penalty added to the gradient (default 0).
+    #[must_use]
+    pub fn weight_decay(mut self, weight_decay: f32) -> Sgd {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// Nesterov momentum (default off; needs momentum > 0).
+    #[must_use]
+    pub fn nesterov(mut self, nesterov: bool) -> Sgd {
+        self.nesterov = nesterov;
+        self
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        check_hyper("Sgd::step", "learning rate", self.lr, self.lr >= 0.0)?;
+        check_hyper("Sgd::step", "momentum", self.momentum, self.momentum >= 0.0)?;
+        check_hyper(
+            "Sgd::step",
+            "weight_decay",
+            self.weight_decay,
+            self.weight_decay >= 0.0,
+        )?;
+        check_hyper(
+            "Sgd::step",
+            "momentum for Nesterov (needs > 0)",
+            self.momentum,
+            !self.nesterov || self.momentum > 0.0,
+        )?;
+        let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
+        let buffers = &mut self.buffers;
+        update_params(model, |name, p, g| {
+            let mut d = if wd != 0.0 {
+                g.add(&p.mul_scalar(wd)?)?
+            } else {
+                g.clone()
+            };
+            if mom != 0.0 {
+                let buf = match buffers.get(name) {
+                    Some(b) if b.shape() == d.shape() && b.device() == d.device() => {
+                        b.mul_scalar(mom)?.add(&d)?
+                    }
+                    _ => d.clone(),
+                };
+                buffers.insert(name.to_string(), buf.clone());
+                d = if nesterov {
+                    d.add(&buf.mul_scalar(mom)?)?
+                } else {
+                    buf
+                };
+            }
+            p.sub(&d.mul_scalar(lr)?)
+        })
+    }
+
+    fn lr(&self) -> f32 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.lr = lr;
+    }
+}

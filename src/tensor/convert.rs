@@ -1,0 +1,258 @@
+//! `to_dtype`, and the dispatch of elementwise ops on the dtypes other than f32 (f16, i32, u32)
+//! to `cpu/typed.rs` or `gpu/convert.rs`. The public ops in `elementwise.rs` and `compare.rs`
+//! validate, then hand non-f32 tensors to the functions here.
+
+use super::chunked::{blocks_needed, map_row_blocks};
+use super::Tensor;
+use crate::cpu::compare::CmpOp;
+use crate::cpu::typed::Scalar;
+use crate::ops::{BinaryOp, UnaryOp};
+use crate::shape::Layout;
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, DType, Error, Result};
+
+impl Tensor {
+    /// Converts to `dtype` (PyTorch's `t.to(dtype)`), on the tensor's device; works on strided
+    /// views and returns a packed tensor. The same dtype returns a cheap clone.
+    ///
+    /// Conversions follow Rust's `as`: f32 -> f16 rounds to nearest even (as the `half`
+    /// crate), values past f16's range become ±inf; float -> integer truncates toward zero and
+    /// saturates at the integer's range, NaN becomes 0; integer -> float rounds to nearest
+    /// even; integer -> integer keeps the low bits (`-1i32` -> `u32::MAX`, `300u32` -> `44u8`);
+    /// f16 -> f32 is exact. The GPU kernel gives the same bits as the CPU.
+    ///
+    /// # Errors
+    /// GPU errors (out of memory, device lost).
+    ///
+    /// ```
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let t = Tensor::from_vec(vec![1.5f32, -2.7, 300.0, f32::NAN], &[4], &Device::cpu())?;
+    /// assert_eq!(t.to_dtype(DType::I32)?.to_vec::<i32>()?, vec![1, -2, 300, 0]);
+    /// assert_eq!(t.to_dtype(DType::U8)?.to_vec::<u8>()?, vec![1, 0, 255, 0]);
+    /// let h = t.to_dtype(DType::F16)?;
+    /// assert_eq!(h.dtype(), DType::F16);
+    /// assert_eq!(h.to_dtype(DType::F32)?.to_vec::<f32>()?[..3], [1.5, -2.69921875, 300.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        let out = self.convert_to(dtype)?;
+        Ok(crate::autograd::shape::to_dtype(self, out))
+    }
+
+    /// A packed copy of the view in `dtype` (also the strided copy behind `contiguous`).
+    pub(crate) fn convert_to(&self, dtype: DType) -> Result<Tensor> {
+        // Past one binding: convert in row blocks, sized for the wider of the two dtypes.
+        let (from, to) = (self.dtype().size_in_bytes(), dtype.size_in_bytes());
+        if let Some(g) = blocks_needed(&[self], self.numel() * from.max(to) / from) {
+            // `map_row_blocks` sizes blocks by its first operand's dtype: a one-element
+            // tensor of the target dtype (broadcast, so bound whole) makes that the wider one.
+            let sizing = Tensor::zeros(
+                &[1],
+                if to > from { dtype } else { self.dtype() },
+                self.device(),
+            )?;
+            return map_row_blocks("to_dtype", g, self.shape(), &[&sizing, self], &|b| {
+                b[1].convert_to(dtype)
+            });
+        }
+        let storage = match self.storage() {
+            Storage::Cpu(s) => Storage::Cpu(cpu::typed::convert(s, self.layout(), dtype)?),
+            Storage::Gpu(b) => {
+                Storage::Gpu(b.device.convert(b, self.layout(), self.dtype(), dtype)?)
+            }
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            self.shape(),
+            dtype,
+            self.device().clone(),
+        ))
+    }
+
+    /// Runs an f32 op on an f16 tensor: converts to f32, runs `f` (accumulating in f32), and
+    /// converts the result back to f16 when `back` (argmax-style results stay U32).
+    pub(super) fn via_f32(
+        &self,
+        back: bool,
+        f: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let r = f(&self.to_dtype(DType::F32)?)?;
+        if back && r.dtype() == DType::F32 {
+            r.to_dtype(DType::F16)
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// Whether this dtype computes `op`: f32 and f16 run every op; i32 and u32 every op but the
+    /// float-only ones; u8 is storage and masks only.
+    pub(super) fn check_compute(&self, op: &'static str, float_only: bool) -> Result<()> {
+        match self.dtype() {
+            DType::F32 | DType::F16 => Ok(()),
+            DType::I32 | DType::U32 if !float_only => Ok(()),
+            _ => Err(self.unsupported(op)),
+        }
+    }
+
+    /// `s` in this tensor's dtype: floats take it as is (f16 math runs in f32), integers only
+    /// when `s` is an integer in range (`allow_inf` maps ±inf to the type's min / max, for
+    /// one-sided clamps).
+    pub(super) fn scalar_for(&self, op: &'static str, s: f32, allow_inf: bool) -> Result<Scalar> {
+        let (lo, hi) = match self.dtype() {
+            DType::F32 | DType::F16 => return Ok(Scalar::F(s)),
+            DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+            DType::U32 => (0.0, u32::MAX as f64),
+            DType::U8 => (0.0, 255.0),
+        };
+        let v = if allow_inf && s.is_infinite() {
+            if s > 0.0 {
+                hi
+            } else {
+                lo
+            }
+        } else {
+            s as f64
+        };
+        if v.is_nan() || v.fract() != 0.0 || v < lo || v > hi {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "the scalar {s} is not a {} value (an integer in [{lo}, {hi}]); use an \
+                     integer scalar or convert the tensor with .to_dtype(DType::F32)",
+                    self.dtype()
+                ),
+            });
+        }
+        Ok(match self.dtype() {
+            DType::I32 => Scalar::I(v as i32),
+            _ => Scalar::U(v as u32),
+        })
+    }
+
+    pub(super) fn typed_unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let storage = match self.storage() {
+            Storage::Cpu(s) => Storage::Cpu(cpu::typed::unary(op, s, self.layout())?),
+            Storage::Gpu(b) => {
+                Storage::Gpu(b.device.typed_unary(op, self.dtype(), b, self.layout())?)
+            }
+        };
+        Ok(self.derived(storage, self.shape()))
+    }
+
+    pub(super) fn typed_binary(
+        &self,
+        rhs: &Tensor,
+        op: BinaryOp,
+        shape: &[usize],
+        la: &Layout,
+        lb: &Layout,
+    ) -> Result<Tensor> {
+        let storage = match (self.storage(), rhs.storage()) {
+            (Storage::Cpu(a), Storage::Cpu(b)) => {
+                Storage::Cpu(cpu::typed::binary(op, a, la, b, lb)?)
+            }
+            (Storage::Gpu(a), Storage::Gpu(b)) => {
+                Storage::Gpu(a.device.typed_binary(op, self.dtype(), (a, la), (b, lb))?)
+            }
+            _ => return Err(self.device_mismatch(op.name(), rhs)),
+        };
+        Ok(self.derived(storage, shape))
+    }
+
+    pub(super) fn typed_scalar(&self, op: BinaryOp, s: f32, first: bool) -> Result<Tensor> {
+        let s = self.scalar_for(op.scalar_name(), s, false)?;
+        let storage = match self.storage() {
+            Storage::Cpu(src) => {
+                Storage::Cpu(cpu::typed::scalar(op, src, self.layout(), s, first)?)
+            }
+            Storage::Gpu(b) => Storage::Gpu(b.device.typed_scalar(
+                op,
+                self.dtype(),
+                (b, self.layout()),
+                s.bits(),
+                first,
+            )?),
+        };
+        Ok(self.derived(storage, self.shape()))
+    }
+
+    /// Comparisons of non-f32 tensors (`rhs`: a broadcast view, or a scalar).
+    pub(super) fn typed_compare(
+        &self,
+        op: CmpOp,
+        rhs: std::result::Result<(&Tensor, &Layout), f32>,
+        la: &Layout,
+    ) -> Result<Storage> {
+        let scalar = match rhs {
+            Ok(_) => None,
+            Err(s) => Some(self.scalar_for(op.scalar_name(), s, false)?),
+        };
+        Ok(match (self.storage(), rhs, scalar) {
+            (Storage::Cpu(a), Ok((r, lb)), _) => match r.storage() {
+                Storage::Cpu(b) => {
+                    Storage::Cpu(CpuStorage::U8(cpu::typed::compare(op, a, la, b, lb)?))
+                }
+                Storage::Gpu(_) => return Err(self.device_mismatch(op.name(), r)),
+            },
+            (Storage::Cpu(a), Err(_), Some(s)) => {
+                Storage::Cpu(CpuStorage::U8(cpu::typed::compare_scalar(op, a, la, s)?))
+            }
+            (Storage::Gpu(a), Ok((r, lb)), _) => match r.storage() {
+                Storage::Gpu(b) => {
+                    Storage::Gpu(
+                        a.device
+                            .typed_compare(op, self.dtype(), (a, la), Ok((b, lb)))?,
+                    )
+                }
+                Storage::Cpu(_) => return Err(self.device_mismatch(op.name(), r)),
+            },
+            (Storage::Gpu(a), Err(_), Some(s)) => {
+                Storage::Gpu(
+                    a.device
+                        .typed_compare(op, self.dtype(), (a, la), Err(s.bits()))?,
+                )
+            }
+            _ => return Err(self.unsupported(op.scalar_name())),
+        })
+    }
+
+    pub(super) fn typed_clamp(&self, min: f32, max: f32) -> Result<Tensor> {
+        let lo = self.scalar_for("clamp", min, true)?;
+        let hi = self.scalar_for("clamp", max, true)?;
+        let storage = match self.storage() {
+            Storage::Cpu(s) => Storage::Cpu(cpu::typed::clamp(s, self.layout(), lo, hi)?),
+            Storage::Gpu(b) => Storage::Gpu(b.device.typed_clamp(
+                self.dtype(),
+                (b, self.layout()),
+                lo.bits(),
+                hi.bits(),
+            )?),
+        };
+        Ok(self.derived(storage, self.shape()))
+    }
+
+    /// `where_cond` for values of any dtype but f32 (whose kernel is `where.wgsl`).
+    pub(super) fn typed_where(
+        &self,
+        (on_true, lt): (&Tensor, &Layout),
+        (on_false, lf): (&Tensor, &Layout),
+        lm: &Layout,
+    ) -> Result<Storage> {
+        let name = "where_cond";
+        Ok(
+            match (self.storage(), on_true.storage(), on_false.storage()) {
+                (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(t), Storage::Cpu(f)) => {
+                    Storage::Cpu(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
+                }
+                (Storage::Gpu(m), Storage::Gpu(t), Storage::Gpu(f)) => Storage::Gpu(
+                    m.device
+                        .typed_where(on_true.dtype(), (m, lm), (t, lt), (f, lf))?,
+                ),
+                _ => return Err(self.device_mismatch(name, on_true)),
+            },
+        )
+    }
+}
