@@ -236,6 +236,9 @@ impl Tensor {
                 "the tensor is a strided view; call .contiguous() first".into(),
             )),
             Storage::Gpu(b) => {
+                // The application's own submissions must come after the work (and the staged
+                // upload) that produces this tensor.
+                b.device.flush("wgpu_buffer")?;
                 let esize = self.dtype().size_in_bytes() as u64;
                 Ok(WgpuBufferView {
                     buffer: &b.buffer,
