@@ -1,50 +1,69 @@
-//! Mixed precision: an f16 forward over f32 master weights (cast with the differentiable
-//! `to_dtype`), trained with the dynamic loss scaler. matmul has no f16 kernel yet, so the f16
-//! linear layer here is a broadcast multiply and an f16 sum.
+//! Mixed precision: an f16 forward over f32 master weights, trained with the dynamic loss
+//! scaler. `nn::Linear` computes in its input's dtype, casting its f32 parameters with the
+//! differentiable `to_dtype`, so gradients land on the f32 master weights.
 
 mod common;
 
 use common::{assert_close, data, devices, values};
-use wgtensor::nn::{self, Module};
+use wgtensor::nn::{self, Linear, Module, Sequential, Tanh};
 use wgtensor::optim::{GradScaler, Optimizer, Sgd};
 use wgtensor::{DType, Device, Result, Tensor};
 
-/// A 2-layer MLP whose master weights are f32 and whose forward runs in `compute` dtype.
+/// A 2-layer MLP (nn::Linear, f32 master weights) whose forward runs in `compute` dtype.
 struct Mlp {
-    w1: Tensor,
-    w2: Tensor,
+    net: Sequential,
     compute: DType,
 }
 
-/// `x [N, K] @ w[M, K]ᵀ` as `sum(x[N, 1, K] * w[1, M, K], -1)`, in the operands' dtype.
-fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    x.unsqueeze(1)?.mul(&w.unsqueeze(0)?)?.sum(-1, false)
+impl Mlp {
+    fn w1(&self) -> Tensor {
+        self.net.named_parameters()[0].1.clone()
+    }
 }
 
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let c = self.compute;
-        let h = linear(&x.to_dtype(c)?, &self.w1.to_dtype(c)?)?.tanh()?;
         // Logits back in f32 for the loss, as autocast does for softmax/cross-entropy.
-        linear(&h, &self.w2.to_dtype(c)?)?.to_dtype(DType::F32)
+        self.net
+            .forward(&x.to_dtype(self.compute)?)?
+            .to_dtype(DType::F32)
     }
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("w1".into(), self.w1.clone()),
-            ("w2".into(), self.w2.clone()),
-        ]
+        self.net.named_parameters()
     }
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        vec![("w1".into(), &mut self.w1), ("w2".into(), &mut self.w2)]
+        self.net.named_parameters_mut()
     }
 }
 
 fn mlp(compute: DType, dev: &Device) -> Result<Mlp> {
-    Ok(Mlp {
-        w1: nn::param(Tensor::from_vec(data(16 * 2, 3, 0.7), &[16, 2], dev)?),
-        w2: nn::param(Tensor::from_vec(data(2 * 16, 4, 0.3), &[2, 16], dev)?),
-        compute,
-    })
+    let w1 = Tensor::from_vec(data(16 * 2, 3, 0.7), &[16, 2], dev)?;
+    let w2 = Tensor::from_vec(data(2 * 16, 4, 0.3), &[2, 16], dev)?;
+    let net = Sequential::new()
+        .add(Linear::from_weights(w1, None)?)
+        .add(Tanh)
+        .add(Linear::from_weights(w2, None)?);
+    Ok(Mlp { net, compute })
+}
+
+#[test]
+fn linear_layers_run_in_f16_for_an_f16_input() -> Result<()> {
+    for dev in devices() {
+        let m = mlp(DType::F16, &dev)?;
+        let x = Tensor::from_vec(data(8, 9, 1.0), &[4, 2], &dev)?.to_dtype(DType::F16)?;
+        let h = m.net.forward(&x)?;
+        assert_eq!(h.dtype(), DType::F16, "{dev}: f16 in, f16 out");
+        let full = mlp(DType::F32, &dev)?;
+        let want = values(&full.net.forward(&x.to_dtype(DType::F32)?)?);
+        assert_close(
+            &values(&h.to_dtype(DType::F32)?),
+            &want,
+            1e-2,
+            1e-2,
+            &format!("{dev}: f16 forward vs f32"),
+        );
+    }
+    Ok(())
 }
 
 fn batch(dev: &Device) -> Result<(Tensor, Tensor)> {
@@ -119,7 +138,7 @@ fn loss_scaling_keeps_small_f16_gradients_from_flushing_to_zero() -> Result<()> 
             }
             let loss = nn::cross_entropy(&m.forward(&x)?, &y)?.mul_scalar(tiny * scale)?;
             loss.backward()?;
-            let g = m.w1.grad().unwrap();
+            let g = m.w1().grad().unwrap();
             Ok(values(&g.mul_scalar(1.0 / scale)?))
         };
         let full = mlp(DType::F32, &dev)?;
@@ -139,6 +158,27 @@ fn loss_scaling_keeps_small_f16_gradients_from_flushing_to_zero() -> Result<()> 
             0.05,
             0.02 * max,
             &format!("{dev}: scaled f16 grads"),
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn layer_norm_normalises_an_f16_input_in_f32() -> Result<()> {
+    for dev in devices() {
+        let ln = nn::LayerNorm::new(16, &dev)?;
+        // Large offsets: a variance computed in f16 would lose most of its digits.
+        let x32 = Tensor::from_vec(data(4 * 16, 11, 1.0), &[4, 16], &dev)?.add_scalar(300.0)?;
+        let x16 = x32.to_dtype(DType::F16)?;
+        let y = ln.forward(&x16)?;
+        assert_eq!(y.dtype(), DType::F16, "{dev}");
+        let want = values(&ln.forward(&x16.to_dtype(DType::F32)?)?);
+        assert_close(
+            &values(&y.to_dtype(DType::F32)?),
+            &want,
+            1e-2,
+            1e-2,
+            &format!("{dev}: f16 LayerNorm"),
         );
     }
     Ok(())

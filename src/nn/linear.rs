@@ -189,9 +189,13 @@ impl Module for Linear {
                 rhs: self.weight.shape().to_vec(),
             });
         }
-        let y = x.matmul(&self.weight.t()?)?;
+        // Mixed precision: the layer computes in the input's float dtype. f32 master weights
+        // are cast (differentiably) for an f16 input, so the forward runs in f16 while the
+        // gradients land on the f32 parameters, as under PyTorch's autocast.
+        let w = follow_dtype(&self.weight, x)?;
+        let y = x.matmul(&w.t()?)?;
         match &self.bias {
-            Some(b) => y.add(b),
+            Some(b) => y.add(&follow_dtype(b, x)?),
             None => Ok(y),
         }
     }
@@ -210,5 +214,16 @@ impl Module for Linear {
             v.push(("bias".to_string(), b));
         }
         v
+    }
+}
+
+/// `p` in `x`'s dtype when both are floats of different widths; otherwise `p` unchanged (the op
+/// then reports any real dtype mismatch).
+pub(crate) fn follow_dtype(p: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let float = |d: crate::DType| matches!(d, crate::DType::F32 | crate::DType::F16);
+    if p.dtype() != x.dtype() && float(p.dtype()) && float(x.dtype()) {
+        p.to_dtype(x.dtype())
+    } else {
+        Ok(p.clone())
     }
 }
