@@ -2,6 +2,8 @@
 //! GPU results are compared with the CPU (the oracle) at an explicit tolerance.
 #![allow(dead_code)]
 
+pub mod broadcast;
+
 use std::io::Write;
 use std::sync::Once;
 use wgtensor::{Device, Tensor};
