@@ -45,16 +45,7 @@ impl GpuDevice {
         let flush_now = {
             let mut p = lock(&self.0.pending);
             let Pending { encoder, ops, .. } = &mut *p;
-            self.scoped(op, 0, || {
-                let enc = encoder.get_or_insert_with(|| {
-                    self.0
-                        .device
-                        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                            label: Some("wgtensor::batch"),
-                        })
-                });
-                f(enc)
-            })?;
+            self.scoped(op, 0, || f(self.batch_encoder(encoder)))?;
             *ops += 1;
             *ops >= FLUSH_EVERY
         };
@@ -62,6 +53,20 @@ impl GpuDevice {
             self.flush(op)?;
         }
         Ok(())
+    }
+
+    /// The pending batch's encoder, opened on first use.
+    pub(crate) fn batch_encoder<'a>(
+        &self,
+        slot: &'a mut Option<wgpu::CommandEncoder>,
+    ) -> &'a mut wgpu::CommandEncoder {
+        slot.get_or_insert_with(|| {
+            self.0
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("wgtensor::batch"),
+                })
+        })
     }
 
     /// Submits the pending encoder, if any; returns the index of that submission.

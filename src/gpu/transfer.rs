@@ -168,13 +168,7 @@ impl GpuDevice {
             let belt = belt.get_or_insert_with(|| {
                 wgpu::util::StagingBelt::new(self.0.device.clone(), BELT_CHUNK)
             });
-            let enc = encoder.get_or_insert_with(|| {
-                self.0
-                    .device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("wgtensor::batch"),
-                    })
-            });
+            let enc = self.batch_encoder(encoder);
             // The belt asserts on a chunk it cannot map (possible once the device is lost):
             // that becomes an error, and a fresh belt replaces the broken one.
             let written = self.scoped(op, padded, || {
