@@ -19,8 +19,6 @@
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(3) var<storage, read> params: array<u32>;
 
-const NAN_BITS: u32 = 0x7fc00000u;
-
 @compute @workgroup_size(256)
 fn gather(@builtin(workgroup_id) wid: vec3<u32>,
           @builtin(num_workgroups) nwg: vec3<u32>,

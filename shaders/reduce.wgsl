@@ -46,8 +46,6 @@ const WG: u32 = 256u;
 const PER_THREAD: u32 = 64u;
 // The longest row chunk reduce_thread folds (the host never asks for more).
 const THREAD_MAX: u32 = 256u;
-const NAN_BITS: u32 = 0x7fc00000u;
-
 // Shared-memory tree of reduce_wg, as bits so NaN payloads cross it untouched.
 var<workgroup> tree_v: array<u32, 256>;
 var<workgroup> tree_i: array<u32, 256>;
@@ -87,10 +85,6 @@ fn same(b: u32, a: u32) -> bool {
         return bitcast<f32>(b) == bitcast<f32>(a);
     }
     return b == a;
-}
-
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
 fn is_arg() -> bool {

@@ -24,12 +24,6 @@ override OP: u32 = 0u;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(4) var<storage, read> params: array<u32>;
 
-const NAN_BITS: u32 = 0x7fc00000u;
-
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
 @compute @workgroup_size(256)
 fn softmax(@builtin(workgroup_id) wid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>,

@@ -84,11 +84,28 @@ pub mod testing {
         device.as_gpu().is_some_and(|g| g.native_f16())
     }
 
-    /// The WGSL source of every embedded shader, by file name (validated by naga in the tests).
-    pub fn shader_sources() -> Vec<(&'static str, &'static str)> {
-        crate::gpu::kernels::Shader::ALL
+    /// Every hand-written shader file as embedded, by file name, without `common.wgsl`
+    /// (compared with `shaders/*.wgsl` on disk in the tests).
+    pub fn shader_files() -> Vec<(&'static str, &'static str)> {
+        let mut v: Vec<_> = crate::gpu::kernels::Shader::ALL
             .iter()
-            .map(|s| (s.file(), s.source()))
-            .collect()
+            .map(|s| (s.file(), s.body()))
+            .collect();
+        v.push(("common.wgsl", crate::gpu::kernels::COMMON));
+        v
+    }
+
+    /// Every shader as wgpu receives it (`common.wgsl` prepended), by name: the hand-written
+    /// files and, for every op of the table in every dtype it supports, the generated kernel
+    /// (validated by naga in the tests).
+    pub fn shader_sources() -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = crate::gpu::kernels::Shader::ALL
+            .iter()
+            .map(|s| (s.file().to_string(), s.source()))
+            .collect();
+        for (name, body) in crate::gpu::codegen::catalogue() {
+            v.push((name, crate::gpu::kernels::compose(&body)));
+        }
+        v
     }
 }

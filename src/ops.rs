@@ -1,101 +1,664 @@
-//! The elementwise op vocabulary shared by both backends.
+//! The elementwise op table: every unary and binary op is declared once, below, with its name,
+//! dtype support, CPU function (float and integer), WGSL body (float and integer), gradient and
+//! rustdoc. Everything else derives from the table:
 //!
-//! Each op has a numeric code that the WGSL shaders receive as the pipeline-overridable constant
-//! `OP`, and a scalar CPU twin (`apply`) that is both the CPU kernel and the test oracle. The
-//! codes must match the `switch` arms in `shaders/unary.wgsl` and `shaders/binary.wgsl`.
+//! - the `UnaryOp` / `BinaryOp` enums with `name`, `float_only` and the visitor that gives the CPU
+//!   kernels one monomorphised loop per op (`src/cpu/elementwise.rs`);
+//! - the WGSL of each op, spliced into generated kernels by `src/gpu/codegen.rs` (one kernel per op
+//!   chain and dtype; there is no hand-written switch keyed by numbers);
+//! - the backward formula used by `src/autograd/elementwise.rs`;
+//! - the public `Tensor` methods (`t.exp()`, `a.add(&b)`, `t.add_scalar(2.0)`), with their docs.
+//!
+//! Adding a unary op is one `unary_ops!` entry and its test. In the WGSL bodies the operands are
+//! `x` (and `y`); integer bodies are written once for i32 and u32 with `{T}` for the type.
+//! Float bodies of unary ops run after a NaN check (`NaN -> NaN`), as every unary op here
+//! propagates NaN.
 
-/// One-input elementwise ops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum UnaryOp {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Relu,
-    Sigmoid,
-    Tanh,
-    Gelu,
-    Sin,
-    Cos,
-    /// Identity: materialises a strided view into a packed buffer.
-    Copy,
+use crate::{Result, Tensor};
+
+/// The scalar functions of one unary op, as types so that CPU loops monomorphise per op.
+pub(crate) trait UnaryFn {
+    fn f32(x: f32) -> f32;
+    fn int<T: IntElem>(x: T) -> T;
 }
 
-impl UnaryOp {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Copy => "contiguous",
-        }
-    }
+/// The scalar functions of one binary op.
+pub(crate) trait BinaryFn {
+    fn f32(a: f32, b: f32) -> f32;
+    fn int<T: IntElem>(a: T, b: T) -> T;
+}
 
-    /// The `OP` override constant of `shaders/unary.wgsl`.
-    pub(crate) fn code(self) -> u32 {
-        self as u32
+/// Runs generic code for the op a runtime `UnaryOp` names (see [`UnaryOp::visit`]).
+pub(crate) trait UnaryVisitor {
+    type Out;
+    fn visit<F: UnaryFn>(self, op: UnaryOp) -> Self::Out;
+}
+
+/// Runs generic code for the op a runtime `BinaryOp` names.
+pub(crate) trait BinaryVisitor {
+    type Out;
+    fn visit<F: BinaryFn>(self, op: BinaryOp) -> Self::Out;
+}
+
+/// Declares the unary ops. Entry: docs, `Variant method { cpu, wgsl, [int, wgsl_int,] grad }`;
+/// ops without `int` are float-only (integer tensors get `UnsupportedDType`).
+macro_rules! unary_ops {
+    ($(
+        $(#[$doc:meta])*
+        $V:ident $method:ident {
+            cpu: |$x:ident| $cpu:expr,
+            wgsl: $wgsl:literal,
+            $(int: |$ix:ident| $int:expr, wgsl_int: $wgsl_int:literal,)?
+            grad: |$gx:ident, $gy:ident, $gg:ident| $grad:expr $(,)?
+        }
+    )*) => {
+        /// One-input elementwise ops (declared in `src/ops.rs`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub(crate) enum UnaryOp { $($V,)* }
+
+        #[allow(non_snake_case)]
+        mod unary_fns {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                pub(crate) struct $V;
+                impl super::UnaryFn for $V {
+                    #[inline(always)]
+                    fn f32($x: f32) -> f32 { $cpu }
+                    #[inline(always)]
+                    #[allow(unreachable_code, unused_variables)]
+                    fn int<T: IntElem>(x: T) -> T {
+                        $(let $ix = x; return $int;)?
+                        x
+                    }
+                }
+            )*
+        }
+
+        impl UnaryOp {
+            /// Every unary op, for tests that sweep the table.
+            #[allow(dead_code)]
+            pub(crate) const ALL: &'static [UnaryOp] = &[$(UnaryOp::$V,)*];
+
+            pub(crate) fn name(self) -> &'static str {
+                match self { $(UnaryOp::$V => stringify!($method),)* }
+            }
+
+            /// Defined only for floats (integer tensors get `UnsupportedDType`).
+            pub(crate) fn float_only(self) -> bool {
+                match self { $(UnaryOp::$V => true $(&& { let _ = $wgsl_int; false })?,)* }
+            }
+
+            /// The WGSL body of `fn(x: f32) -> f32`.
+            pub(crate) fn wgsl(self) -> &'static str {
+                match self { $(UnaryOp::$V => $wgsl,)* }
+            }
+
+            /// The WGSL body of `fn(x: {T}) -> {T}` for i32 / u32, if the op takes integers.
+            pub(crate) fn wgsl_int(self) -> Option<&'static str> {
+                match self { $(UnaryOp::$V => None $(.or(Some($wgsl_int)))?,)* }
+            }
+
+            /// `f::<the op's functions>()`: one monomorphised instance per op.
+            pub(crate) fn visit<V: UnaryVisitor>(self, v: V) -> V::Out {
+                match self { $(UnaryOp::$V => v.visit::<unary_fns::$V>(self),)* }
+            }
+
+            /// `op(x)` on one f32 (the CPU reference for tests and host-side code).
+            #[allow(dead_code)]
+            pub(crate) fn apply(self, x: f32) -> f32 {
+                match self { $(UnaryOp::$V => <unary_fns::$V as UnaryFn>::f32(x),)* }
+            }
+
+            /// The gradient of `y = op(x)` given the output gradient `g`.
+            #[allow(unused_variables)]
+            pub(crate) fn grad(self, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+                match self { $(UnaryOp::$V => { let ($gx, $gy, $gg) = (x, y, g); $grad })* }
+            }
+        }
+
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $method(&self) -> Result<Tensor> {
+                    self.unary(UnaryOp::$V)
+                }
+            )*
+        }
+    };
+}
+
+/// Declares the binary ops, each with its tensor-scalar form. Entry: docs,
+/// `Variant method { scalar: docs scalar_method, cpu, wgsl, [int, wgsl_int,] grad_a, grad_b,
+/// grad_scalar }`. `grad_scalar` gets `first`: the scalar is the left operand (`2.0 - &t`).
+macro_rules! binary_ops {
+    ($(
+        $(#[$doc:meta])*
+        $V:ident $method:ident {
+            scalar: $(#[$sdoc:meta])* $smethod:ident,
+            cpu: |$a:ident, $b:ident| $cpu:expr,
+            wgsl: $wgsl:literal,
+            $(int: |$ia:ident, $ib:ident| $int:expr, wgsl_int: $wgsl_int:literal,)?
+            grad_a: |$ga:ident, $gb:ident, $go:ident, $gg:ident| $grad_a:expr,
+            grad_b: |$ha:ident, $hb:ident, $ho:ident, $hg:ident| $grad_b:expr,
+            grad_scalar: |$sx:ident, $ss:ident, $sfirst:ident, $so:ident, $sg:ident| $grad_s:expr $(,)?
+        }
+    )*) => {
+        /// Two-input elementwise ops (declared in `src/ops.rs`), also used with a scalar side.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub(crate) enum BinaryOp { $($V,)* }
+
+        #[allow(non_snake_case)]
+        mod binary_fns {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                pub(crate) struct $V;
+                impl super::BinaryFn for $V {
+                    #[inline(always)]
+                    fn f32($a: f32, $b: f32) -> f32 { $cpu }
+                    #[inline(always)]
+                    #[allow(unreachable_code, unused_variables)]
+                    fn int<T: IntElem>(a: T, b: T) -> T {
+                        $(let ($ia, $ib) = (a, b); return $int;)?
+                        a
+                    }
+                }
+            )*
+        }
+
+        impl BinaryOp {
+            #[allow(dead_code)]
+            pub(crate) const ALL: &'static [BinaryOp] = &[$(BinaryOp::$V,)*];
+
+            pub(crate) fn name(self) -> &'static str {
+                match self { $(BinaryOp::$V => stringify!($method),)* }
+            }
+
+            /// Name of the tensor-with-scalar form, for error messages.
+            pub(crate) fn scalar_name(self) -> &'static str {
+                match self { $(BinaryOp::$V => stringify!($smethod),)* }
+            }
+
+            pub(crate) fn float_only(self) -> bool {
+                match self { $(BinaryOp::$V => true $(&& { let _ = $wgsl_int; false })?,)* }
+            }
+
+            /// The WGSL body of `fn(x: f32, y: f32) -> f32`.
+            pub(crate) fn wgsl(self) -> &'static str {
+                match self { $(BinaryOp::$V => $wgsl,)* }
+            }
+
+            /// The WGSL body of `fn(x: {T}, y: {T}) -> {T}`, if the op takes integers.
+            pub(crate) fn wgsl_int(self) -> Option<&'static str> {
+                match self { $(BinaryOp::$V => None $(.or(Some($wgsl_int)))?,)* }
+            }
+
+            pub(crate) fn visit<V: BinaryVisitor>(self, v: V) -> V::Out {
+                match self { $(BinaryOp::$V => v.visit::<binary_fns::$V>(self),)* }
+            }
+
+            /// `op(a, b)` on f32 (the CPU reference for tests and host-side code).
+            #[allow(dead_code)]
+            pub(crate) fn apply(self, a: f32, b: f32) -> f32 {
+                match self { $(BinaryOp::$V => <binary_fns::$V as BinaryFn>::f32(a, b),)* }
+            }
+
+            /// Gradient of `o = op(a, b)` for `a`, before summing over broadcast dims.
+            #[allow(unused_variables)]
+            pub(crate) fn grad_a(self, a: &Tensor, b: &Tensor, o: &Tensor, g: &Tensor) -> Result<Tensor> {
+                match self { $(BinaryOp::$V => { let ($ga, $gb, $go, $gg) = (a, b, o, g); $grad_a })* }
+            }
+
+            /// Gradient of `o = op(a, b)` for `b`, before summing over broadcast dims.
+            #[allow(unused_variables)]
+            pub(crate) fn grad_b(self, a: &Tensor, b: &Tensor, o: &Tensor, g: &Tensor) -> Result<Tensor> {
+                match self { $(BinaryOp::$V => { let ($ha, $hb, $ho, $hg) = (a, b, o, g); $grad_b })* }
+            }
+
+            /// Gradient of `o = op(x, s)` (or `op(s, x)` when `first`) for `x`.
+            #[allow(unused_variables)]
+            pub(crate) fn grad_scalar(self, x: &Tensor, s: f32, first: bool, o: &Tensor, g: &Tensor) -> Result<Tensor> {
+                match self { $(BinaryOp::$V => { let ($sx, $ss, $sfirst, $so, $sg) = (x, s, first, o, g); $grad_s })* }
+            }
+        }
+
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                ///
+                /// # Errors
+                /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the shapes do not
+                /// broadcast, [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) /
+                /// [`Error::DTypeMismatch`](crate::Error::DTypeMismatch) when the operands differ
+                /// (no implicit promotion: convert with [`Tensor::to_dtype`]);
+                /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for u8, and for
+                /// float-only ops on integers. Integer ops follow WGSL (see [`crate::DType`]);
+                /// f16 computes in f32 and rounds once.
+                pub fn $method(&self, rhs: &Tensor) -> Result<Tensor> {
+                    self.binary(rhs, BinaryOp::$V)
+                }
+
+                $(#[$sdoc])*
+                pub fn $smethod(&self, s: f32) -> Result<Tensor> {
+                    self.scalar(BinaryOp::$V, s, false)
+                }
+            )*
+        }
+    };
+}
+
+unary_ops! {
+    /// `-self`.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::ones(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.neg()?.to_vec::<f32>()?, vec![-1.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Neg neg {
+        cpu: |x| -x,
+        wgsl: "return -x;",
+        int: |x| x.wneg(), wgsl_int: "return {T}(0) - x;",
+        grad: |x, y, g| g.neg(),
+    }
+    /// `|self|`.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::full(&[1], -2.0, wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.abs()?.to_vec::<f32>()?, vec![2.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Abs abs {
+        cpu: |x| x.abs(),
+        wgsl: "return abs(x);",
+        int: |x| x.wabs(), wgsl_int: "return select(x, {T}(0) - x, x < {T}(0));",
+        // sign(x) * g; 0 at x == 0 (PyTorch's subgradient).
+        grad: |x, y, g| x.gt_scalar(0.0)?.where_cond(g, &masked(&x.lt_scalar(0.0)?, &g.neg()?)?),
+    }
+    /// `e^self`.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.exp()?.to_vec::<f32>()?, vec![1.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Exp exp {
+        cpu: |x| x.exp(),
+        wgsl: "return exp(x);",
+        grad: |x, y, g| g.mul(y),
+    }
+    /// Natural logarithm (NaN for negative inputs, -inf at 0).
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::ones(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.log()?.to_vec::<f32>()?, vec![0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Log log {
+        cpu: |x| x.ln(),
+        wgsl: "if (x < 0.0) { return nan_f32(); } return log(x);",
+        grad: |x, y, g| g.div(x),
+    }
+    /// Square root (NaN for negative inputs).
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::full(&[1], 9.0, wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.sqrt()?.to_vec::<f32>()?, vec![3.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Sqrt sqrt {
+        cpu: |x| x.sqrt(),
+        wgsl: "if (x < 0.0) { return nan_f32(); } return sqrt(x);",
+        grad: |x, y, g| g.div(y)?.mul_scalar(0.5),
+    }
+    /// `max(self, 0)`; NaN stays NaN as in PyTorch.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::arange(-1.0, 2.0, 1.0, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.relu()?.to_vec::<f32>()?, vec![0.0, 0.0, 1.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Relu relu {
+        // PyTorch propagates NaN through relu; `x.max(0.0)` would swallow it.
+        cpu: |x| if x > 0.0 || x.is_nan() { x } else { 0.0 },
+        wgsl: "return select(0.0, x, x > 0.0);",
+        int: |x| x.max(T::ZERO), wgsl_int: "return max(x, {T}(0));",
+        grad: |x, y, g| masked(&x.gt_scalar(0.0)?, g),
+    }
+    /// `1 / (1 + e^-self)`.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.sigmoid()?.to_vec::<f32>()?, vec![0.5]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Sigmoid sigmoid {
+        cpu: |x| 1.0 / (1.0 + (-x).exp()),
+        wgsl: "return 1.0 / (1.0 + exp(-x));",
+        grad: |x, y, g| g.mul(&y.mul(&y.neg()?.add_scalar(1.0)?)?),
+    }
+    /// Hyperbolic tangent.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.tanh()?.to_vec::<f32>()?, vec![0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Tanh tanh {
+        cpu: |x| x.tanh(),
+        // Some drivers evaluate tanh as (e^2x - 1) / (e^2x + 1): inf / inf = NaN for large x.
+        wgsl: "return tanh(clamp(x, -15.0, 15.0));",
+        grad: |x, y, g| g.mul(&y.mul(y)?.neg()?.add_scalar(1.0)?),
+    }
+    /// Exact GELU, `x * Φ(x)` (PyTorch's default `approximate='none'`), with erf to within 1.5e-7.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.gelu()?.to_vec::<f32>()?, vec![0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Gelu gelu {
+        // The limit at -inf is 0; the formula alone would give -inf * 0 = NaN.
+        cpu: |x| if x == f32::NEG_INFINITY { 0.0 } else {
+            0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+        },
+        wgsl: "if (bitcast<u32>(x) == 0xff800000u) { return 0.0; }
+               return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752));",
+        grad: |x, y, g| g.mul(&gelu_grad(x, y)?),
+    }
+    /// Sine.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.sin()?.to_vec::<f32>()?, vec![0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Sin sin {
+        cpu: |x| x.sin(),
+        wgsl: "return sin(x);",
+        grad: |x, y, g| g.mul(&x.cos()?),
+    }
+    /// Cosine.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::zeros(&[1], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+    /// assert_eq!(t.cos()?.to_vec::<f32>()?, vec![1.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Cos cos {
+        cpu: |x| x.cos(),
+        wgsl: "return cos(x);",
+        grad: |x, y, g| g.mul(&x.sin()?)?.neg(),
     }
 }
 
-/// Two-input elementwise ops (also used with a scalar as one side).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Maximum,
-    Minimum,
-    Pow,
-    /// Truncated remainder (WGSL `%`, C `fmod`): the result has the sign of the dividend.
-    Rem,
+binary_ops! {
+    /// `self + rhs` with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::cpu();
+    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3, 1], &d)?;
+    /// let b = Tensor::from_vec(vec![10f32, 20.0], &[1, 2], &d)?;
+    /// assert_eq!(a.add(&b)?.to_vec::<f32>()?, vec![11.0, 21.0, 12.0, 22.0, 13.0, 23.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Add add {
+        scalar:
+        /// `self + s`.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::ones(&[2], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.add_scalar(2.0)?.to_vec::<f32>()?, vec![3.0, 3.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        add_scalar,
+        cpu: |a, b| a + b,
+        wgsl: "return x + y;",
+        int: |a, b| a.wadd(b), wgsl_int: "return x + y;",
+        grad_a: |a, b, o, g| Ok(g.clone()),
+        grad_b: |a, b, o, g| Ok(g.clone()),
+        grad_scalar: |x, s, first, o, g| Ok(g.clone()),
+    }
+    /// `self - rhs` with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![5f32, 7.0], &[2], &Device::cpu())?;
+    /// assert_eq!(a.sub(&a)?.to_vec::<f32>()?, vec![0.0, 0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Sub sub {
+        scalar:
+        /// `self - s`.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::ones(&[2], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.sub_scalar(2.0)?.to_vec::<f32>()?, vec![-1.0, -1.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        sub_scalar,
+        cpu: |a, b| a - b,
+        wgsl: "return x - y;",
+        int: |a, b| a.wsub(b), wgsl_int: "return x - y;",
+        grad_a: |a, b, o, g| Ok(g.clone()),
+        grad_b: |a, b, o, g| g.neg(),
+        grad_scalar: |x, s, first, o, g| if first { g.neg() } else { Ok(g.clone()) },
+    }
+    /// `self * rhs` with broadcasting.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![2f32, 3.0], &[2], &Device::cpu())?;
+    /// assert_eq!(a.mul(&a)?.to_vec::<f32>()?, vec![4.0, 9.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Mul mul {
+        scalar:
+        /// `self * s`.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::ones(&[2], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.mul_scalar(3.0)?.to_vec::<f32>()?, vec![3.0, 3.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        mul_scalar,
+        cpu: |a, b| a * b,
+        wgsl: "return x * y;",
+        int: |a, b| a.wmul(b), wgsl_int: "return x * y;",
+        grad_a: |a, b, o, g| g.mul(b),
+        grad_b: |a, b, o, g| g.mul(a),
+        grad_scalar: |x, s, first, o, g| g.mul_scalar(s),
+    }
+    /// `self / rhs` with broadcasting (IEEE: `x / 0` is ±inf or NaN).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 3.0], &[2], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![2f32], &[1], &Device::cpu())?;
+    /// assert_eq!(a.div(&b)?.to_vec::<f32>()?, vec![0.5, 1.5]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Div div {
+        scalar:
+        /// `self / s`.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::ones(&[2], wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.div_scalar(4.0)?.to_vec::<f32>()?, vec![0.25, 0.25]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        div_scalar,
+        cpu: |a, b| a / b,
+        wgsl: "return x / y;",
+        int: |a, b| a.wdiv(b), wgsl_int: "return x / guard_{T}(x, y);",
+        grad_a: |a, b, o, g| g.div(b),
+        // d/db a/b = -a/b^2 = -o/b
+        grad_b: |a, b, o, g| g.mul(o)?.div(b)?.neg(),
+        // d/dx s/x = -s/x^2 = -o/x
+        grad_scalar: |x, s, first, o, g| if first { g.mul(o)?.div(x)?.neg() } else { g.div_scalar(s) },
+    }
+    /// Elementwise maximum; NaN in either operand gives NaN (PyTorch's `torch.maximum`).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 5.0], &[2], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![3f32, 2.0], &[2], &Device::cpu())?;
+    /// assert_eq!(a.maximum(&b)?.to_vec::<f32>()?, vec![3.0, 5.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Maximum maximum {
+        scalar:
+        /// `max(self, s)`; NaN propagates.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::arange(0.0, 3.0, 1.0, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.maximum_scalar(1.0)?.to_vec::<f32>()?, vec![1.0, 1.0, 2.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        maximum_scalar,
+        cpu: |a, b| maximum(a, b),
+        wgsl: "if (is_nan(x) || is_nan(y)) { return nan_f32(); } return select(y, x, x > y);",
+        int: |a, b| a.max(b), wgsl_int: "return max(x, y);",
+        grad_a: |a, b, o, g| winner_grad(g, a, Err(b), true),
+        grad_b: |a, b, o, g| winner_grad(g, b, Err(a), true),
+        grad_scalar: |x, s, first, o, g| winner_grad(g, x, Ok(s), true),
+    }
+    /// Elementwise minimum; NaN in either operand gives NaN.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![1f32, 5.0], &[2], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![3f32, 2.0], &[2], &Device::cpu())?;
+    /// assert_eq!(a.minimum(&b)?.to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Minimum minimum {
+        scalar:
+        /// `min(self, s)`; NaN propagates.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::arange(0.0, 3.0, 1.0, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.minimum_scalar(1.0)?.to_vec::<f32>()?, vec![0.0, 1.0, 1.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        minimum_scalar,
+        cpu: |a, b| minimum(a, b),
+        wgsl: "if (is_nan(x) || is_nan(y)) { return nan_f32(); } return select(y, x, x < y);",
+        int: |a, b| a.min(b), wgsl_int: "return min(x, y);",
+        grad_a: |a, b, o, g| winner_grad(g, a, Err(b), false),
+        grad_b: |a, b, o, g| winner_grad(g, b, Err(a), false),
+        grad_scalar: |x, s, first, o, g| winner_grad(g, x, Ok(s), false),
+    }
+    /// `self ** rhs` with C `powf` semantics (negative base with a non-integer exponent is NaN).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![2f32, -3.0], &[2], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![3f32, 2.0], &[2], &Device::cpu())?;
+    /// assert_eq!(a.pow(&b)?.to_vec::<f32>()?, vec![8.0, 9.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Pow pow {
+        scalar:
+        /// `self ** s`.
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::full(&[2], 3.0, wgtensor::DType::F32, &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.pow_scalar(2.0)?.to_vec::<f32>()?, vec![9.0, 9.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        pow_scalar,
+        cpu: |a, b| a.powf(b),
+        wgsl: "return pow_c(x, y);",
+        // d/da a^b = b * a^(b-1)
+        grad_a: |a, b, o, g| g.mul(&b.mul(&a.pow(&b.sub_scalar(1.0)?)?)?),
+        // d/db a^b = a^b ln a; 0 where a == 0 (PyTorch's convention for 0^b).
+        grad_b: |a, b, o, g| masked(&a.ne_scalar(0.0)?, &g.mul(o)?.mul(&a.log()?)?),
+        // d/dx x^s = s x^(s-1); d/dx s^x = s^x ln s
+        grad_scalar: |x, s, first, o, g| if first {
+            g.mul(o)?.mul_scalar(s.ln())
+        } else {
+            g.mul(&x.pow_scalar(s - 1.0)?.mul_scalar(s)?)
+        },
+    }
+    /// Truncated remainder `self % rhs` with broadcasting: WGSL's `%` (C's `fmod`,
+    /// PyTorch's `torch.fmod`, not `torch.remainder`), so the result has the sign of `self`.
+    /// Integers follow WGSL: `x % 0 == 0` and `i32::MIN % -1 == 0`. Floats compute
+    /// `a - b * trunc(a / b)` on every device (`x % 0` is NaN).
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let a = Tensor::from_vec(vec![7i32, -7, 7, 5], &[4], &Device::cpu())?;
+    /// let b = Tensor::from_vec(vec![3i32, 3, -3, 0], &[4], &Device::cpu())?;
+    /// assert_eq!(a.rem(&b)?.to_vec::<i32>()?, vec![1, -1, 1, 0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Rem rem {
+        scalar:
+        /// `self % s`, truncated as [`Tensor::rem`].
+        ///
+        /// ```
+        /// let t = wgtensor::Tensor::from_vec(vec![-7i32, 8], &[2], &wgtensor::Device::cpu())?;
+        /// assert_eq!(t.rem_scalar(3.0)?.to_vec::<i32>()?, vec![-1, 2]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        rem_scalar,
+        cpu: |a, b| rem_f32(a, b),
+        wgsl: "return x - y * trunc(x / y);",
+        int: |a, b| a.wrem(b), wgsl_int: "return rem_{T}(x, y);",
+        grad_a: |a, b, o, g| Ok(g.clone()),
+        // fmod(a, b) = a - b * trunc(a / b): d/db = -trunc(a / b) = -(a - o) / b.
+        grad_b: |a, b, o, g| g.mul(&a.sub(o)?.div(b)?)?.neg(),
+        // d/dx fmod(s, x) = -trunc(s / x) = -(s - o) / x
+        grad_scalar: |x, s, first, o, g| if first {
+            g.mul(&o.neg()?.add_scalar(s)?.div(x)?)?.neg()
+        } else {
+            Ok(g.clone())
+        },
+    }
 }
 
-impl BinaryOp {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Maximum => "maximum",
-            BinaryOp::Minimum => "minimum",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Rem => "rem",
-        }
-    }
+/// `g` where `mask` is set, else 0.
+fn masked(mask: &Tensor, g: &Tensor) -> Result<Tensor> {
+    mask.where_cond(g, &crate::autograd::elementwise::scalar_like(g, 0.0)?)
+}
 
-    /// Name of the tensor-with-scalar form, for error messages.
-    pub(crate) fn scalar_name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add_scalar",
-            BinaryOp::Sub => "sub_scalar",
-            BinaryOp::Mul => "mul_scalar",
-            BinaryOp::Div => "div_scalar",
-            BinaryOp::Maximum => "maximum_scalar",
-            BinaryOp::Minimum => "minimum_scalar",
-            BinaryOp::Pow => "pow_scalar",
-            BinaryOp::Rem => "rem_scalar",
-        }
-    }
+/// Gradient of `max(a, b)` (or `min`) for the operand `a` against `b` (a tensor, or a scalar as
+/// `Ok`): all of it where `a` wins, half on ties (PyTorch).
+fn winner_grad(
+    g: &Tensor,
+    a: &Tensor,
+    b: std::result::Result<f32, &Tensor>,
+    max: bool,
+) -> Result<Tensor> {
+    let (wins, tie) = match (b, max) {
+        (Err(b), true) => (a.gt(b)?, a.eq(b)?),
+        (Err(b), false) => (a.lt(b)?, a.eq(b)?),
+        (Ok(s), true) => (a.gt_scalar(s)?, a.eq_scalar(s)?),
+        (Ok(s), false) => (a.lt_scalar(s)?, a.eq_scalar(s)?),
+    };
+    let half = masked(&tie, &g.mul_scalar(0.5)?)?;
+    wins.where_cond(g, &half)
+}
 
-    /// The `OP` override constant of `shaders/binary.wgsl`.
-    pub(crate) fn code(self) -> u32 {
-        self as u32
-    }
+/// d/dx x Φ(x) = Φ(x) + x φ(x). Φ(x) is recovered as gelu(x) / x (the forward's own erf, so
+/// CPU and GPU agree with their forwards), with Φ(0) = 1/2.
+fn gelu_grad(x: &Tensor, gelu: &Tensor) -> Result<Tensor> {
+    use crate::autograd::elementwise::scalar_like;
+    let at_zero = x.eq_scalar(0.0)?;
+    let cdf = at_zero.where_cond(&scalar_like(x, 0.5)?, &gelu.div(x)?)?;
+    let pdf = x
+        .mul(x)?
+        .mul_scalar(-0.5)?
+        .exp()?
+        .mul_scalar(1.0 / (2.0 * std::f32::consts::PI).sqrt())?;
+    cdf.add(&x.mul(&pdf)?)
 }
 
 /// erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7). The same formula runs in
-/// `shaders/unary.wgsl`, so exact GELU agrees across devices to float rounding.
+/// `shaders/common.wgsl`, so exact GELU agrees across devices to float rounding.
 #[inline]
 pub(crate) fn erf(x: f32) -> f32 {
     let s = x.signum();
@@ -107,48 +670,6 @@ pub(crate) fn erf(x: f32) -> f32 {
     s * (1.0 - poly * (-a * a).exp())
 }
 
-#[inline]
-pub(crate) fn apply_unary(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        // PyTorch propagates NaN through relu; `x.max(0.0)` would swallow it.
-        UnaryOp::Relu => {
-            if x > 0.0 || x.is_nan() {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Tanh => x.tanh(),
-        // Exact (erf) GELU, PyTorch's default `approximate='none'`.
-        // The limit at -inf is 0; the formula alone would give -inf * 0 = NaN.
-        UnaryOp::Gelu if x == f32::NEG_INFINITY => 0.0,
-        UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Copy => x,
-    }
-}
-
-#[inline]
-pub(crate) fn apply_binary(op: BinaryOp, a: f32, b: f32) -> f32 {
-    match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Maximum => maximum(a, b),
-        BinaryOp::Minimum => minimum(a, b),
-        BinaryOp::Pow => a.powf(b),
-        BinaryOp::Rem => rem_f32(a, b),
-    }
-}
-
 /// WGSL's float `%`: `a - b * trunc(a / b)`, the formula the shaders evaluate (not the exact
 /// `fmod`, which differs by rounding when the quotient is large). `x % 0` is NaN.
 #[inline]
@@ -156,20 +677,27 @@ pub(crate) fn rem_f32(a: f32, b: f32) -> f32 {
     a - b * (a / b).trunc()
 }
 
-impl UnaryOp {
-    /// Ops defined only for floats (integer tensors get `UnsupportedDType`).
-    pub(crate) fn float_only(self) -> bool {
-        !matches!(
-            self,
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Copy
-        )
+/// PyTorch's `maximum`: NaN in either operand gives NaN (`f32::max` would drop it).
+#[inline]
+pub(crate) fn maximum(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else if a > b {
+        a
+    } else {
+        b
     }
 }
 
-impl BinaryOp {
-    /// Ops defined only for floats (integer tensors get `UnsupportedDType`).
-    pub(crate) fn float_only(self) -> bool {
-        self == BinaryOp::Pow
+/// PyTorch's `minimum`: NaN in either operand gives NaN.
+#[inline]
+pub(crate) fn minimum(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else if a < b {
+        a
+    } else {
+        b
     }
 }
 
@@ -186,8 +714,14 @@ pub(crate) trait IntElem: Copy + Ord + Send + Sync + 'static {
     fn wabs(self) -> Self;
     /// The divisor WGSL actually divides by.
     fn guard(self, b: Self) -> Self;
-    fn wdiv(self, b: Self) -> Self;
-    fn wrem(self, b: Self) -> Self;
+    fn wdiv(self, b: Self) -> Self {
+        self.div_exact(self.guard(b))
+    }
+    fn wrem(self, b: Self) -> Self {
+        self.rem_exact(self.guard(b))
+    }
+    fn div_exact(self, b: Self) -> Self;
+    fn rem_exact(self, b: Self) -> Self;
 }
 
 macro_rules! int_elem {
@@ -224,12 +758,12 @@ macro_rules! int_elem {
                 }
             }
             #[inline]
-            fn wdiv(self, b: Self) -> Self {
-                self / self.guard(b)
+            fn div_exact(self, b: Self) -> Self {
+                self / b
             }
             #[inline]
-            fn wrem(self, b: Self) -> Self {
-                self % self.guard(b)
+            fn rem_exact(self, b: Self) -> Self {
+                self % b
             }
         }
     };
@@ -247,53 +781,3 @@ int_elem!(
     |x: u32| x,
     |_: u32, _: u32| false
 );
-
-/// `op(x)` on an integer (`op` is not float-only).
-#[inline]
-pub(crate) fn apply_unary_int<T: IntElem>(op: UnaryOp, x: T) -> T {
-    match op {
-        UnaryOp::Neg => x.wneg(),
-        UnaryOp::Abs => x.wabs(),
-        UnaryOp::Relu => x.max(T::ZERO),
-        _ => x,
-    }
-}
-
-/// `op(a, b)` on integers (`op` is not float-only).
-#[inline]
-pub(crate) fn apply_binary_int<T: IntElem>(op: BinaryOp, a: T, b: T) -> T {
-    match op {
-        BinaryOp::Add => a.wadd(b),
-        BinaryOp::Sub => a.wsub(b),
-        BinaryOp::Mul => a.wmul(b),
-        BinaryOp::Div => a.wdiv(b),
-        BinaryOp::Rem => a.wrem(b),
-        BinaryOp::Maximum => a.max(b),
-        BinaryOp::Minimum => a.min(b),
-        BinaryOp::Pow => a,
-    }
-}
-
-/// PyTorch's `maximum`: NaN in either operand gives NaN (`f32::max` would drop it).
-#[inline]
-pub(crate) fn maximum(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// PyTorch's `minimum`: NaN in either operand gives NaN.
-#[inline]
-pub(crate) fn minimum(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else if a < b {
-        a
-    } else {
-        b
-    }
-}

@@ -175,8 +175,8 @@ fn matmul_kernels_are_valid_wgsl() {
             continue;
         }
         seen += 1;
-        let module = naga::front::wgsl::parse_str(src)
-            .unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(src)));
+        let module = naga::front::wgsl::parse_str(&src)
+            .unwrap_or_else(|e| panic!("{file}: {}", e.emit_to_string(&src)));
         naga::valid::Validator::new(
             naga::valid::ValidationFlags::all(),
             naga::valid::Capabilities::all(),

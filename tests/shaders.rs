@@ -18,6 +18,9 @@ fn validate(name: &str, source: &str) {
                 e.emit_to_string(source)
             )
         });
+    if name == "common.wgsl" {
+        return;
+    }
     // Every shader is a compute shader with at least one entry point.
     assert!(!module.entry_points.is_empty(), "{name}: no entry points");
     for ep in &module.entry_points {
@@ -62,13 +65,23 @@ fn on_disk() -> BTreeMap<String, String> {
     out
 }
 
+/// Every shader as wgpu receives it: hand-written files and generated kernels, each with
+/// `common.wgsl` prepended.
 fn embedded() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (name, source) in wgtensor::testing::shader_sources() {
-        let previous = out.insert(name.to_string(), source.to_string());
+        let previous = out.insert(name.clone(), source);
         assert!(previous.is_none(), "shader {name} is listed twice");
     }
     out
+}
+
+/// The hand-written files as the library embeds them (without `common.wgsl`).
+fn embedded_files() -> BTreeMap<String, String> {
+    wgtensor::testing::shader_files()
+        .into_iter()
+        .map(|(n, s)| (n.to_string(), s.to_string()))
+        .collect()
 }
 
 #[test]
@@ -82,16 +95,43 @@ fn embedded_shaders_validate() {
 
 #[test]
 fn shader_files_on_disk_validate() {
+    // Each file is valid once common.wgsl is prepended, as the library does at embed time.
     let shaders = on_disk();
     assert!(!shaders.is_empty(), "shaders/ holds no .wgsl files");
+    let common = &shaders["common.wgsl"];
     for (name, source) in &shaders {
-        validate(name, source);
+        if name != "common.wgsl" {
+            validate(name, &format!("{common}\n{source}"));
+        }
     }
 }
 
 #[test]
+fn every_table_op_has_a_generated_kernel_per_dtype() {
+    // The generated catalogue covers the table: a float op in f32 and f16, an integer op in
+    // i32 and u32 too, conversions between all five dtypes.
+    let lib = embedded();
+    for name in [
+        "unary.exp.F32",
+        "unary.exp.F16",
+        "unary.neg.I32",
+        "binary.rem.U32",
+        "cast.F16.U8",
+    ] {
+        for packing in ["packed", "strided"] {
+            let key = format!("{name}/{packing}");
+            assert!(lib.contains_key(&key), "no generated kernel {key}");
+        }
+    }
+    assert!(
+        !lib.contains_key("unary.exp.I32/packed"),
+        "a float-only op got an integer kernel"
+    );
+}
+
+#[test]
 fn embedded_and_on_disk_lists_agree() {
-    let (disk, lib) = (on_disk(), embedded());
+    let (disk, lib) = (on_disk(), embedded_files());
     let disk_names: Vec<&String> = disk.keys().collect();
     let lib_names: Vec<&String> = lib.keys().collect();
     assert_eq!(
@@ -122,17 +162,24 @@ fn validator_rejects_a_broken_shader() {
 }
 
 #[test]
-fn only_the_native_f16_variant_needs_shader_f16() {
-    // Adapters without SHADER_F16 get every shader but typed_f16.wgsl (FAULTS row 12): those
-    // must validate without the f16 capability, and the native variant must really need it.
+fn only_the_native_f16_variants_need_shader_f16() {
+    // Adapters without SHADER_F16 get every kernel but the native-f16 variants (FAULTS row 12):
+    // those must validate without the f16 capability, and the native ones must really need it.
     let without_f16 = Capabilities::all() - Capabilities::SHADER_FLOAT16;
     let lib = embedded();
-    assert!(lib.contains_key("typed.wgsl") && lib.contains_key("typed_f16.wgsl"));
+    assert!(
+        lib.keys().any(|k| k.ends_with("/native_f16")),
+        "no native-f16 variant"
+    );
     for (name, source) in &lib {
         let module = naga::front::wgsl::parse_str(source).expect("parsed above");
         let ok = Validator::new(ValidationFlags::all(), without_f16)
             .validate(&module)
             .is_ok();
-        assert_eq!(ok, name != "typed_f16.wgsl", "{name} without SHADER_F16");
+        assert_eq!(
+            ok,
+            !name.ends_with("/native_f16"),
+            "{name} without SHADER_F16"
+        );
     }
 }

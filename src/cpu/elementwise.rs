@@ -1,59 +1,120 @@
-//! CPU kernels for elementwise ops: the fallback device and the oracle for the GPU shaders
-//! (`shaders/unary.wgsl`, `shaders/binary.wgsl`, `shaders/fill.wgsl`).
+//! CPU kernels for elementwise ops of every dtype: the fallback device and the oracle for the
+//! generated GPU kernels (`src/gpu/codegen.rs`). Each op of the table (`src/ops.rs`) gets its own
+//! monomorphised loop through the table's visitors, so the hot loop has no `match` per element.
+//! f16 computes in f32 and rounds once; i32 / u32 follow WGSL ([`crate::ops::IntElem`]).
 
 use super::strided::{build_vec, try_vec, walk};
-use crate::ops::{apply_binary, apply_unary, BinaryOp, UnaryOp};
+use super::typed::{dtype_of, Scalar};
+use crate::ops::{BinaryFn, BinaryOp, BinaryVisitor, UnaryFn, UnaryOp, UnaryVisitor};
 use crate::shape::Layout;
-use crate::Result;
+use crate::storage::CpuStorage;
+use crate::{Error, Result};
+use half::f16;
 
-/// `op(x)` for every element of the view `layout` of `src`; the result is packed row-major.
-pub(crate) fn unary(op: UnaryOp, src: &[f32], layout: &Layout) -> Result<Vec<f32>> {
-    // Monomorphise per op so the hot loop has no `match` per element and can vectorise.
-    macro_rules! go {
-        ($($v:ident),*) => {
-            match op {
-                $(UnaryOp::$v => map1(op.name(), src, layout, |x| apply_unary(UnaryOp::$v, x)),)*
-            }
-        };
+fn unsupported(op: &'static str, s: &CpuStorage) -> Error {
+    Error::UnsupportedDType {
+        op,
+        dtype: dtype_of(s),
+        device: "cpu".into(),
     }
-    go!(Neg, Abs, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Gelu, Sin, Cos, Copy)
 }
 
-/// `op(a, b)` over two views already broadcast to the same shape.
+/// `op(x)` for every element of the view `l` of `src`, packed row-major (`op` valid for the
+/// dtype: the tensor layer checks).
+pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, l: &Layout) -> Result<CpuStorage> {
+    struct V<'a>(&'a CpuStorage, &'a Layout);
+    impl UnaryVisitor for V<'_> {
+        type Out = Result<CpuStorage>;
+        fn visit<F: UnaryFn>(self, op: UnaryOp) -> Result<CpuStorage> {
+            let (name, l) = (op.name(), self.1);
+            Ok(match self.0 {
+                CpuStorage::F32(v) => CpuStorage::F32(map1(name, v, l, F::f32)?),
+                CpuStorage::F16(v) => {
+                    CpuStorage::F16(map1(name, v, l, |x| f16::from_f32(F::f32(x.to_f32())))?)
+                }
+                CpuStorage::I32(v) => CpuStorage::I32(map1(name, v, l, F::int)?),
+                CpuStorage::U32(v) => CpuStorage::U32(map1(name, v, l, F::int)?),
+                s @ CpuStorage::U8(_) => return Err(unsupported(name, s)),
+            })
+        }
+    }
+    op.visit(V(src, l))
+}
+
+/// `op(a, b)` over two views of one dtype already broadcast to the same shape.
 pub(crate) fn binary(
     op: BinaryOp,
-    a: &[f32],
+    a: &CpuStorage,
     la: &Layout,
-    b: &[f32],
+    b: &CpuStorage,
     lb: &Layout,
-) -> Result<Vec<f32>> {
-    macro_rules! go {
-        ($($v:ident),*) => {
-            match op {
-                $(BinaryOp::$v => map2(op.name(), a, la, b, lb, |x, y| apply_binary(BinaryOp::$v, x, y)),)*
-            }
-        };
+) -> Result<CpuStorage> {
+    struct V<'a>([(&'a CpuStorage, &'a Layout); 2]);
+    impl BinaryVisitor for V<'_> {
+        type Out = Result<CpuStorage>;
+        fn visit<F: BinaryFn>(self, op: BinaryOp) -> Result<CpuStorage> {
+            let name = op.name();
+            let [(a, la), (b, lb)] = self.0;
+            Ok(match (a, b) {
+                (CpuStorage::F32(x), CpuStorage::F32(y)) => {
+                    CpuStorage::F32(map2(name, x, la, y, lb, F::f32)?)
+                }
+                (CpuStorage::F16(x), CpuStorage::F16(y)) => {
+                    CpuStorage::F16(map2(name, x, la, y, lb, |p, q| {
+                        f16::from_f32(F::f32(p.to_f32(), q.to_f32()))
+                    })?)
+                }
+                (CpuStorage::I32(x), CpuStorage::I32(y)) => {
+                    CpuStorage::I32(map2(name, x, la, y, lb, F::int)?)
+                }
+                (CpuStorage::U32(x), CpuStorage::U32(y)) => {
+                    CpuStorage::U32(map2(name, x, la, y, lb, F::int)?)
+                }
+                _ => return Err(unsupported(name, a)),
+            })
+        }
     }
-    go!(Add, Sub, Mul, Div, Maximum, Minimum, Pow, Rem)
+    op.visit(V([(a, la), (b, lb)]))
 }
 
-/// `op(x, s)` (or `op(s, x)` when `scalar_first`) for every element of the view.
+/// `op(x, s)` (or `op(s, x)` when `first`) for every element of the view; `s` is already in
+/// the tensor's dtype.
 pub(crate) fn scalar(
     op: BinaryOp,
-    src: &[f32],
-    layout: &Layout,
-    s: f32,
-    scalar_first: bool,
-) -> Result<Vec<f32>> {
-    macro_rules! go {
-        ($($v:ident),*) => {
-            match (op, scalar_first) {
-                $((BinaryOp::$v, false) => map1(op.scalar_name(), src, layout, |x| apply_binary(BinaryOp::$v, x, s)),
-                  (BinaryOp::$v, true) => map1(op.scalar_name(), src, layout, |x| apply_binary(BinaryOp::$v, s, x)),)*
+    src: &CpuStorage,
+    l: &Layout,
+    s: Scalar,
+    first: bool,
+) -> Result<CpuStorage> {
+    struct V<'a>(&'a CpuStorage, &'a Layout, Scalar, bool);
+    impl BinaryVisitor for V<'_> {
+        type Out = Result<CpuStorage>;
+        fn visit<F: BinaryFn>(self, op: BinaryOp) -> Result<CpuStorage> {
+            let (name, l) = (op.scalar_name(), self.1);
+            // Separate loops for the two operand orders keep the branch out of the loop.
+            macro_rules! go {
+                ($v:expr, $s:expr, $wrap:expr, $f:expr) => {
+                    if self.3 {
+                        map1(name, $v, l, |x| $wrap($f($s, x)))?
+                    } else {
+                        map1(name, $v, l, |x| $wrap($f(x, $s)))?
+                    }
+                };
             }
-        };
+            Ok(match (self.0, self.2) {
+                (CpuStorage::F32(v), Scalar::F(s)) => CpuStorage::F32(go!(v, s, |r| r, F::f32)),
+                (CpuStorage::F16(v), Scalar::F(s)) => CpuStorage::F16(if self.3 {
+                    map1(name, v, l, |x| f16::from_f32(F::f32(s, x.to_f32())))?
+                } else {
+                    map1(name, v, l, |x| f16::from_f32(F::f32(x.to_f32(), s)))?
+                }),
+                (CpuStorage::I32(v), Scalar::I(s)) => CpuStorage::I32(go!(v, s, |r| r, F::int)),
+                (CpuStorage::U32(v), Scalar::U(s)) => CpuStorage::U32(go!(v, s, |r| r, F::int)),
+                (src, _) => return Err(unsupported(name, src)),
+            })
+        }
     }
-    go!(Add, Sub, Mul, Div, Maximum, Minimum, Pow, Rem)
+    op.visit(V(src, l, s, first))
 }
 
 /// `start + i * step` for `i in 0..n`, the same formula as `shaders/fill.wgsl::arange`.

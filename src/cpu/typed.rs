@@ -6,8 +6,7 @@ use super::elementwise::{map1, map2};
 use super::reduce::{ReduceOp, Rows};
 use super::strided::walk;
 use crate::cpu::compare::CmpOp;
-use crate::ops::UnaryOp;
-use crate::ops::{apply_binary, apply_binary_int, apply_unary, apply_unary_int, BinaryOp, IntElem};
+use crate::ops::IntElem;
 use crate::shape::Layout;
 use crate::storage::CpuStorage;
 use crate::{DType, Result};
@@ -36,48 +35,6 @@ fn h(x: f32) -> f16 {
     f16::from_f32(x)
 }
 
-/// `op(x)` for F16, I32 and U32 storage (`op` valid for the dtype).
-pub(crate) fn unary(op: UnaryOp, src: &CpuStorage, l: &Layout) -> Result<CpuStorage> {
-    let name = op.name();
-    Ok(match src {
-        CpuStorage::F16(v) => {
-            CpuStorage::F16(map1(name, v, l, |x| h(apply_unary(op, x.to_f32())))?)
-        }
-        CpuStorage::I32(v) => CpuStorage::I32(map1(name, v, l, |x| apply_unary_int(op, x))?),
-        CpuStorage::U32(v) => CpuStorage::U32(map1(name, v, l, |x| apply_unary_int(op, x))?),
-        CpuStorage::F32(v) => CpuStorage::F32(map1(name, v, l, |x| apply_unary(op, x))?),
-        CpuStorage::U8(v) => CpuStorage::U8(map1(name, v, l, |x| x)?),
-    })
-}
-
-/// `op(a, b)` over two views of the same dtype broadcast to one shape.
-pub(crate) fn binary(
-    op: BinaryOp,
-    a: &CpuStorage,
-    la: &Layout,
-    b: &CpuStorage,
-    lb: &Layout,
-) -> Result<CpuStorage> {
-    let name = op.name();
-    Ok(match (a, b) {
-        (CpuStorage::F16(x), CpuStorage::F16(y)) => {
-            CpuStorage::F16(map2(name, x, la, y, lb, |p, q| {
-                h(apply_binary(op, p.to_f32(), q.to_f32()))
-            })?)
-        }
-        (CpuStorage::I32(x), CpuStorage::I32(y)) => {
-            CpuStorage::I32(map2(name, x, la, y, lb, |p, q| apply_binary_int(op, p, q))?)
-        }
-        (CpuStorage::U32(x), CpuStorage::U32(y)) => {
-            CpuStorage::U32(map2(name, x, la, y, lb, |p, q| apply_binary_int(op, p, q))?)
-        }
-        (CpuStorage::F32(x), CpuStorage::F32(y)) => {
-            CpuStorage::F32(map2(name, x, la, y, lb, |p, q| apply_binary(op, p, q))?)
-        }
-        _ => return Err(unsupported(name, a)),
-    })
-}
-
 fn unsupported(op: &'static str, s: &CpuStorage) -> crate::Error {
     crate::Error::UnsupportedDType {
         op,
@@ -94,44 +51,6 @@ pub(crate) fn dtype_of(s: &CpuStorage) -> DType {
         CpuStorage::U32(_) => DType::U32,
         CpuStorage::U8(_) => DType::U8,
     }
-}
-
-fn ordered<T: IntElem>(op: BinaryOp, x: T, s: T, first: bool) -> T {
-    if first {
-        apply_binary_int(op, s, x)
-    } else {
-        apply_binary_int(op, x, s)
-    }
-}
-
-/// `op(x, s)` (or `op(s, x)` when `first`) for F16, I32 and U32 storage.
-pub(crate) fn scalar(
-    op: BinaryOp,
-    src: &CpuStorage,
-    l: &Layout,
-    s: Scalar,
-    first: bool,
-) -> Result<CpuStorage> {
-    let name = op.scalar_name();
-    let f = |x: f32, s: f32| {
-        if first {
-            apply_binary(op, s, x)
-        } else {
-            apply_binary(op, x, s)
-        }
-    };
-    Ok(match (src, s) {
-        (CpuStorage::F16(v), Scalar::F(s)) => {
-            CpuStorage::F16(map1(name, v, l, |x| h(f(x.to_f32(), s)))?)
-        }
-        (CpuStorage::I32(v), Scalar::I(s)) => {
-            CpuStorage::I32(map1(name, v, l, |x| ordered(op, x, s, first))?)
-        }
-        (CpuStorage::U32(v), Scalar::U(s)) => {
-            CpuStorage::U32(map1(name, v, l, |x| ordered(op, x, s, first))?)
-        }
-        _ => return Err(unsupported(name, src)),
-    })
 }
 
 /// `a OP b` as a U8 mask, for any dtype (f16 compares exactly as its f32 value).
@@ -173,18 +92,34 @@ pub(crate) fn compare_scalar(op: CmpOp, a: &CpuStorage, la: &Layout, s: Scalar) 
         (CpuStorage::I32(x), Scalar::I(s)) => map1(name, x, la, |p| f(p.partial_cmp(&s))),
         (CpuStorage::U32(x), Scalar::U(s)) => map1(name, x, la, |p| f(p.partial_cmp(&s))),
         (CpuStorage::U8(x), Scalar::U(s)) => map1(name, x, la, |p| f(u32::from(p).partial_cmp(&s))),
+        (CpuStorage::F32(x), Scalar::F(s)) => map1(name, x, la, |p| f(p.partial_cmp(&s))),
         _ => Err(unsupported(name, a)),
     }
 }
 
-/// `min(max(x, lo), hi)` for F16 (in f32, NaN propagates), I32 and U32.
+/// `min(max(x, lo), hi)` (lo > hi gives hi, as PyTorch); NaN in any operand gives NaN.
+#[inline(always)]
+pub(crate) fn clamp1(x: f32, lo: f32, hi: f32) -> f32 {
+    if x.is_nan() || lo.is_nan() || hi.is_nan() {
+        return f32::NAN;
+    }
+    let up = if lo > x { lo } else { x };
+    if up > hi {
+        hi
+    } else {
+        up
+    }
+}
+
+/// `min(max(x, lo), hi)` for F32 / F16 (in f32, NaN propagates), I32 and U32.
 pub(crate) fn clamp(src: &CpuStorage, l: &Layout, lo: Scalar, hi: Scalar) -> Result<CpuStorage> {
     let name = "clamp";
     Ok(match (src, lo, hi) {
+        (CpuStorage::F32(v), Scalar::F(lo), Scalar::F(hi)) => {
+            CpuStorage::F32(map1(name, v, l, |x| clamp1(x, lo, hi))?)
+        }
         (CpuStorage::F16(v), Scalar::F(lo), Scalar::F(hi)) => {
-            CpuStorage::F16(map1(name, v, l, |x| {
-                h(super::compare::clamp1(x.to_f32(), lo, hi))
-            })?)
+            CpuStorage::F16(map1(name, v, l, |x| h(clamp1(x.to_f32(), lo, hi)))?)
         }
         (CpuStorage::I32(v), Scalar::I(lo), Scalar::I(hi)) => {
             CpuStorage::I32(map1(name, v, l, |x| x.max(lo).min(hi))?)

@@ -6,6 +6,7 @@
 //! Elementwise kernels use 256-thread workgroups on a 2-D grid (see [`grid`]); matmul kernels
 //! choose their own workgroup size and 3-D grid through [`GpuDevice::launch_workgroups`].
 
+use super::codegen::Generated;
 use super::device::GpuDevice;
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -16,96 +17,110 @@ use wgpu::util::DeviceExt;
 /// SIMD width (32 on NVIDIA, 64 on AMD, 8-32 on Intel/Apple) and within WebGPU's default limit.
 pub(crate) const WORKGROUP: u64 = 256;
 
-/// The shader files. Each is standalone, valid WGSL, validated by naga in `tests/shaders.rs`.
+/// The hand-written shader files, plus the generated elementwise kernels (`codegen.rs`). Each
+/// file is valid WGSL once `shaders/common.wgsl` is prepended (done here, at embed time);
+/// `tests/shaders.rs` validates every composed shader with naga.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
     Fill,
-    Unary,
-    Binary,
     Reduce,
     Softmax,
-    Compare,
-    Where,
     Join,
     Matmul,
     MatmulVec4,
     Gather,
-    /// Elementwise kernels and conversions for f16 (unpacked to f32), i32, u32 and u8.
-    Typed,
-    /// The native-f16 elementwise kernels (`enable f16;`), used where `SHADER_F16` is on.
-    TypedF16,
+    /// A generated elementwise kernel (one per op chain, dtypes and input packing).
+    Generated(GeneratedRef),
+}
+
+/// A generated kernel, compared and hashed by address: kernels are interned, so the address
+/// identifies the source without hashing it on every launch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GeneratedRef(pub &'static Generated);
+
+impl PartialEq for GeneratedRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Eq for GeneratedRef {}
+
+impl std::hash::Hash for GeneratedRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(self.0, state)
+    }
+}
+
+/// The helpers every shader shares (`is_nan`, f16 packing, `pow_c`, ...).
+pub(crate) const COMMON: &str = include_str!("../../shaders/common.wgsl");
+
+/// `common.wgsl` followed by `body`; `enable` directives of `body` (which WGSL wants before
+/// any declaration) go first.
+pub(crate) fn compose(body: &str) -> String {
+    match body.strip_prefix("enable f16;\n") {
+        Some(rest) => format!("enable f16;\n{COMMON}\n{rest}"),
+        None => format!("{COMMON}\n{body}"),
+    }
 }
 
 impl Shader {
-    /// Every shader, for tests that validate them all.
+    /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 13] = [
+    pub(crate) const ALL: [Shader; 7] = [
         Shader::Fill,
-        Shader::Unary,
-        Shader::Binary,
         Shader::Reduce,
         Shader::Softmax,
-        Shader::Compare,
-        Shader::Where,
         Shader::Join,
         Shader::Matmul,
         Shader::MatmulVec4,
         Shader::Gather,
-        Shader::Typed,
-        Shader::TypedF16,
     ];
 
     pub(crate) fn file(self) -> &'static str {
         match self {
             Shader::Fill => "fill.wgsl",
-            Shader::Unary => "unary.wgsl",
-            Shader::Binary => "binary.wgsl",
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
-            Shader::Compare => "compare.wgsl",
-            Shader::Where => "where.wgsl",
             Shader::Join => "join.wgsl",
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
             Shader::Gather => "gather.wgsl",
-            Shader::Typed => "typed.wgsl",
-            Shader::TypedF16 => "typed_f16.wgsl",
+            Shader::Generated(g) => &g.0.label,
         }
     }
 
-    pub(crate) fn source(self) -> &'static str {
+    /// The file as written (without `common.wgsl`).
+    pub(crate) fn body(self) -> &'static str {
         match self {
             Shader::Fill => include_str!("../../shaders/fill.wgsl"),
-            Shader::Unary => include_str!("../../shaders/unary.wgsl"),
-            Shader::Binary => include_str!("../../shaders/binary.wgsl"),
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
-            Shader::Compare => include_str!("../../shaders/compare.wgsl"),
-            Shader::Where => include_str!("../../shaders/where.wgsl"),
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
             Shader::Gather => include_str!("../../shaders/gather.wgsl"),
-            Shader::Typed => include_str!("../../shaders/typed.wgsl"),
-            Shader::TypedF16 => include_str!("../../shaders/typed_f16.wgsl"),
+            Shader::Generated(g) => &g.0.source,
         }
+    }
+
+    /// The source handed to wgpu: `common.wgsl` + the shader.
+    pub(crate) fn source(self) -> String {
+        compose(self.body())
     }
 
     /// Read-only input bindings before the output.
     fn inputs(self) -> usize {
         match self {
             Shader::Fill => 0,
-            Shader::Unary => 1,
-            Shader::Binary | Shader::Matmul | Shader::MatmulVec4 => 2,
+            Shader::Matmul | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
             Shader::Softmax => 3,
-            Shader::Compare => 2,
-            Shader::Where => 3,
             Shader::Join => 1,
             // The table and the ids.
             Shader::Gather => 2,
-            Shader::Typed | Shader::TypedF16 => 3,
+            Shader::Generated(g) => g.0.inputs,
         }
     }
 }

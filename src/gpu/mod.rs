@@ -1,11 +1,10 @@
 //! The wgpu backend. Every wgpu call in wgtensor lives under this module: adapter discovery
 //! (`registry`), one opened device with error capture and loss tracking (`device`), buffers and
-//! transfers (`buffer`), the embedded shaders and pipeline cache (`kernels`), and one file per op
-//! family that records dispatches (`elementwise`).
+//! transfers (`buffer`), the embedded shaders and pipeline cache (`kernels`), the generated elementwise kernels
+//! (`codegen`), and one file per op family that records dispatches (`elementwise`, ...).
 
 pub(crate) mod buffer;
-pub(crate) mod compare;
-pub(crate) mod convert;
+pub(crate) mod codegen;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod gather;

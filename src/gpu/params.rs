@@ -1,5 +1,4 @@
-//! Building the `params: array<u32>` metadata that the reduce, softmax, compare, where and join
-//! shaders read: index-range checks and strided layouts flattened to words.
+//! Building the `params: array<u32>` metadata that the shaders read: index-range checks and strided layouts flattened to words.
 
 use crate::shape::Layout;
 use crate::{Error, Result};
@@ -32,17 +31,4 @@ pub(crate) fn w(x: usize) -> u32 {
 /// Appends every entry of `v` (bounded by [`check_u32`]) as a word.
 pub(crate) fn extend(params: &mut Vec<u32>, v: &[usize]) {
     params.extend(v.iter().map(|&x| x as u32));
-}
-
-/// Appends `shape` and each view's strides, or nothing (ndim 0) when every view is packed:
-/// the shaders then skip the per-element unravelling.
-pub(crate) fn views(params: &mut Vec<u32>, layouts: &[&Layout]) {
-    if layouts.iter().all(|l| l.is_contiguous()) {
-        return;
-    }
-    params[1] = w(layouts[0].shape.len());
-    extend(params, &layouts[0].shape);
-    for l in layouts {
-        extend(params, &l.strides);
-    }
 }

@@ -4,8 +4,7 @@
 use super::Tensor;
 use crate::cpu::compare::CmpOp;
 use crate::shape::broadcast_shapes;
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 impl Tensor {
     fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
@@ -16,16 +15,7 @@ impl Tensor {
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
         );
-        let storage = match (self.storage(), rhs.storage()) {
-            _ if self.dtype() != DType::F32 => self.typed_compare(op, Ok((rhs, &lb)), &la)?,
-            (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::U8(
-                cpu::compare::compare(op, self.cpu_f32(name)?, &la, rhs.cpu_f32(name)?, &lb)?,
-            )),
-            (Storage::Gpu(a), Storage::Gpu(b)) => {
-                Storage::Gpu(a.device.compare(op, a, &la, b, &lb)?)
-            }
-            _ => return Err(self.device_mismatch(name, rhs)),
-        };
+        let storage = self.typed_compare(op, Ok((rhs, &lb)), &la)?;
         Ok(Tensor::from_parts(
             storage,
             &shape,
@@ -35,17 +25,7 @@ impl Tensor {
     }
 
     fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
-        let name = op.scalar_name();
-        let storage = match self.storage() {
-            _ if self.dtype() != DType::F32 => self.typed_compare(op, Err(s), self.layout())?,
-            Storage::Cpu(_) => Storage::Cpu(CpuStorage::U8(cpu::compare::compare_scalar(
-                op,
-                self.cpu_f32(name)?,
-                self.layout(),
-                s,
-            )?)),
-            Storage::Gpu(b) => Storage::Gpu(b.device.compare_scalar(op, b, self.layout(), s)?),
-        };
+        let storage = self.typed_compare(op, Err(s), self.layout())?;
         Ok(Tensor::from_parts(
             storage,
             self.shape(),
@@ -103,26 +83,7 @@ impl Tensor {
         let lm = self.layout().broadcast_to(&shape);
         let lt = on_true.layout().broadcast_to(&shape);
         let lf = on_false.layout().broadcast_to(&shape);
-        let storage = match (self.storage(), on_true.storage(), on_false.storage()) {
-            _ if on_true.dtype() != DType::F32 => {
-                self.typed_where((on_true, &lt), (on_false, &lf), &lm)?
-            }
-            (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(_), Storage::Cpu(_)) => {
-                Storage::Cpu(CpuStorage::F32(cpu::compare::where_cond(
-                    m,
-                    &lm,
-                    on_true.cpu_f32(name)?,
-                    &lt,
-                    on_false.cpu_f32(name)?,
-                    &lf,
-                )?))
-            }
-            (Storage::Gpu(m), Storage::Gpu(t), Storage::Gpu(f)) => {
-                Storage::Gpu(m.device.where_cond((m, &lm), (t, &lt), (f, &lf))?)
-            }
-            // Unreachable after the checks above; kept as an error rather than a panic.
-            _ => return Err(self.device_mismatch(name, on_true)),
-        };
+        let storage = self.typed_where((on_true, &lt), (on_false, &lf), &lm)?;
         Ok(on_true.derived(storage, &shape))
     }
 
@@ -147,19 +108,7 @@ impl Tensor {
 
     fn clamp_untracked(&self, min: f32, max: f32) -> Result<Tensor> {
         self.check_compute("clamp", false)?;
-        if self.dtype() != DType::F32 {
-            return self.typed_clamp(min, max);
-        }
-        let storage = match self.storage() {
-            Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::compare::clamp(
-                self.cpu_f32("clamp")?,
-                self.layout(),
-                min,
-                max,
-            )?)),
-            Storage::Gpu(b) => Storage::Gpu(b.device.clamp(b, self.layout(), min, max)?),
-        };
-        Ok(self.derived(storage, self.shape()))
+        self.typed_clamp(min, max)
     }
 }
 

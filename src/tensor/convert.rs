@@ -1,12 +1,11 @@
-//! `to_dtype`, and the dispatch of elementwise ops on the dtypes other than f32 (f16, i32, u32)
-//! to `cpu/typed.rs` or `gpu/convert.rs`. The public ops in `elementwise.rs` and `compare.rs`
-//! validate, then hand non-f32 tensors to the functions here.
+//! `to_dtype`, scalars in a tensor's dtype, and the dispatch of comparisons, `clamp` and
+//! `where_cond` (every dtype) to `cpu/typed.rs` or a generated GPU kernel. The public ops in
+//! `compare.rs` validate, then call the functions here.
 
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::Tensor;
 use crate::cpu::compare::CmpOp;
 use crate::cpu::typed::Scalar;
-use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
@@ -132,54 +131,7 @@ impl Tensor {
         })
     }
 
-    pub(super) fn typed_unary(&self, op: UnaryOp) -> Result<Tensor> {
-        let storage = match self.storage() {
-            Storage::Cpu(s) => Storage::Cpu(cpu::typed::unary(op, s, self.layout())?),
-            Storage::Gpu(b) => {
-                Storage::Gpu(b.device.typed_unary(op, self.dtype(), b, self.layout())?)
-            }
-        };
-        Ok(self.derived(storage, self.shape()))
-    }
-
-    pub(super) fn typed_binary(
-        &self,
-        rhs: &Tensor,
-        op: BinaryOp,
-        shape: &[usize],
-        la: &Layout,
-        lb: &Layout,
-    ) -> Result<Tensor> {
-        let storage = match (self.storage(), rhs.storage()) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => {
-                Storage::Cpu(cpu::typed::binary(op, a, la, b, lb)?)
-            }
-            (Storage::Gpu(a), Storage::Gpu(b)) => {
-                Storage::Gpu(a.device.typed_binary(op, self.dtype(), (a, la), (b, lb))?)
-            }
-            _ => return Err(self.device_mismatch(op.name(), rhs)),
-        };
-        Ok(self.derived(storage, shape))
-    }
-
-    pub(super) fn typed_scalar(&self, op: BinaryOp, s: f32, first: bool) -> Result<Tensor> {
-        let s = self.scalar_for(op.scalar_name(), s, false)?;
-        let storage = match self.storage() {
-            Storage::Cpu(src) => {
-                Storage::Cpu(cpu::typed::scalar(op, src, self.layout(), s, first)?)
-            }
-            Storage::Gpu(b) => Storage::Gpu(b.device.typed_scalar(
-                op,
-                self.dtype(),
-                (b, self.layout()),
-                s.bits(),
-                first,
-            )?),
-        };
-        Ok(self.derived(storage, self.shape()))
-    }
-
-    /// Comparisons of non-f32 tensors (`rhs`: a broadcast view, or a scalar).
+    /// Comparisons of any dtype (`rhs`: a broadcast view, or a scalar).
     pub(super) fn typed_compare(
         &self,
         op: CmpOp,
@@ -202,18 +154,12 @@ impl Tensor {
             }
             (Storage::Gpu(a), Ok((r, lb)), _) => match r.storage() {
                 Storage::Gpu(b) => {
-                    Storage::Gpu(
-                        a.device
-                            .typed_compare(op, self.dtype(), (a, la), Ok((b, lb)))?,
-                    )
+                    Storage::Gpu(a.device.compare(op, self.dtype(), (a, la), Ok((b, lb)))?)
                 }
                 Storage::Cpu(_) => return Err(self.device_mismatch(op.name(), r)),
             },
             (Storage::Gpu(a), Err(_), Some(s)) => {
-                Storage::Gpu(
-                    a.device
-                        .typed_compare(op, self.dtype(), (a, la), Err(s.bits()))?,
-                )
+                Storage::Gpu(a.device.compare(op, self.dtype(), (a, la), Err(s.bits()))?)
             }
             _ => return Err(self.unsupported(op.scalar_name())),
         })
@@ -224,7 +170,7 @@ impl Tensor {
         let hi = self.scalar_for("clamp", max, true)?;
         let storage = match self.storage() {
             Storage::Cpu(s) => Storage::Cpu(cpu::typed::clamp(s, self.layout(), lo, hi)?),
-            Storage::Gpu(b) => Storage::Gpu(b.device.typed_clamp(
+            Storage::Gpu(b) => Storage::Gpu(b.device.clamp(
                 self.dtype(),
                 (b, self.layout()),
                 lo.bits(),
@@ -234,7 +180,7 @@ impl Tensor {
         Ok(self.derived(storage, self.shape()))
     }
 
-    /// `where_cond` for values of any dtype but f32 (whose kernel is `where.wgsl`).
+    /// `where_cond` for values of any dtype.
     pub(super) fn typed_where(
         &self,
         (on_true, lt): (&Tensor, &Layout),
@@ -249,7 +195,7 @@ impl Tensor {
                 }
                 (Storage::Gpu(m), Storage::Gpu(t), Storage::Gpu(f)) => Storage::Gpu(
                     m.device
-                        .typed_where(on_true.dtype(), (m, lm), (t, lt), (f, lf))?,
+                        .where_cond(on_true.dtype(), (m, lm), (t, lt), (f, lf))?,
                 ),
                 _ => return Err(self.device_mismatch(name, on_true)),
             },

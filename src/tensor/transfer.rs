@@ -3,10 +3,9 @@
 use super::{backend, Backend, Tensor};
 use crate::gpu::transfer::ReadPart;
 use crate::gpu::GpuDevice;
-use crate::ops::UnaryOp;
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
-use crate::{DType, Device, Error, Result, WithDType};
+use crate::{Device, Error, Result, WithDType};
 use std::future::Future;
 
 /// A GPU tensor's buffer, for use in the application's own wgpu passes (see
@@ -202,10 +201,7 @@ impl Tensor {
         }
         let storage = match self.storage() {
             Storage::Cpu(s) => Storage::Cpu(s.contiguous(self.layout())?),
-            Storage::Gpu(b) if self.dtype() == DType::F32 => {
-                Storage::Gpu(b.device.unary(UnaryOp::Copy, b, self.layout())?)
-            }
-            // Other dtypes: the convert kernel's same-dtype copy (whole words per thread).
+            // The generated same-dtype copy (whole output words per invocation, any dtype).
             Storage::Gpu(_) => return self.convert_to(self.dtype()),
         };
         Ok(self.derived(storage, self.shape()))

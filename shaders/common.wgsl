@@ -1,0 +1,163 @@
+// common.wgsl: helpers shared by every kernel. src/gpu/kernels.rs prepends this file to each
+// shader in shaders/ (and to every generated elementwise kernel) at embed time, so each helper is
+// written once; tests/shaders.rs validates every composed shader with naga.
+//
+// Defines   NAN_BITS, INF_BITS; is_nan / is_inf (tested on the bits: WGSL lets compilers assume
+//           floats are never NaN, so `x != x` may fold away); flat_index (the 2-D dispatch grid
+//           flattened as (wid.y * nwg.x + wid.x) * 256 + lid); f32 <-> f16 bits with the CPU's
+//           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
+//           integer division guards; conversions between dtypes with Rust `as` semantics.
+// Bindings  none: a library of functions and constants only.
+
+const NAN_BITS: u32 = 0x7fc00000u;
+const INF_BITS: u32 = 0x7f800000u;
+
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn is_inf(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u;
+}
+
+fn nan_f32() -> f32 {
+    return bitcast<f32>(NAN_BITS);
+}
+
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * 256u + lid;
+}
+
+// f32 -> f16 bits, round to nearest even, overflow to inf, NaN stays a quiet NaN (as `half`).
+// Not pack2x16float: it leaves the rounding mode to the implementation and is indeterminate past
+// 65504, where the CPU gives inf.
+fn f32_to_f16(x: f32) -> u32 {
+    let u = bitcast<u32>(x);
+    let s = (u >> 16u) & 0x8000u;
+    let m = u & 0x7fffffffu;
+    if (m > 0x7f800000u) {
+        return s | 0x7e00u | ((m >> 13u) & 0x3ffu);
+    }
+    // 65520 and up round past 65504, the largest f16.
+    if (m >= 0x477ff000u) {
+        return s | 0x7c00u;
+    }
+    if (m >= 0x38800000u) {
+        // Normal: rebias the exponent (127 -> 15) and round away the 13 extra mantissa bits.
+        let r = m - 0x38000000u;
+        return s | ((r + 0xfffu + ((r >> 13u) & 1u)) >> 13u);
+    }
+    // Below 2^-25 (and the tie at 2^-25) rounds to zero.
+    if (m <= 0x33000000u) {
+        return s;
+    }
+    // Subnormal: k * 2^-24 with k = mantissa >> (126 - e), rounded to nearest even.
+    let e = m >> 23u;
+    let mant = (m & 0x7fffffu) | 0x800000u;
+    let sh = 126u - e;
+    let k = mant >> sh;
+    let rest = mant & ((1u << sh) - 1u);
+    let halfway = 1u << (sh - 1u);
+    var r = k;
+    if (rest > halfway || (rest == halfway && (k & 1u) == 1u)) {
+        r = k + 1u;
+    }
+    return s | r;
+}
+
+// f16 bits (low 16 bits of h) -> f32, exact.
+fn f16_to_f32(h: u32) -> f32 {
+    return unpack2x16float(h & 0xffffu).x;
+}
+
+// x rounded to the nearest f16 value (as an f32): what storing and reloading an f16 gives.
+fn round_f16(x: f32) -> f32 {
+    return f16_to_f32(f32_to_f16(x));
+}
+
+// Abramowitz & Stegun 7.1.26, |error| < 1.5e-7; the CPU twin is `erf` in src/ops.rs.
+fn erf_approx(x: f32) -> f32 {
+    let ax = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * ax);
+    let poly = t * (0.2548296 + t * (-0.28449674 + t * (1.4214137 + t * (-1.4531521 + t * 1.0614054))));
+    return sign(x) * (1.0 - poly * exp(-ax * ax));
+}
+
+// C's powf, case by case (drivers' pow(x, y) is exp2(y * log2(x)), NaN for x < 0).
+fn pow_c(x: f32, y: f32) -> f32 {
+    if (y == 0.0 || x == 1.0) {
+        return 1.0;
+    }
+    if (is_nan(x) || is_nan(y)) {
+        return nan_f32();
+    }
+    let ax = abs(x);
+    if (is_inf(y)) {
+        if (ax == 1.0) { return 1.0; }
+        if ((ax > 1.0) == (y > 0.0)) { return bitcast<f32>(INF_BITS); }
+        return 0.0;
+    }
+    let y_int = floor(y) == y;
+    let y_odd = y_int && abs(y) < 16777216.0 && (y - 2.0 * floor(y * 0.5)) == 1.0;
+    if (x < 0.0 && !y_int && !is_inf(x)) {
+        return nan_f32();
+    }
+    var r: f32;
+    if (ax == 0.0) {
+        r = select(bitcast<f32>(INF_BITS), 0.0, y > 0.0);
+    } else if (is_inf(ax)) {
+        r = select(0.0, bitcast<f32>(INF_BITS), y > 0.0);
+    } else if (y_int && abs(y) <= 64.0) {
+        var e = u32(abs(y));
+        var base = ax;
+        r = 1.0;
+        for (var k = 0u; k < 7u && e > 0u; k = k + 1u) {
+            if ((e & 1u) != 0u) { r = r * base; }
+            base = base * base;
+            e = e >> 1u;
+        }
+        if (y < 0.0) { r = 1.0 / r; }
+    } else {
+        r = exp2(y * log2(ax));
+    }
+    if (y_odd && (bitcast<u32>(x) & 0x80000000u) != 0u) {
+        r = -r;
+    }
+    return r;
+}
+
+// The divisor WGSL integer division really uses: 0 (and i32::MIN / -1) become 1, so x / 0 == x,
+// MIN / -1 == MIN, x % 0 == 0 on every backend (the CPU twin is `IntElem::guard`).
+fn guard_i32(x: i32, y: i32) -> i32 {
+    if (y == 0 || (x == bitcast<i32>(0x80000000u) && y == -1)) { return 1; }
+    return y;
+}
+
+fn guard_u32(x: u32, y: u32) -> u32 {
+    return select(y, 1u, y == 0u);
+}
+
+// Truncated remainder rebuilt from the division: GLSL leaves % of negative operands undefined
+// (GL drivers differ), so `%` is never used on signed values.
+fn rem_i32(x: i32, y: i32) -> i32 {
+    let g = guard_i32(x, y);
+    return x - (x / g) * g;
+}
+
+fn rem_u32(x: u32, y: u32) -> u32 {
+    return x % guard_u32(x, y);
+}
+
+// Float -> integer with Rust `as` semantics: truncate toward zero, saturate, NaN -> 0.
+fn f32_to_i32(f: f32) -> i32 {
+    if (is_nan(f)) { return 0; }
+    if (f >= 2147483648.0) { return 2147483647; }
+    if (f < -2147483648.0) { return bitcast<i32>(0x80000000u); }
+    return i32(f);
+}
+
+fn f32_to_u32_sat(f: f32, top: f32, max_value: u32) -> u32 {
+    if (is_nan(f) || f < 0.0) { return 0u; }
+    if (f >= top) { return max_value; }
+    return u32(f);
+}
