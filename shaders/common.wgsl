@@ -4,9 +4,11 @@
 //
 // Defines   NAN_BITS, INF_BITS; is_nan / is_inf (tested on the bits: WGSL lets compilers assume
 //           floats are never NaN, so `x != x` may fold away); flat_index (the 2-D dispatch grid
-//           flattened as (wid.y * nwg.x + wid.x) * 256 + lid); f32 <-> f16 bits with the CPU's
+//           flattened as (wid.y * nwg.x + wid.x) * 256 + lid, and the Invocation struct whose
+//           `item` it is); f32 <-> f16 bits with the CPU's
 //           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
-//           integer division guards; conversions between dtypes with Rust `as` semantics.
+//           integer division guards; conversions between dtypes with Rust `as` semantics; the
+//           8x8 register tile of the matmul kernels.
 // Bindings  none: a library of functions and constants only.
 
 const NAN_BITS: u32 = 0x7fc00000u;
@@ -26,6 +28,18 @@ fn nan_f32() -> f32 {
 
 fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * 256u + lid;
+}
+
+// The builtins of a 256-invocation entry point on the 2-D grid, as one parameter.
+struct Invocation {
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+}
+
+// The flat element index of an invocation.
+fn item(inv: Invocation) -> u32 {
+    return flat_index(inv.wid, inv.nwg, inv.lid);
 }
 
 // f32 -> f16 bits, round to nearest even, overflow to inf, NaN stays a quiet NaN (as `half`).
@@ -160,4 +174,32 @@ fn f32_to_u32_sat(f: f32, top: f32, max_value: u32) -> u32 {
     if (is_nan(f) || f < 0.0) { return 0u; }
     if (f >= top) { return max_value; }
     return u32(f);
+}
+
+// ---- matmul register tiles (matmul.wgsl, matmul_vec4.wgsl) ----------------------------------
+
+// The 8×8 register tile: lo[r] holds columns 0..3 of row r, hi[r] columns 4..7.
+struct Tile {
+    lo: array<vec4<f32>, 8>,
+    hi: array<vec4<f32>, 8>,
+}
+
+// tile += a ⊗ b for one k: a = rows 0..3 (a0) and 4..7 (a1), b = columns 0..3 (b0), 4..7 (b1).
+fn rank1(t: ptr<function, Tile>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>) {
+    (*t).lo[0] = fma(vec4<f32>(a0.x), b0, (*t).lo[0]);
+    (*t).hi[0] = fma(vec4<f32>(a0.x), b1, (*t).hi[0]);
+    (*t).lo[1] = fma(vec4<f32>(a0.y), b0, (*t).lo[1]);
+    (*t).hi[1] = fma(vec4<f32>(a0.y), b1, (*t).hi[1]);
+    (*t).lo[2] = fma(vec4<f32>(a0.z), b0, (*t).lo[2]);
+    (*t).hi[2] = fma(vec4<f32>(a0.z), b1, (*t).hi[2]);
+    (*t).lo[3] = fma(vec4<f32>(a0.w), b0, (*t).lo[3]);
+    (*t).hi[3] = fma(vec4<f32>(a0.w), b1, (*t).hi[3]);
+    (*t).lo[4] = fma(vec4<f32>(a1.x), b0, (*t).lo[4]);
+    (*t).hi[4] = fma(vec4<f32>(a1.x), b1, (*t).hi[4]);
+    (*t).lo[5] = fma(vec4<f32>(a1.y), b0, (*t).lo[5]);
+    (*t).hi[5] = fma(vec4<f32>(a1.y), b1, (*t).hi[5]);
+    (*t).lo[6] = fma(vec4<f32>(a1.z), b0, (*t).lo[6]);
+    (*t).hi[6] = fma(vec4<f32>(a1.z), b1, (*t).hi[6]);
+    (*t).lo[7] = fma(vec4<f32>(a1.w), b0, (*t).lo[7]);
+    (*t).hi[7] = fma(vec4<f32>(a1.w), b1, (*t).hi[7]);
 }

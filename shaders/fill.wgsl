@@ -13,10 +13,8 @@
 @group(0) @binding(1) var<storage, read> params: array<u32>;
 
 @compute @workgroup_size(256)
-fn fill(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = flat_index(wid, nwg, lid);
+fn fill(inv: Invocation) {
+    let i = item(inv);
     // The grid is rounded up to whole workgroups: threads past the end must not store.
     if (i >= params[0]) {
         return;
@@ -25,10 +23,8 @@ fn fill(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 @compute @workgroup_size(256)
-fn arange(@builtin(workgroup_id) wid: vec3<u32>,
-          @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-    let i = flat_index(wid, nwg, lid);
+fn arange(inv: Invocation) {
+    let i = item(inv);
     if (i >= params[0]) {
         return;
     }

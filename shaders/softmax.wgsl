@@ -25,10 +25,8 @@ override OP: u32 = 0u;
 @group(0) @binding(4) var<storage, read> params: array<u32>;
 
 @compute @workgroup_size(256)
-fn softmax(@builtin(workgroup_id) wid: vec3<u32>,
-           @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * 256u + lid;
+fn softmax(inv: Invocation) {
+    let i = item(inv);
     if (i >= params[0]) {
         return;
     }
