@@ -367,6 +367,24 @@ unary_ops! {
                return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752));",
         grad: |x, y, g| g.mul(&gelu_grad(x, y)?),
     }
+    /// `ln(1 + e^self)`, PyTorch's `softplus` (beta 1, threshold 20: `x` itself above 20).
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::from_vec(vec![0f32, 30.0], &[2], &wgtensor::Device::cpu())?;
+    /// let y = t.softplus()?.to_vec::<f32>()?;
+    /// assert!((y[0] - std::f32::consts::LN_2).abs() < 1e-7 && y[1] == 30.0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Softplus softplus {
+        cpu: |x| if x > 20.0 { x } else { x.exp().ln_1p() },
+        // log1p(e) as log(u) * e / (u - 1) (Goldberg): accurate where 1 + e rounds.
+        wgsl: "if (x > 20.0) { return x; }
+               let e = exp(x);
+               let u = 1.0 + e;
+               if (u == 1.0) { return e; }
+               return log(u) * e / (u - 1.0);",
+        grad: |x, y, g| g.mul(&x.sigmoid()?),
+    }
     /// Sine.
     ///
     /// ```

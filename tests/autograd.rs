@@ -192,6 +192,7 @@ fn elementwise_unary() {
         case("sigmoid", &[&[6]], |x| x[0].sigmoid()),
         case("tanh", &[&[6]], |x| x[0].tanh()),
         case("gelu", &[&[8]], |x| x[0].mul_scalar(3.0)?.gelu()),
+        case("softplus", &[&[8]], |x| x[0].mul_scalar(3.0)?.softplus()),
         case("sin", &[&[6]], |x| x[0].sin()),
         case("cos", &[&[6]], |x| x[0].cos()),
     ]);

@@ -142,6 +142,18 @@ const UNARY: &[Unary] = &[
         TRANSCENDENTAL,
     ),
     un("gelu", Tensor::gelu, gelu_host, TRANSCENDENTAL),
+    un(
+        "softplus",
+        Tensor::softplus,
+        |x| {
+            if x > 20.0 {
+                x
+            } else {
+                f64_op(x, |x| x.exp().ln_1p())
+            }
+        },
+        TRANSCENDENTAL,
+    ),
     un("sin", Tensor::sin, |x| f64_op(x, f64::sin), TRIG),
     un("cos", Tensor::cos, |x| f64_op(x, f64::cos), TRIG),
 ];
