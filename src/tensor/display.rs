@@ -91,7 +91,7 @@ fn visible(n: usize, summarize: bool) -> Vec<usize> {
 
 /// PyTorch's choice: integers print as `1.`, ordinary magnitudes with 4 decimals, extreme ones
 /// in scientific notation.
-fn number_format(values: &[f64], dtype: DType) -> impl Fn(f64) -> String {
+fn number_format(values: &[f64], dtype: DType) -> impl Fn(f64) -> String + use<> {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     let max = finite.iter().fold(0f64, |m, v| m.max(v.abs()));
     let min_nonzero = finite

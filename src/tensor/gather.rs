@@ -130,7 +130,11 @@ impl Tensor {
                 .collect::<Result<_>>()?,
             _ => ids.to_vec::<u32>()?,
         };
-        if let Some((k, &id)) = host.iter().enumerate().find(|(_, &id)| id as usize >= size) {
+        if let Some((k, &id)) = host
+            .iter()
+            .enumerate()
+            .find(|&(_, &id)| id as usize >= size)
+        {
             return Err(bad(k, id as i64));
         }
         Ok(host)

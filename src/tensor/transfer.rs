@@ -105,7 +105,7 @@ impl Tensor {
     pub fn to_async(
         &self,
         device: &Device,
-    ) -> impl Future<Output = Result<Tensor>> + Send + 'static {
+    ) -> impl Future<Output = Result<Tensor>> + Send + 'static + use<> {
         let (t, d) = (self.clone(), device.clone());
         in_background("to_async", device.to_string(), move || t.to(&d))
     }
@@ -120,7 +120,7 @@ impl Tensor {
     /// ```
     pub fn to_vec_async<T: WithDType>(
         &self,
-    ) -> impl Future<Output = Result<Vec<T>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Vec<T>>> + Send + 'static + use<T> {
         let t = self.clone();
         in_background("to_vec_async", self.device().to_string(), move || {
             t.to_vec::<T>()
