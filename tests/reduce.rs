@@ -300,17 +300,18 @@ fn nan_and_inf_follow_pytorch() {
     }
 }
 
-/// FAULTS row 24: the same reduction 100 times gives the same bits on each device.
+/// FAULTS row 24: the same reduction 100 times gives the same bits on each device. 2^18 + 13
+/// elements still take the multi-pass tree (more than 256 x 256 per row) and a ragged tail.
 #[test]
 fn deterministic_over_100_runs() {
-    let n = (1 << 20) + 13;
+    let n = (1 << 18) + 13;
     let v = data(n, 99, 1.0);
     for d in devices() {
         let t = Tensor::from_vec(v.clone(), &[n], &d).unwrap();
         let m = t
-            .narrow(0, 0, 1 << 20)
+            .narrow(0, 0, 1 << 18)
             .unwrap()
-            .reshape(&[1024, 1024])
+            .reshape(&[512, 512])
             .unwrap();
         let first = (
             t.sum_all().unwrap().to_scalar::<f32>().unwrap().to_bits(),
