@@ -1,6 +1,9 @@
-//! Host overhead per op: a chain of 100 elementwise ops on 4,096 f32 on every GPU adapter,
-//! next to 100 plain-wgpu dispatches of an equivalent kernel recorded here (prebuilt pipeline
-//! and bind groups, one submit per dispatch as in wgpu's compute examples), in the same run.
+//! Cost per op: a chain of 100 elementwise ops on 4,096 f32 on every GPU adapter, ending in a
+//! readback of the result (fused: the chain runs as few generated kernels), next to 100
+//! plain-wgpu dispatches of an equivalent kernel recorded here (prebuilt pipeline and bind
+//! groups, one submit per dispatch as in wgpu's compute examples), in the same run. Also
+//! `wgtensor_ops_unfused`: the same chain with every intermediate read back, so each op is its
+//! own dispatch (the launch cost without fusion).
 //! Also the soak of FAULTS row 25: 10,000 x (create -> op -> drop) with `memory_reserved` flat.
 //!
 //! Run: `cargo bench --bench dispatch`
@@ -102,8 +105,18 @@ fn chain(c: &mut Criterion) {
                 for _ in 0..CHAIN {
                     t = t.add_scalar(1.0).unwrap();
                 }
-                dev.synchronize().unwrap();
-                black_box(t)
+                black_box(t.to_vec::<f32>().unwrap())
+            })
+        });
+        group.bench_function("wgtensor_ops_unfused", |b| {
+            b.iter(|| {
+                let mut t = x.clone();
+                for _ in 0..CHAIN {
+                    t = t.add_scalar(1.0).unwrap();
+                    // Synchronising materialises each op: one dispatch (and wait) per op.
+                    dev.synchronize().unwrap();
+                }
+                black_box(t.to_vec::<f32>().unwrap())
             })
         });
         group.finish();

@@ -235,7 +235,11 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         match &self.0 {
             DeviceInner::Cpu => Ok(()),
-            DeviceInner::Gpu(g) => g.wait("synchronize", None),
+            DeviceInner::Gpu(g) => {
+                // Pending fused elementwise work is queued work too.
+                crate::tensor::materialize_pending(g)?;
+                g.wait("synchronize", None)
+            }
         }
     }
 

@@ -7,6 +7,7 @@ mod convert;
 mod create;
 mod display;
 mod elementwise;
+mod fuse;
 mod gather;
 mod join;
 mod matmul;
@@ -15,6 +16,7 @@ mod softmax;
 mod transfer;
 mod view;
 
+pub(crate) use fuse::materialize_pending;
 pub use transfer::{read_all, WgpuBufferView};
 
 use crate::device::DeviceInner;
@@ -41,7 +43,8 @@ use std::sync::Arc;
 pub struct Tensor(Arc<TensorInner>);
 
 struct TensorInner {
-    storage: Arc<Storage>,
+    /// Materialised data, or a pending fused elementwise program (`fuse.rs`).
+    storage: Arc<fuse::StorageCell>,
     layout: Layout,
     dtype: DType,
     device: Device,
@@ -60,7 +63,7 @@ impl Tensor {
             crate::memory::cpu_alloc(s.size_in_bytes() as u64);
         }
         Tensor(Arc::new(TensorInner {
-            storage: Arc::new(storage),
+            storage: Arc::new(fuse::StorageCell::ready(storage)),
             layout: Layout::contiguous(shape),
             dtype,
             device,
@@ -68,8 +71,15 @@ impl Tensor {
         }))
     }
 
-    pub(crate) fn storage(&self) -> &Storage {
-        &self.0.storage
+    /// Bytes of the GPU buffer behind this tensor (for a pending fused result: the buffer it
+    /// will get), without materialising it; `None` on the CPU.
+    pub(crate) fn gpu_bytes(&self) -> Option<u64> {
+        self.0.storage.gpu_bytes(self.dtype())
+    }
+
+    /// The tensor's data, materialising a pending fused program first (one dispatch).
+    pub(crate) fn storage(&self) -> Result<&Storage> {
+        self.0.storage.get()
     }
 
     pub(crate) fn layout(&self) -> &Layout {
@@ -170,7 +180,7 @@ impl Tensor {
 
     /// f32 host data, or the error `op` reports for other dtypes.
     fn cpu_f32(&self, op: &'static str) -> Result<&[f32]> {
-        match self.storage() {
+        match self.storage()? {
             Storage::Cpu(CpuStorage::F32(v)) => Ok(v),
             _ => Err(self.unsupported(op)),
         }

@@ -109,7 +109,9 @@ fn soak_create_op_drop_keeps_reserved_memory_flat() {
         let run = |iters: usize| {
             for i in 0..iters {
                 let a = Tensor::full(&[64, 64], i as f64, DType::F32, &d).unwrap();
-                let b = (&a * 2.0).unwrap().relu().unwrap();
+                // The sum consumes the fused mul + relu, so every iteration runs kernels (an
+                // elementwise result that is dropped unread never runs).
+                let b = (&a * 2.0).unwrap().relu().unwrap().sum_all().unwrap();
                 drop((a, b));
             }
             d.synchronize().unwrap();
@@ -141,10 +143,13 @@ fn f16_tensors_take_half_the_memory_and_transfer_bytes_of_f32() {
     for d in common::devices() {
         let f = Tensor::ones(&[n as usize], DType::F32, &d).unwrap();
         let before = wgtensor::memory_allocated(&d);
+        // Elementwise results on a GPU are fused lazily: synchronize runs them (and allocates).
         let h = f.to_dtype(DType::F16).unwrap();
+        d.synchronize().unwrap();
         let h_bytes = wgtensor::memory_allocated(&d) - before;
         let before = wgtensor::memory_allocated(&d);
         let f2 = h.to_dtype(DType::F32).unwrap();
+        d.synchronize().unwrap();
         let f_bytes = wgtensor::memory_allocated(&d) - before;
         assert_eq!(
             (h_bytes, f_bytes),

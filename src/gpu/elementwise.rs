@@ -1,16 +1,15 @@
-//! GPU elementwise ops of every dtype: each is a [`Program`] run by one generated kernel
-//! (`codegen.rs`), plus `fill` / `arange` (`shaders/fill.wgsl`). Inputs arrive validated
-//! (shapes broadcast, dtypes checked, same device) from `src/tensor/`.
+//! GPU elementwise ops of every dtype: a [`Program`] (one op, or a fused chain built by
+//! `src/tensor/fuse.rs`) run by one generated kernel (`codegen.rs`), plus `fill` / `arange`
+//! (`shaders/fill.wgsl`). Inputs arrive validated (shapes broadcast, dtypes checked, same
+//! device) from `src/tensor/`.
 
 use super::buffer::GpuBuffer;
-use super::codegen::{self, per_word, Expr, Program};
+use super::codegen::{self, per_word, Program};
 use super::device::GpuDevice;
 use super::kernels::{GeneratedRef, Launch, Shader};
 use super::params::{check_u32, extend, w};
-use crate::cpu::compare::CmpOp;
-use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::Layout;
-use crate::{DType, Result};
+use crate::Result;
 
 impl GpuDevice {
     /// `fill` (`value`) or `arange` (`start + i * step`) into a new buffer of `n` f32.
@@ -92,134 +91,5 @@ impl GpuDevice {
             },
         )?;
         Ok(out)
-    }
-
-    /// `op(x)` over the view `layout` of `src` (dtype `dtype`).
-    pub(crate) fn unary(
-        &self,
-        op: UnaryOp,
-        dtype: DType,
-        src: &GpuBuffer,
-        layout: &Layout,
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let x = p.input(dtype);
-        p.push(Expr::Unary(op, x), dtype);
-        self.run_program(op.name(), &p, &[(src, layout)], &[], layout.numel())
-    }
-
-    /// `op(a, b)` over two views of `dtype` broadcast to one shape.
-    pub(crate) fn binary(
-        &self,
-        op: BinaryOp,
-        dtype: DType,
-        a: (&GpuBuffer, &Layout),
-        b: (&GpuBuffer, &Layout),
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let (x, y) = (p.input(dtype), p.input(dtype));
-        p.push(Expr::Binary(op, x, y), dtype);
-        self.run_program(op.name(), &p, &[a, b], &[], a.1.numel())
-    }
-
-    /// `op(x, s)`, or `op(s, x)` when `scalar_first`; `s` is canonical bits (f32 bits for
-    /// floats: f16 math runs in f32 with the scalar unrounded).
-    pub(crate) fn scalar(
-        &self,
-        op: BinaryOp,
-        dtype: DType,
-        src: (&GpuBuffer, &Layout),
-        s: u32,
-        scalar_first: bool,
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let x = p.input(dtype);
-        let c = p.scalar(scalar_dtype(dtype));
-        let (l, r) = if scalar_first { (c, x) } else { (x, c) };
-        p.push(Expr::Binary(op, l, r), dtype);
-        self.run_program(op.scalar_name(), &p, &[src], &[s], src.1.numel())
-    }
-
-    /// `a OP b` (or `a OP s` when `b` is `Err(bits)`) into a U8 mask.
-    pub(crate) fn compare(
-        &self,
-        op: CmpOp,
-        dtype: DType,
-        a: (&GpuBuffer, &Layout),
-        b: std::result::Result<(&GpuBuffer, &Layout), u32>,
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let x = p.input(dtype);
-        let (name, y, views, scalars) = match b {
-            Ok(b) => (op.name(), p.input(dtype), vec![a, b], vec![]),
-            Err(s) => (
-                op.scalar_name(),
-                p.scalar(scalar_dtype(dtype)),
-                vec![a],
-                vec![s],
-            ),
-        };
-        p.push(Expr::Compare(op, x, y), DType::U8);
-        self.run_program(name, &p, &views, &scalars, a.1.numel())
-    }
-
-    /// `min(max(x, lo), hi)` (bounds as canonical bits).
-    pub(crate) fn clamp(
-        &self,
-        dtype: DType,
-        src: (&GpuBuffer, &Layout),
-        lo: u32,
-        hi: u32,
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let x = p.input(dtype);
-        let (a, b) = (p.scalar(scalar_dtype(dtype)), p.scalar(scalar_dtype(dtype)));
-        p.push(Expr::Clamp(x, a, b), dtype);
-        self.run_program("clamp", &p, &[src], &[lo, hi], src.1.numel())
-    }
-
-    /// `mask ? on_true : on_false` for values of any dtype.
-    pub(crate) fn where_cond(
-        &self,
-        dtype: DType,
-        mask: (&GpuBuffer, &Layout),
-        on_true: (&GpuBuffer, &Layout),
-        on_false: (&GpuBuffer, &Layout),
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let (m, a, b) = (p.input(DType::U8), p.input(dtype), p.input(dtype));
-        p.push(Expr::Where(m, a, b), dtype);
-        self.run_program(
-            "where_cond",
-            &p,
-            &[mask, on_true, on_false],
-            &[],
-            mask.1.numel(),
-        )
-    }
-
-    /// The view `layout` of `src` (dtype `from`) converted to `to`, packed row-major. With
-    /// `from == to` this is the strided copy behind `contiguous` for every dtype.
-    pub(crate) fn convert(
-        &self,
-        src: &GpuBuffer,
-        layout: &Layout,
-        from: DType,
-        to: DType,
-    ) -> Result<GpuBuffer> {
-        let mut p = Program::default();
-        let x = p.input(from);
-        p.push(Expr::Cast(x), to);
-        let name = if from == to { "contiguous" } else { "to_dtype" };
-        self.run_program(name, &p, &[(src, layout)], &[], layout.numel())
-    }
-}
-
-/// The dtype of a scalar operand: floats take an unrounded f32 (f16 math runs in f32).
-fn scalar_dtype(d: DType) -> DType {
-    if d == DType::F16 {
-        DType::F32
-    } else {
-        d
     }
 }

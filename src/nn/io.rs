@@ -56,7 +56,7 @@ fn host_bytes(t: &Tensor) -> Result<Vec<u8>> {
     let host = t.to(&Device::cpu())?.contiguous()?;
     let esize = host.dtype().size_in_bytes();
     let start = host.layout().offset * esize;
-    match host.storage() {
+    match host.storage()? {
         Storage::Cpu(s) => Ok(s.as_bytes()[start..start + host.numel() * esize].to_vec()),
         // `to(cpu)` always gives host storage.
         Storage::Gpu(_) => Err(Error::InvalidArgument {

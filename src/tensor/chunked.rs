@@ -18,13 +18,11 @@ pub(crate) fn blocks_needed<'a>(
     operands: &[&'a Tensor],
     out_numel: usize,
 ) -> Option<&'a GpuDevice> {
-    operands.iter().find_map(|t| match t.storage() {
-        Storage::Gpu(b) => {
-            let limit = b.device.binding_limit();
-            let out_bytes = out_numel as u64 * t.dtype().size_in_bytes() as u64;
-            (b.size > limit || out_bytes > limit).then_some(&b.device)
-        }
-        Storage::Cpu(_) => None,
+    operands.iter().find_map(|t| {
+        let (device, size) = (t.device().as_gpu()?, t.gpu_bytes()?);
+        let limit = device.binding_limit();
+        let out_bytes = out_numel as u64 * t.dtype().size_in_bytes() as u64;
+        (size > limit || out_bytes > limit).then_some(device)
     })
 }
 
@@ -61,7 +59,7 @@ pub(crate) fn map_row_blocks(
     let mut per_block = (limit / (row_elems as u64 * esize).max(1)) as usize;
     for t in &expanded {
         let l = t.layout();
-        if matches!(t.storage(), Storage::Gpu(b) if b.size <= limit) {
+        if t.gpu_bytes().is_some_and(|size| size <= limit) {
             continue; // small operands are bound whole, unchanged
         }
         per_block = per_block.min(rows_per_block(l, esize, limit));
@@ -127,15 +125,12 @@ fn narrowed_row_layout(l: &Layout) -> Layout {
 }
 
 fn storage_bytes(t: &Tensor) -> u64 {
-    match t.storage() {
-        Storage::Gpu(b) => b.size,
-        Storage::Cpu(_) => 0,
-    }
+    t.gpu_bytes().unwrap_or(0)
 }
 
 /// `t` itself if its buffer fits one binding, else a copy of just the bytes its view spans.
 fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Result<Tensor> {
-    let Storage::Gpu(b) = t.storage() else {
+    let Storage::Gpu(b) = t.storage()? else {
         return Ok(t.clone());
     };
     if b.size <= limit {
@@ -157,7 +152,7 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
     }
     let copy = device.extract(op, b, start, len)?;
     Ok(Tensor(Arc::new(TensorInner {
-        storage: Arc::new(Storage::Gpu(copy)),
+        storage: Arc::new(super::fuse::StorageCell::ready(Storage::Gpu(copy))),
         layout: Layout {
             offset: 0,
             ..l.clone()
@@ -176,7 +171,7 @@ fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor]) -> Result<
     let esize = first.dtype().size_in_bytes() as u64;
     let parts: Vec<_> = blocks
         .iter()
-        .map(|b| match b.storage() {
+        .map(|b| match b.storage()? {
             Storage::Gpu(buf) => Ok((buf, b.numel() as u64 * esize)),
             Storage::Cpu(_) => Err(Error::DeviceMismatch {
                 op,

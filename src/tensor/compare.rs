@@ -15,23 +15,11 @@ impl Tensor {
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
         );
-        let storage = self.typed_compare(op, Ok((rhs, &lb)), &la)?;
-        Ok(Tensor::from_parts(
-            storage,
-            &shape,
-            DType::U8,
-            self.device().clone(),
-        ))
+        self.typed_compare(op, Ok((rhs, &lb)), &la)
     }
 
     fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
-        let storage = self.typed_compare(op, Err(s), self.layout())?;
-        Ok(Tensor::from_parts(
-            storage,
-            self.shape(),
-            DType::U8,
-            self.device().clone(),
-        ))
+        self.typed_compare(op, Err(s), self.layout())
     }
 
     pub(super) fn device_mismatch(&self, op: &'static str, other: &Tensor) -> Error {
@@ -83,8 +71,7 @@ impl Tensor {
         let lm = self.layout().broadcast_to(&shape);
         let lt = on_true.layout().broadcast_to(&shape);
         let lf = on_false.layout().broadcast_to(&shape);
-        let storage = self.typed_where((on_true, &lt), (on_false, &lf), &lm)?;
-        Ok(on_true.derived(storage, &shape))
+        self.typed_where((on_true, &lt), (on_false, &lf), &lm)
     }
 
     /// Limits every element to `[min, max]` (`torch.clamp`): `min(max(x, min), max)`, so

@@ -3,9 +3,11 @@
 //! `compare.rs` validate, then call the functions here.
 
 use super::chunked::{blocks_needed, map_row_blocks};
+use super::fuse::Fuser;
 use super::Tensor;
 use crate::cpu::compare::CmpOp;
 use crate::cpu::typed::Scalar;
+use crate::gpu::codegen::Expr;
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
@@ -57,11 +59,20 @@ impl Tensor {
                 b[1].convert_to(dtype)
             });
         }
-        let storage = match self.storage() {
+        if let Some(g) = self.device().as_gpu() {
+            let name = if dtype == self.dtype() {
+                "contiguous"
+            } else {
+                "to_dtype"
+            };
+            let mut f = Fuser::new(name, g, self.shape())?;
+            let x = f.operand(self, self.layout())?;
+            let out = f.push(Expr::Cast(x), dtype);
+            return f.finish(name, out, self.device());
+        }
+        let storage = match self.storage()? {
             Storage::Cpu(s) => Storage::Cpu(cpu::typed::convert(s, self.layout(), dtype)?),
-            Storage::Gpu(b) => {
-                Storage::Gpu(b.device.convert(b, self.layout(), self.dtype(), dtype)?)
-            }
+            Storage::Gpu(_) => return Err(self.unsupported("to_dtype")),
         };
         Ok(Tensor::from_parts(
             storage,
@@ -137,13 +148,33 @@ impl Tensor {
         op: CmpOp,
         rhs: std::result::Result<(&Tensor, &Layout), f32>,
         la: &Layout,
-    ) -> Result<Storage> {
+    ) -> Result<Tensor> {
         let scalar = match rhs {
             Ok(_) => None,
             Err(s) => Some(self.scalar_for(op.scalar_name(), s, false)?),
         };
-        Ok(match (self.storage(), rhs, scalar) {
-            (Storage::Cpu(a), Ok((r, lb)), _) => match r.storage() {
+        let shape = la.shape.clone();
+        if let Some(g) = self.device().as_gpu() {
+            let name = if rhs.is_ok() {
+                op.name()
+            } else {
+                op.scalar_name()
+            };
+            let mut f = Fuser::new(name, g, &shape)?;
+            let x = f.operand(self, la)?;
+            let (name, y) = match (rhs, scalar) {
+                (Ok((r, lb)), _) => (op.name(), f.operand(r, lb)?),
+                (_, Some(s)) => (
+                    op.scalar_name(),
+                    f.scalar(s.bits(), scalar_dtype(self.dtype())),
+                ),
+                _ => return Err(self.unsupported(op.scalar_name())),
+            };
+            let out = f.push(Expr::Compare(op, x, y), DType::U8);
+            return f.finish(name, out, self.device());
+        }
+        let storage = match (self.storage()?, rhs, scalar) {
+            (Storage::Cpu(a), Ok((r, lb)), _) => match r.storage()? {
                 Storage::Cpu(b) => {
                     Storage::Cpu(CpuStorage::U8(cpu::typed::compare(op, a, la, b, lb)?))
                 }
@@ -152,53 +183,65 @@ impl Tensor {
             (Storage::Cpu(a), Err(_), Some(s)) => {
                 Storage::Cpu(CpuStorage::U8(cpu::typed::compare_scalar(op, a, la, s)?))
             }
-            (Storage::Gpu(a), Ok((r, lb)), _) => match r.storage() {
-                Storage::Gpu(b) => {
-                    Storage::Gpu(a.device.compare(op, self.dtype(), (a, la), Ok((b, lb)))?)
-                }
-                Storage::Cpu(_) => return Err(self.device_mismatch(op.name(), r)),
-            },
-            (Storage::Gpu(a), Err(_), Some(s)) => {
-                Storage::Gpu(a.device.compare(op, self.dtype(), (a, la), Err(s.bits()))?)
-            }
             _ => return Err(self.unsupported(op.scalar_name())),
-        })
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            &shape,
+            DType::U8,
+            self.device().clone(),
+        ))
     }
 
     pub(super) fn typed_clamp(&self, min: f32, max: f32) -> Result<Tensor> {
         let lo = self.scalar_for("clamp", min, true)?;
         let hi = self.scalar_for("clamp", max, true)?;
-        let storage = match self.storage() {
+        if let Some(g) = self.device().as_gpu() {
+            let mut f = Fuser::new("clamp", g, self.shape())?;
+            let x = f.operand(self, self.layout())?;
+            let sd = scalar_dtype(self.dtype());
+            let (a, b) = (f.scalar(lo.bits(), sd), f.scalar(hi.bits(), sd));
+            let out = f.push(Expr::Clamp(x, a, b), self.dtype());
+            return f.finish("clamp", out, self.device());
+        }
+        let storage = match self.storage()? {
             Storage::Cpu(s) => Storage::Cpu(cpu::typed::clamp(s, self.layout(), lo, hi)?),
-            Storage::Gpu(b) => Storage::Gpu(b.device.clamp(
-                self.dtype(),
-                (b, self.layout()),
-                lo.bits(),
-                hi.bits(),
-            )?),
+            Storage::Gpu(_) => return Err(self.unsupported("clamp")),
         };
         Ok(self.derived(storage, self.shape()))
     }
 
-    /// `where_cond` for values of any dtype.
+    /// `where_cond` for values of any dtype, into `on_true`'s dtype.
     pub(super) fn typed_where(
         &self,
         (on_true, lt): (&Tensor, &Layout),
         (on_false, lf): (&Tensor, &Layout),
         lm: &Layout,
-    ) -> Result<Storage> {
+    ) -> Result<Tensor> {
         let name = "where_cond";
-        Ok(
-            match (self.storage(), on_true.storage(), on_false.storage()) {
-                (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(t), Storage::Cpu(f)) => {
-                    Storage::Cpu(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
-                }
-                (Storage::Gpu(m), Storage::Gpu(t), Storage::Gpu(f)) => Storage::Gpu(
-                    m.device
-                        .where_cond(on_true.dtype(), (m, lm), (t, lt), (f, lf))?,
-                ),
-                _ => return Err(self.device_mismatch(name, on_true)),
-            },
-        )
+        if let Some(g) = self.device().as_gpu() {
+            let mut f = Fuser::new(name, g, &lm.shape)?;
+            let m = f.operand(self, lm)?;
+            let a = f.operand(on_true, lt)?;
+            let b = f.operand(on_false, lf)?;
+            let out = f.push(Expr::Where(m, a, b), on_true.dtype());
+            return f.finish(name, out, self.device());
+        }
+        let storage = match (self.storage()?, on_true.storage()?, on_false.storage()?) {
+            (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(t), Storage::Cpu(f)) => {
+                Storage::Cpu(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
+            }
+            _ => return Err(self.device_mismatch(name, on_true)),
+        };
+        Ok(on_true.derived(storage, &lm.shape))
+    }
+}
+
+/// The dtype of a scalar operand: floats take an unrounded f32 (f16 math runs in f32).
+pub(super) fn scalar_dtype(d: DType) -> DType {
+    if d == DType::F16 {
+        DType::F32
+    } else {
+        d
     }
 }

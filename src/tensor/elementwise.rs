@@ -3,7 +3,10 @@
 //! (`exp`, `add`, `add_scalar`, ...) are generated from the op table in `src/ops.rs`.
 
 use super::chunked::{blocks_needed, map_row_blocks};
+use super::convert::scalar_dtype;
+use super::fuse::Fuser;
 use super::Tensor;
+use crate::gpu::codegen::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::broadcast_shapes;
 use crate::storage::Storage;
@@ -37,9 +40,15 @@ impl Tensor {
                 b[0].unary_untracked(op)
             });
         }
-        let storage = match self.storage() {
+        if let Some(g) = self.device().as_gpu() {
+            let mut f = Fuser::new(op.name(), g, self.shape())?;
+            let x = f.operand(self, self.layout())?;
+            let out = f.push(Expr::Unary(op, x), self.dtype());
+            return f.finish(op.name(), out, self.device());
+        }
+        let storage = match self.storage()? {
             Storage::Cpu(s) => Storage::Cpu(cpu::elementwise::unary(op, s, self.layout())?),
-            Storage::Gpu(b) => Storage::Gpu(b.device.unary(op, self.dtype(), b, self.layout())?),
+            Storage::Gpu(_) => return Err(self.unsupported(op.name())),
         };
         Ok(self.derived(storage, self.shape()))
     }
@@ -58,12 +67,15 @@ impl Tensor {
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
         );
-        let storage = match (self.storage(), rhs.storage()) {
+        if let Some(g) = self.device().as_gpu() {
+            let mut f = Fuser::new(name, g, &shape)?;
+            let (x, y) = (f.operand(self, &la)?, f.operand(rhs, &lb)?);
+            let out = f.push(Expr::Binary(op, x, y), self.dtype());
+            return f.finish(name, out, self.device());
+        }
+        let storage = match (self.storage()?, rhs.storage()?) {
             (Storage::Cpu(a), Storage::Cpu(b)) => {
                 Storage::Cpu(cpu::elementwise::binary(op, a, &la, b, &lb)?)
-            }
-            (Storage::Gpu(a), Storage::Gpu(b)) => {
-                Storage::Gpu(a.device.binary(op, self.dtype(), (a, &la), (b, &lb))?)
             }
             _ => return Err(self.device_mismatch(name, rhs)),
         };
@@ -79,17 +91,19 @@ impl Tensor {
             });
         }
         let sv = self.scalar_for(name, s, false)?;
-        let storage = match self.storage() {
+        if let Some(g) = self.device().as_gpu() {
+            let mut f = Fuser::new(name, g, self.shape())?;
+            let x = f.operand(self, self.layout())?;
+            let c = f.scalar(sv.bits(), scalar_dtype(self.dtype()));
+            let (l, r) = if first { (c, x) } else { (x, c) };
+            let out = f.push(Expr::Binary(op, l, r), self.dtype());
+            return f.finish(name, out, self.device());
+        }
+        let storage = match self.storage()? {
             Storage::Cpu(src) => {
                 Storage::Cpu(cpu::elementwise::scalar(op, src, self.layout(), sv, first)?)
             }
-            Storage::Gpu(b) => Storage::Gpu(b.device.scalar(
-                op,
-                self.dtype(),
-                (b, self.layout()),
-                sv.bits(),
-                first,
-            )?),
+            Storage::Gpu(_) => return Err(self.unsupported(name)),
         };
         Ok(self.derived(storage, self.shape()))
     }

@@ -79,7 +79,7 @@ impl Tensor {
         if shape.contains(&0) {
             return Tensor::zeros(&shape, self.dtype(), self.device());
         }
-        let storage = match (self.storage(), ids.storage()) {
+        let storage = match (self.storage()?, ids.storage()?) {
             (Storage::Cpu(_), _) => Storage::Cpu(CpuStorage::F32(cpu::gather::index_select(
                 self.cpu_f32(OP)?,
                 self.layout(),

@@ -73,7 +73,7 @@ impl Tensor {
             Backend::Cpu => {
                 let mut parts = Vec::with_capacity(tensors.len());
                 for t in tensors {
-                    match t.storage() {
+                    match t.storage()? {
                         Storage::Cpu(s) => parts.push((s, t.layout())),
                         Storage::Gpu(_) => return Err(first.device_mismatch(op, t)),
                     }
@@ -83,7 +83,7 @@ impl Tensor {
             Backend::Gpu(g) if first.dtype().size_in_bytes() == 4 => {
                 let mut parts = Vec::with_capacity(tensors.len());
                 for t in tensors {
-                    match t.storage() {
+                    match t.storage()? {
                         Storage::Gpu(b) => parts.push((b, t.layout())),
                         Storage::Cpu(_) => return Err(first.device_mismatch(op, t)),
                     }

@@ -166,7 +166,7 @@ impl Tensor {
     pub fn matmul_kernel_choice(&self, rhs: &Tensor) -> Result<&'static str> {
         self.check_pair("matmul", rhs)?;
         let p = plan(self, rhs)?;
-        Ok(match self.storage() {
+        Ok(match self.storage()? {
             Storage::Cpu(_) => "gemm",
             Storage::Gpu(a) => a.device.matmul_kernel(&p.la, &p.lb).name(),
         })
@@ -190,7 +190,7 @@ impl Tensor {
             }
         }
         let p = plan(self, rhs)?;
-        let storage = match (self.storage(), rhs.storage()) {
+        let storage = match (self.storage()?, rhs.storage()?) {
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(
                 cpu::matmul::matmul(self.cpu_f32(op)?, &p.la, rhs.cpu_f32(op)?, &p.lb),
             )),

@@ -130,7 +130,7 @@ impl Tensor {
         if rows.outputs() == 0 {
             return Tensor::zeros(&out_shape, dtype, self.device());
         }
-        let storage = match src.storage() {
+        let storage = match src.storage()? {
             Storage::Cpu(s) if src.dtype() != DType::F32 => {
                 Storage::Cpu(cpu::typed::reduce_int(op, s, &rows)?)
             }

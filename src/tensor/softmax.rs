@@ -23,7 +23,7 @@ impl Tensor {
         if self.numel() == 0 {
             return Tensor::zeros(self.shape(), self.dtype(), self.device());
         }
-        let storage = match self.storage() {
+        let storage = match self.storage()? {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::softmax::softmax(
                 self.cpu_f32(name)?,
                 self.layout(),

@@ -41,7 +41,7 @@ impl Tensor {
         if self.device() == device {
             return Ok(self.clone());
         }
-        let storage = match (self.storage(), backend(device)) {
+        let storage = match (self.storage()?, backend(device)) {
             // A packed host tensor uploads straight from its own memory (no intermediate copy).
             (Storage::Cpu(s), Backend::Gpu(g)) if self.is_contiguous() => {
                 let esize = self.dtype().size_in_bytes();
@@ -199,7 +199,7 @@ impl Tensor {
                 b[0].contiguous()
             });
         }
-        let storage = match self.storage() {
+        let storage = match self.storage()? {
             Storage::Cpu(s) => Storage::Cpu(s.contiguous(self.layout())?),
             // The generated same-dtype copy (whole output words per invocation, any dtype).
             Storage::Gpu(_) => return self.convert_to(self.dtype()),
@@ -224,7 +224,7 @@ impl Tensor {
             op: "wgpu_buffer",
             message,
         };
-        match self.storage() {
+        match self.storage()? {
             Storage::Cpu(_) => Err(bad(
                 "the tensor is on the cpu; move it with .to(&device) first".into(),
             )),
@@ -233,8 +233,10 @@ impl Tensor {
             )),
             Storage::Gpu(b) => {
                 // The application's own submissions must come after the work (and the staged
-                // upload) that produces this tensor.
+                // upload) that produces this tensor, and ops that read it later must not be
+                // deferred past the application's writes.
                 b.device.flush("wgpu_buffer")?;
+                self.0.storage.mark_exported();
                 let esize = self.dtype().size_in_bytes() as u64;
                 Ok(WgpuBufferView {
                     buffer: &b.buffer,
@@ -259,7 +261,7 @@ impl Tensor {
 pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<CpuStorage>> {
     let mut out: Vec<Option<CpuStorage>> = tensors
         .iter()
-        .map(|t| match t.storage() {
+        .map(|t| match t.storage()? {
             Storage::Cpu(s) => s.contiguous(t.layout()).map(Some),
             Storage::Gpu(_) => Ok(None),
         })
@@ -267,7 +269,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
     // Group the GPU tensors by device, preserving order.
     let mut groups: Vec<(&GpuDevice, Vec<usize>)> = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
-        if let Storage::Gpu(b) = t.storage() {
+        if let Ok(Storage::Gpu(b)) = t.storage() {
             match groups.iter_mut().find(|(d, _)| **d == b.device) {
                 Some((_, v)) => v.push(i),
                 None => groups.push((&b.device, vec![i])),
@@ -279,7 +281,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
             .iter()
             .map(|&i| {
                 let t = tensors[i];
-                let Storage::Gpu(b) = t.storage() else {
+                let Ok(Storage::Gpu(b)) = t.storage() else {
                     unreachable!("grouped GPU tensors")
                 };
                 let esize = t.dtype().size_in_bytes() as u64;

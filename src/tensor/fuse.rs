@@ -1,0 +1,318 @@
+//! Lazy elementwise fusion on GPU tensors.
+//!
+//! An elementwise op on GPU tensors (unary, binary, scalar, comparison, `where_cond`, `clamp`,
+//! `to_dtype`) does not dispatch: it returns a tensor whose storage cell holds a *pending*
+//! [`Program`] over already materialised inputs. An elementwise op that reads a pending tensor
+//! whole and packed (same shape, no broadcast or view) inlines the pending program into its own,
+//! so a chain of k ops becomes one generated kernel and one pass over memory. Anything else that
+//! needs the data (a readback, matmul, a reduction, a strided view, `wgpu_buffer`) materialises
+//! the cell with one dispatch, once ([`StorageCell::get`]).
+//!
+//! Chains end where a kernel would get too large: at [`MAX_NODES`] nodes, or when the inputs
+//! would exceed [`MAX_INPUTS`] bindings (WebGPU guarantees 8 storage buffers per stage: the
+//! inputs, the output and the params). Errors of the kernel (out of memory, device loss) surface
+//! from the call that materialises; shape, dtype and device errors stay eager.
+//!
+//! A pending tensor that is inlined into a consumer and later materialised as well is computed
+//! twice: fusion trades that recomputation (cheap, elementwise) for memory passes and launches.
+
+use super::{Tensor, TensorInner};
+use crate::gpu::codegen::{Expr, NodeId, Program};
+use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::shape::Layout;
+use crate::storage::Storage;
+use crate::{DType, Error, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Nodes at most in one fused kernel.
+pub(crate) const MAX_NODES: usize = 48;
+
+/// Input bindings at most in one fused kernel (8 storage buffers per stage, less the output and
+/// the params).
+pub(crate) const MAX_INPUTS: usize = 6;
+
+/// An elementwise program waiting to run: its inputs are materialised cells read through
+/// layouts broadcast to the output shape.
+pub(crate) struct Pending {
+    name: &'static str,
+    device: GpuDevice,
+    program: Program,
+    inputs: Vec<(Arc<StorageCell>, Layout)>,
+    scalars: Vec<u32>,
+    n: usize,
+}
+
+/// A tensor's data: materialised [`Storage`], or a pending program that produces it.
+pub(crate) struct StorageCell {
+    value: OnceLock<Storage>,
+    pending: Mutex<Option<Arc<Pending>>>,
+    /// The buffer was handed to the application (`wgpu_buffer`), which may write it with its
+    /// own passes: ops reading it run and are submitted at once, never deferred past those.
+    exported: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The state is replaced whole under the lock; a poisoned lock holds a consistent value.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl StorageCell {
+    pub(crate) fn ready(s: Storage) -> StorageCell {
+        StorageCell {
+            value: OnceLock::from(s),
+            pending: Mutex::new(None),
+            exported: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the buffer as shared with the application (see `exported`).
+    pub(crate) fn mark_exported(&self) {
+        self.exported.store(true, Ordering::SeqCst);
+    }
+
+    /// The storage, running the pending program first if there is one.
+    pub(crate) fn get(&self) -> Result<&Storage> {
+        if let Some(s) = self.value.get() {
+            return Ok(s);
+        }
+        let mut pending = lock(&self.pending);
+        if let Some(s) = self.value.get() {
+            return Ok(s);
+        }
+        let Some(p) = pending.clone() else {
+            return Err(Error::InvalidArgument {
+                op: "materialize",
+                message: "a tensor has neither data nor a pending program (a wgtensor bug)".into(),
+            });
+        };
+        let mut views: Vec<(&GpuBuffer, &Layout)> = Vec::with_capacity(p.inputs.len());
+        for (cell, layout) in &p.inputs {
+            match cell.value.get() {
+                Some(Storage::Gpu(b)) => views.push((b, layout)),
+                _ => {
+                    return Err(Error::InvalidArgument {
+                        op: p.name,
+                        message: "a fused kernel's input is not on the GPU (a wgtensor bug)".into(),
+                    })
+                }
+            }
+        }
+        let out = p
+            .device
+            .run_program(p.name, &p.program, &views, &p.scalars, p.n)?;
+        drop(views);
+        let _ = self.value.set(Storage::Gpu(out));
+        // The inputs are released with the program.
+        *pending = None;
+        Ok(self.value.get().expect("set just above"))
+    }
+
+    /// Bytes of the GPU buffer (materialised, or the packed output a pending program will
+    /// allocate); `None` for host data.
+    pub(crate) fn gpu_bytes(&self, dtype: DType) -> Option<u64> {
+        match self.value.get() {
+            Some(Storage::Gpu(b)) => Some(b.size),
+            Some(Storage::Cpu(_)) => None,
+            None => {
+                let n = lock(&self.pending).as_ref().map_or(0, |p| p.n);
+                Some((n as u64 * dtype.size_in_bytes() as u64).div_ceil(4) * 4)
+            }
+        }
+    }
+
+    /// The pending program, if the cell is not materialised yet.
+    fn pending(&self) -> Option<Arc<Pending>> {
+        if self.value.get().is_some() {
+            return None;
+        }
+        lock(&self.pending).clone()
+    }
+}
+
+/// Pending cells not yet materialised, oldest first, so that `Device::synchronize` can run them
+/// (a user who synchronises expects the queued elementwise work to be done). Weak: a pending
+/// tensor that is dropped unread is never run.
+static PENDING: Mutex<Vec<std::sync::Weak<StorageCell>>> = Mutex::new(Vec::new());
+
+fn register(cell: &Arc<StorageCell>) {
+    let mut list = lock(&PENDING);
+    // Amortised pruning of cells that were dropped or materialised.
+    if list.len() >= 64 && list.len().is_power_of_two() {
+        list.retain(|w| w.upgrade().is_some_and(|c| c.value.get().is_none()));
+    }
+    list.push(Arc::downgrade(cell));
+}
+
+/// Materialises every pending fused tensor on `device` (part of `Device::synchronize`).
+pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
+    let cells: Vec<Arc<StorageCell>> = {
+        let mut list = lock(&PENDING);
+        let mut mine = Vec::new();
+        list.retain(|w| match w.upgrade() {
+            Some(c) if c.value.get().is_some() => false,
+            Some(c) => {
+                let same = lock(&c.pending)
+                    .as_ref()
+                    .is_some_and(|p| &p.device == device);
+                if same {
+                    mine.push(c);
+                }
+                !same
+            }
+            None => false,
+        });
+        mine
+    };
+    for c in cells {
+        c.get()?;
+    }
+    Ok(())
+}
+
+/// Builds one fused program for an op whose output has `shape`, inlining pending operands.
+pub(crate) struct Fuser {
+    device: GpuDevice,
+    shape: Vec<usize>,
+    program: Program,
+    inputs: Vec<(Arc<StorageCell>, Layout)>,
+    input_nodes: Vec<NodeId>,
+    scalars: Vec<u32>,
+    /// Pending cells already inlined, with their result node (a tensor used twice is inlined
+    /// once).
+    inlined: HashMap<*const StorageCell, NodeId>,
+    /// An input is shared with the application: run now (see `StorageCell::exported`).
+    eager: bool,
+}
+
+impl Fuser {
+    /// A builder for `op` on `device`. Like any call on a device, it reports a lost device or
+    /// errors that escaped wgpu's scopes at once, though it records nothing yet.
+    pub(crate) fn new(op: &'static str, device: &GpuDevice, shape: &[usize]) -> Result<Fuser> {
+        device.check(op)?;
+        Ok(Fuser {
+            device: device.clone(),
+            shape: shape.to_vec(),
+            program: Program::default(),
+            inputs: Vec::new(),
+            input_nodes: Vec::new(),
+            scalars: Vec::new(),
+            inlined: HashMap::new(),
+            eager: false,
+        })
+    }
+
+    /// The node reading `t` through `layout` (its layout broadcast to the output shape).
+    pub(crate) fn operand(&mut self, t: &Tensor, layout: &Layout) -> Result<NodeId> {
+        let cell = &t.0.storage;
+        let whole = layout.is_contiguous() && layout.offset == 0 && layout.shape == self.shape;
+        if whole {
+            if let Some(&id) = self.inlined.get(&Arc::as_ptr(cell)) {
+                return Ok(id);
+            }
+            if let Some(p) = cell.pending() {
+                let fits = self.program.nodes.len() + p.program.nodes.len() < MAX_NODES
+                    && self.inputs.len() + p.inputs.len() <= MAX_INPUTS;
+                if fits {
+                    let id = self.inline(&p);
+                    self.inlined.insert(Arc::as_ptr(cell), id);
+                    return Ok(id);
+                }
+            }
+        }
+        cell.get()?;
+        Ok(self.bind(cell, layout, t.dtype()))
+    }
+
+    /// A scalar parameter (canonical bits) of `dtype`.
+    pub(crate) fn scalar(&mut self, bits: u32, dtype: DType) -> NodeId {
+        self.scalars.push(bits);
+        self.program.scalar(dtype)
+    }
+
+    pub(crate) fn push(&mut self, e: Expr, dtype: DType) -> NodeId {
+        self.program.push(e, dtype)
+    }
+
+    /// The pending tensor computing node `out` (normally the last node pushed); run and
+    /// submitted at once when an input is shared with the application.
+    pub(crate) fn finish(
+        mut self,
+        name: &'static str,
+        out: NodeId,
+        device: &crate::Device,
+    ) -> Result<Tensor> {
+        let dtype = self.program.nodes[out].1;
+        if out + 1 != self.program.nodes.len() {
+            // The stored node must be the last: an identity cast makes it so.
+            self.program.push(Expr::Cast(out), dtype);
+        }
+        let n = self.shape.iter().product();
+        let (eager, gpu) = (self.eager, self.device.clone());
+        let pending = Pending {
+            name,
+            device: self.device,
+            program: self.program,
+            inputs: self.inputs,
+            scalars: self.scalars,
+            n,
+        };
+        let cell = Arc::new(StorageCell {
+            value: OnceLock::new(),
+            pending: Mutex::new(Some(Arc::new(pending))),
+            exported: AtomicBool::new(false),
+        });
+        if eager {
+            cell.get()?;
+            gpu.flush(name)?;
+        } else {
+            register(&cell);
+        }
+        Ok(Tensor(Arc::new(TensorInner {
+            storage: cell,
+            layout: Layout::contiguous(&self.shape),
+            dtype,
+            device: device.clone(),
+            autograd: Default::default(),
+        })))
+    }
+
+    fn bind(&mut self, cell: &Arc<StorageCell>, layout: &Layout, dtype: DType) -> NodeId {
+        self.eager |= cell.exported.load(Ordering::SeqCst);
+        if let Some(k) = self
+            .inputs
+            .iter()
+            .position(|(c, l)| Arc::ptr_eq(c, cell) && l == layout)
+        {
+            return self.input_nodes[k];
+        }
+        self.inputs.push((cell.clone(), layout.clone()));
+        let id = self.program.input(dtype);
+        self.input_nodes.push(id);
+        id
+    }
+
+    /// Copies `p`'s nodes into this program; returns the node of its result.
+    fn inline(&mut self, p: &Pending) -> NodeId {
+        let mut map: Vec<NodeId> = Vec::with_capacity(p.program.nodes.len());
+        for &(e, dt) in &p.program.nodes {
+            let m = |i: NodeId| map[i];
+            let id = match e {
+                Expr::Input(k) => {
+                    let (cell, layout) = &p.inputs[k];
+                    self.bind(cell, layout, p.program.inputs[k])
+                }
+                Expr::Scalar(k) => self.scalar(p.scalars[k], dt),
+                Expr::Unary(op, a) => self.program.push(Expr::Unary(op, m(a)), dt),
+                Expr::Binary(op, a, b) => self.program.push(Expr::Binary(op, m(a), m(b)), dt),
+                Expr::Compare(op, a, b) => self.program.push(Expr::Compare(op, m(a), m(b)), dt),
+                Expr::Where(c, a, b) => self.program.push(Expr::Where(m(c), m(a), m(b)), dt),
+                Expr::Clamp(x, a, b) => self.program.push(Expr::Clamp(m(x), m(a), m(b)), dt),
+                Expr::Cast(a) => self.program.push(Expr::Cast(m(a)), dt),
+            };
+            map.push(id);
+        }
+        *map.last().expect("a pending program has at least one node")
+    }
+}

@@ -1,0 +1,205 @@
+//! Elementwise fusion: chains of elementwise ops on a GPU are recorded lazily and run as one
+//! generated kernel. Whatever the chain (broadcasting, strided inputs, NaN, shared
+//! subexpressions, chains longer than one kernel holds, more inputs than one kernel binds,
+//! f16 and integer dtypes), results must match the CPU, on every adapter and on GL views.
+
+mod common;
+
+use common::{assert_close, data, devices, gl_views, values};
+use wgtensor::{DType, Device, Result, Tensor};
+
+/// Every device the tests run on: the CPU, every adapter, and the GL views of them.
+fn all_devices() -> Vec<Device> {
+    let mut d = devices();
+    d.extend(gl_views());
+    d
+}
+
+/// A chain of 10+ elementwise ops mixing unary, binary with broadcasting, scalar, comparison,
+/// `where`, `clamp` and a cast, over a transposed view, a broadcast row and NaN/inf values.
+fn chain(x: &Tensor, row: &Tensor) -> Result<Tensor> {
+    let xt = x.t()?; // strided input
+    let a = (&(&xt * 2.0)? + row)?; // broadcast row
+    let b = a.tanh()?.mul_scalar(3.0)?;
+    let c = b.maximum(&xt)?.sub_scalar(0.5)?;
+    let mask = c.gt_scalar(0.0)?;
+    let d = mask.where_cond(&c, &a.neg()?)?;
+    let e = d.clamp(-4.0, 4.0)?.exp()?;
+    let f = (&e / &(&xt.abs()? + 1.0)?)?;
+    f.to_dtype(DType::F16)?.to_dtype(DType::F32)?.sqrt()
+}
+
+fn inputs(d: &Device) -> Result<(Tensor, Tensor)> {
+    let mut xv = data(7 * 33, 5, 3.0);
+    xv[3] = f32::NAN;
+    xv[40] = f32::INFINITY;
+    xv[41] = f32::NEG_INFINITY;
+    let x = Tensor::from_vec(xv, &[7, 33], d)?;
+    let row = Tensor::from_vec(data(7, 6, 1.0), &[7], d)?;
+    Ok((x, row))
+}
+
+#[test]
+fn a_chain_of_ten_ops_matches_the_cpu() {
+    let (x, row) = inputs(&Device::cpu()).unwrap();
+    let want = values(&chain(&x, &row).unwrap());
+    for d in all_devices() {
+        let (x, row) = inputs(&d).unwrap();
+        let got = values(&chain(&x, &row).unwrap());
+        assert_close(&got, &want, 2e-3, 1e-5, &format!("fused chain on {d}"));
+    }
+}
+
+#[test]
+fn fused_and_op_by_op_results_agree() {
+    // Reading every intermediate materialises it, so the next op reads a buffer instead of
+    // inlining: the same chain runs op by op.
+    for d in all_devices() {
+        let (x, row) = inputs(&d).unwrap();
+        let fused = values(&chain(&x, &row).unwrap());
+        let mut t = x.t().unwrap().contiguous().unwrap();
+        let mut steps = Vec::new();
+        for k in 0..6 {
+            t = match k {
+                0 => (&t * 2.0).unwrap(),
+                1 => (&t + &row).unwrap(),
+                2 => t.tanh().unwrap(),
+                3 => t.mul_scalar(3.0).unwrap(),
+                4 => t.sub_scalar(0.5).unwrap(),
+                _ => t.exp().unwrap(),
+            };
+            steps.push(values(&t));
+        }
+        let mut lazy = (&(&x.t().unwrap() * 2.0).unwrap() + &row).unwrap();
+        lazy = lazy.tanh().unwrap().mul_scalar(3.0).unwrap();
+        lazy = lazy.sub_scalar(0.5).unwrap().exp().unwrap();
+        assert_close(
+            &values(&lazy),
+            &steps[5],
+            1e-5,
+            1e-6,
+            &format!("chain on {d}"),
+        );
+        assert_eq!(fused.len(), 7 * 33);
+    }
+}
+
+#[test]
+fn a_tensor_used_twice_and_kept_for_later_reads_the_same() {
+    for d in all_devices() {
+        let x = Tensor::from_vec(data(300, 9, 2.0), &[300], &d).unwrap();
+        let a = x.exp().unwrap(); // pending, used three times below
+        let b = (&a + &a).unwrap();
+        let c = (&a * &b).unwrap().sub(&x).unwrap();
+        let host: Vec<f32> = data(300, 9, 2.0);
+        let want: Vec<f32> = host.iter().map(|v| v.exp() * 2.0 * v.exp() - v).collect();
+        assert_close(&values(&c), &want, 1e-5, 1e-5, &format!("shared on {d}"));
+        // `a` itself is still readable (materialised on its own).
+        let want_a: Vec<f32> = host.iter().map(|v| v.exp()).collect();
+        assert_close(&values(&a), &want_a, 1e-6, 0.0, &format!("kept on {d}"));
+    }
+}
+
+#[test]
+fn chains_longer_than_one_kernel_split_correctly() {
+    for d in all_devices() {
+        let x = Tensor::from_vec(data(1000, 3, 1.0), &[1000], &d).unwrap();
+        let mut t = x.clone();
+        let mut want = data(1000, 3, 1.0);
+        for k in 0..200 {
+            t = t
+                .mul_scalar(0.99)
+                .unwrap()
+                .add_scalar(k as f32 * 1e-3)
+                .unwrap();
+            for w in &mut want {
+                *w = *w * 0.99 + k as f32 * 1e-3;
+            }
+        }
+        assert_close(&values(&t), &want, 1e-4, 1e-5, &format!("400 ops on {d}"));
+    }
+}
+
+#[test]
+fn sums_of_more_inputs_than_one_kernel_binds() {
+    for d in all_devices() {
+        let parts: Vec<Vec<f32>> = (0..11).map(|k| data(257, 20 + k, 1.0)).collect();
+        let ts: Vec<Tensor> = parts
+            .iter()
+            .map(|p| Tensor::from_vec(p.clone(), &[257], &d).unwrap())
+            .collect();
+        let mut acc = ts[0].clone();
+        for t in &ts[1..] {
+            acc = (&acc + t).unwrap();
+        }
+        let want: Vec<f32> = (0..257).map(|i| parts.iter().map(|p| p[i]).sum()).collect();
+        assert_close(
+            &values(&acc),
+            &want,
+            1e-5,
+            1e-5,
+            &format!("11 inputs on {d}"),
+        );
+    }
+}
+
+#[test]
+fn f16_and_integer_chains_match_the_cpu() {
+    let run = |d: &Device| -> (Vec<f32>, Vec<i32>) {
+        let h = Tensor::from_vec(data(513, 4, 4.0), &[513], d)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        let hr = h
+            .mul_scalar(1.5)
+            .unwrap()
+            .sigmoid()
+            .unwrap()
+            .add(&h)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        let i =
+            Tensor::from_vec((0..513).map(|v| v - 256).collect::<Vec<i32>>(), &[513], d).unwrap();
+        let ir = i
+            .mul_scalar(7.0)
+            .unwrap()
+            .rem_scalar(5.0)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .add(&i)
+            .unwrap();
+        (hr.to_vec::<f32>().unwrap(), ir.to_vec::<i32>().unwrap())
+    };
+    let (hw, iw) = run(&Device::cpu());
+    for d in all_devices() {
+        let (h, i) = run(&d);
+        // Every f16 step rounds as the op-by-op path does: the bits agree.
+        assert_eq!(
+            h.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            hw.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "f16 chain on {d}"
+        );
+        assert_eq!(i, iw, "i32 chain on {d}");
+    }
+}
+
+#[test]
+fn errors_stay_eager_in_a_chain() {
+    for d in all_devices() {
+        let a = Tensor::ones(&[3], DType::F32, &d).unwrap().exp().unwrap();
+        let b = Tensor::ones(&[4], DType::F32, &d).unwrap();
+        assert!(a.add(&b).is_err(), "shape mismatch on {d}");
+        let i = Tensor::ones(&[3], DType::I32, &d).unwrap();
+        assert!(a.add(&i).is_err(), "dtype mismatch on {d}");
+        // The pending tensor is intact after the failed ops.
+        assert_close(
+            &values(&a),
+            &[std::f32::consts::E; 3],
+            1e-6,
+            0.0,
+            "after errors",
+        );
+    }
+}
