@@ -39,7 +39,9 @@ pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The shape two operands broadcast to, with numpy/PyTorch rules: align trailing dims; each pair
-/// must be equal or contain a 1.
+/// must be equal or contain a 1. A result whose element count overflows is
+/// [`Error::ShapeOverflow`] (every broadcasting op and `expand` go through here, so no tensor
+/// with an unrepresentable element count is ever made).
 pub(crate) fn broadcast_shapes(
     op: &'static str,
     lhs: &[usize],
@@ -59,10 +61,11 @@ pub(crate) fn broadcast_shapes(
                     op,
                     lhs: lhs.to_vec(),
                     rhs: rhs.to_vec(),
-                })
+                });
             }
         };
     }
+    numel_checked(&out)?;
     Ok(out)
 }
 
@@ -181,6 +184,11 @@ mod tests {
         assert_eq!(broadcast_shapes("t", &[], &[2]).unwrap(), vec![2]);
         assert_eq!(broadcast_shapes("t", &[0, 1], &[1, 3]).unwrap(), vec![0, 3]);
         assert!(broadcast_shapes("t", &[3, 1], &[2, 2]).is_err());
+        // 2^32 x 2^32 elements do not fit a usize: an error, not a wrapped count.
+        assert!(matches!(
+            broadcast_shapes("t", &[1 << 32, 1], &[1, 1 << 32]),
+            Err(Error::ShapeOverflow { .. })
+        ));
     }
 
     #[test]

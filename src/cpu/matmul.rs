@@ -5,8 +5,9 @@
 //! are never copied. Batches are a loop over per-matrix gemm calls: threads go inside each
 //! product when products are large, across the batch when they are small.
 
-use super::strided::walk;
+use super::strided::{try_vec, walk};
 use crate::shape::Layout;
+use crate::Result;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -17,15 +18,18 @@ const SMALL_PRODUCT: usize = 64 * 64 * 64;
 
 /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b` (`[..batch, K, N]`,
 /// same batch dims), packed row-major as `[..batch, M, N]`.
-pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<f32> {
+pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<Vec<f32>> {
     let nd = la.shape.len();
     let (m, k, n) = (la.shape[nd - 2], la.shape[nd - 1], lb.shape[nd - 1]);
     let batch_shape = &la.shape[..nd - 2];
     let batches: usize = batch_shape.iter().product();
     let total = batches * m * n;
+    // A huge output is an out-of-memory error, not an abort.
+    let mut out = try_vec::<f32>("matmul", total)?;
     if total == 0 || k == 0 {
         // An empty sum is 0.
-        return vec![0f32; total];
+        out.resize(total, 0.0);
+        return Ok(out);
     }
     // Storage index of each batch's first element of A and B.
     let mut starts = Vec::with_capacity(batches);
@@ -48,7 +52,6 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<f32>
     };
     // gemm writes every output element without reading it, so the output is not zeroed
     // first: that pass alone costs ~2% of a 1024³ product.
-    let mut out = Vec::with_capacity(total);
     let spare = &mut out.spare_capacity_mut()[..total];
     let small = m * n * k < SMALL_PRODUCT;
     if batches > 1 && small {
@@ -63,7 +66,7 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<f32>
     }
     // SAFETY: every m×n block of the first `total` slots was written by `Mat::run`.
     unsafe { out.set_len(total) };
-    out
+    Ok(out)
 }
 
 /// One product's sizes and strides (in elements).

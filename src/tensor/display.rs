@@ -18,11 +18,15 @@ impl fmt::Display for Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let values: Vec<f64> = match self.host_contiguous("display") {
+        let summarize = self.numel() > SUMMARY_THRESHOLD;
+        // Only the printed edges are read back (joined on the tensor's device), so printing a
+        // huge tensor costs what printing a small one does.
+        let values: Vec<f64> = match edges(self, summarize)
+            .and_then(|t| t.host_contiguous("display"))
+        {
             Ok(h) => to_f64(&h),
             Err(e) => return write!(f, "tensor(<unreadable: {e}>, device='{}')", self.device()),
         };
-        let summarize = values.len() > SUMMARY_THRESHOLD;
         let shown: Vec<f64> = shown_values(self.shape(), &values, summarize);
         let fmt_one = number_format(&shown, self.dtype());
         let width = shown.iter().map(|&v| fmt_one(v).len()).max().unwrap_or(0);
@@ -43,6 +47,40 @@ impl fmt::Display for Tensor {
         }
         out.push(')');
         f.write_str(&out)
+    }
+}
+
+/// `t` with every dim longer than `2 * EDGE` cut to its first and last `EDGE` entries (when
+/// summarising): exactly the values that are printed.
+fn edges(t: &Tensor, summarize: bool) -> crate::Result<Tensor> {
+    let mut small = t.clone();
+    if summarize {
+        for (d, &n) in t.shape().iter().enumerate() {
+            if n > 2 * EDGE {
+                let d = d as isize;
+                let (head, tail) = (small.narrow(d, 0, EDGE)?, small.narrow(d, n - EDGE, EDGE)?);
+                small = Tensor::cat(&[&head, &tail], d)?;
+            }
+        }
+    }
+    Ok(small)
+}
+
+/// Where entry `i` of a dim of size `n` sits in the [`edges`] tensor.
+fn slot(i: usize, n: usize, summarize: bool) -> usize {
+    if summarize && n > 2 * EDGE && i >= EDGE {
+        i - (n - 2 * EDGE)
+    } else {
+        i
+    }
+}
+
+/// The size of a dim of size `n` in the [`edges`] tensor.
+fn kept(n: usize, summarize: bool) -> usize {
+    if summarize && n > 2 * EDGE {
+        2 * EDGE
+    } else {
+        n
     }
 }
 
@@ -69,11 +107,12 @@ fn collect(shape: &[usize], values: &[f64], summarize: bool, out: &mut Vec<f64>)
         return;
     }
     let n = shape[0];
-    let inner: usize = shape[1..].iter().product();
+    let inner: usize = shape[1..].iter().map(|&m| kept(m, summarize)).product();
     for i in visible(n, summarize) {
+        let j = slot(i, n, summarize);
         collect(
             &shape[1..],
-            &values[i * inner..(i + 1) * inner],
+            &values[j * inner..(j + 1) * inner],
             summarize,
             out,
         );
@@ -139,7 +178,7 @@ fn write_dims(
     }
     out.push('[');
     let n = shape[0];
-    let inner: usize = shape[1..].iter().product();
+    let inner: usize = shape[1..].iter().map(|&m| kept(m, summarize)).product();
     let idx = visible(n, summarize);
     for (k, &i) in idx.iter().enumerate() {
         if k > 0 {
@@ -161,10 +200,11 @@ fn write_dims(
                 out.push_str(&" ".repeat(indent + depth + 1));
             }
         }
+        let j = slot(i, n, summarize);
         write_dims(
             out,
             &shape[1..],
-            &values[i * inner..(i + 1) * inner],
+            &values[j * inner..(j + 1) * inner],
             depth + 1,
             indent,
             summarize,

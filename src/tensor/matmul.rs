@@ -192,7 +192,7 @@ impl Tensor {
         let p = plan(self, rhs)?;
         let storage = match (self.storage()?, rhs.storage()?) {
             (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(
-                cpu::matmul::matmul(self.cpu_f32(op)?, &p.la, rhs.cpu_f32(op)?, &p.lb),
+                cpu::matmul::matmul(self.cpu_f32(op)?, &p.la, rhs.cpu_f32(op)?, &p.lb)?,
             )),
             (Storage::Gpu(a), Storage::Gpu(b)) => {
                 Storage::Gpu(a.device.matmul(a, &p.la, b, &p.lb, kernel)?)
