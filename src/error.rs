@@ -40,8 +40,8 @@ pub enum Error {
 
     /// Two operands' shapes are incompatible for `op` (broadcasting, matmul inner dims, ...).
     #[error(
-        "shape mismatch in {op}: lhs {lhs:?} and rhs {rhs:?} are incompatible \
-         (broadcasting needs each trailing dim to be equal or 1)"
+        "shape mismatch in {op}: lhs {lhs:?} and rhs {rhs:?} are incompatible ({})",
+        shape_rule(.op)
     )]
     ShapeMismatch {
         op: &'static str,
@@ -107,12 +107,7 @@ pub enum Error {
     },
 
     /// The device could not allocate memory, even after emptying wgtensor's cache.
-    #[error(
-        "out of memory on {device} ({adapter}) in {op}: tried to allocate {requested} bytes with \
-         {allocated} bytes allocated by tensors and {reserved} bytes reserved by wgtensor \
-         (adapter max_buffer_size {limit}); free tensors you no longer need, use a smaller batch \
-         or f16, call wgtensor::empty_cache, or run on the CPU"
-    )]
+    #[error("{}", oom_text(.op, .device, .adapter, *.requested, *.allocated, *.reserved, *.limit))]
     OutOfMemory {
         op: &'static str,
         device: String,
@@ -159,4 +154,49 @@ pub enum Error {
         device: String,
         message: String,
     },
+}
+
+/// The out-of-memory message: the GPU one names the adapter's buffer limit and suggests the
+/// CPU; the CPU one speaks of host memory.
+fn oom_text(
+    op: &str,
+    device: &str,
+    adapter: &str,
+    requested: u64,
+    allocated: u64,
+    reserved: u64,
+    limit: u64,
+) -> String {
+    if device == "cpu" {
+        format!(
+            "out of memory on cpu in {op}: tried to allocate {requested} bytes of host memory with \
+             {allocated} bytes held by tensors; free tensors you no longer need or use a smaller \
+             batch or f16"
+        )
+    } else {
+        format!(
+            "out of memory on {device} ({adapter}) in {op}: tried to allocate {requested} bytes \
+             with {allocated} bytes allocated by tensors and {reserved} bytes reserved by \
+             wgtensor (adapter max_buffer_size {limit}); free tensors you no longer need, use a \
+             smaller batch or f16, call wgtensor::empty_cache, or run on the CPU"
+        )
+    }
+}
+
+/// The shape rule `op` checks, for [`Error::ShapeMismatch`] messages.
+fn shape_rule(op: &str) -> &'static str {
+    match op {
+        "matmul" => {
+            "matmul needs lhs [.., M, K] and rhs [.., K, N] with the same K, and batch dims that \
+             broadcast"
+        }
+        "Linear::forward" => "the input's last dim must equal the layer's in_features",
+        "LayerNorm::forward" => "the input's trailing dims must equal the normalized shape",
+        "mse_loss" => "prediction and target must have the same shape",
+        "backward_with" | "set_grad" => {
+            "a gradient must have the shape of the tensor it belongs to"
+        }
+        "expand" => "each dim must equal the tensor's, or the tensor's dim must be 1",
+        _ => "broadcasting needs each trailing dim to be equal or 1",
+    }
 }

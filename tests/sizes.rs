@@ -133,3 +133,109 @@ fn host_oom_child() {
 fn host_allocations_that_cannot_succeed_are_out_of_memory_errors() {
     run_child(HOST_OOM_CHILD, &[]);
 }
+
+#[test]
+fn one_request_too_large_for_the_adapter_is_one_error_naming_the_op() {
+    let gpus: Vec<Device> = all_devices().into_iter().filter(|d| d.is_gpu()).collect();
+    for d in gpus {
+        let view = Tensor::ones(&[1, 3], DType::F32, &d)
+            .unwrap()
+            .expand(&[1 << 36, 3])
+            .unwrap();
+        d.synchronize().unwrap();
+        let reserved = wgtensor::memory_reserved(&d);
+        let n = 1usize << 38; // 1 TiB of f32: past max_buffer_size on every adapter
+        let results = [
+            ("zeros", Tensor::zeros(&[n], DType::F32, &d).map(|_| ())),
+            ("ones", Tensor::ones(&[n], DType::F32, &d).map(|_| ())),
+            ("full", Tensor::full(&[n], 2.0, DType::I32, &d).map(|_| ())),
+            ("arange", Tensor::arange(0.0, n as f32, 1.0, &d).map(|_| ())),
+        ];
+        for (name, r) in results {
+            match r {
+                Err(Error::BufferTooLarge { op, limit_name, .. }) => {
+                    assert_eq!((op, limit_name), (name, "max_buffer_size"), "{name} on {d}")
+                }
+                other => panic!("{name} on {d}: expected BufferTooLarge, got {other:?}"),
+            }
+        }
+        // Ops that run in row blocks check the whole output before the first block.
+        for (name, r) in [
+            ("exp", view.exp().and_then(|t| t.contiguous()).map(|_| ())),
+            (
+                "contiguous",
+                view.contiguous().and_then(|t| t.exp()).map(|_| ()),
+            ),
+        ] {
+            assert!(
+                matches!(r, Err(Error::BufferTooLarge { .. })),
+                "{name} of a 768 GiB view on {d}: {r:?}"
+            );
+        }
+        d.synchronize().unwrap();
+        assert_eq!(
+            wgtensor::memory_reserved(&d),
+            reserved,
+            "nothing was allocated for requests that cannot succeed on {d}"
+        );
+    }
+}
+
+#[test]
+fn integer_fills_out_of_range_are_errors_not_saturation() {
+    for d in all_devices() {
+        for (dtype, v) in [
+            (DType::I32, 1e20),
+            (DType::U8, -1.0),
+            (DType::I32, f64::NAN),
+            (DType::U32, -3.0),
+        ] {
+            match Tensor::full(&[4], v, dtype, &d) {
+                Err(Error::InvalidArgument { op, message }) => {
+                    assert_eq!(op, "full");
+                    assert!(message.contains(&v.to_string()), "{message}");
+                }
+                other => panic!("full({v}, {dtype}) on {d}: {:?}", other.map(|_| ())),
+            }
+        }
+        // In-range values of every dtype fill on the device (no upload) and read back.
+        wgtensor::reset_transfer_stats(&d);
+        let u8s = Tensor::full(&[5], 255.0, DType::U8, &d).unwrap();
+        let i32s = Tensor::full(&[3], -7.0, DType::I32, &d).unwrap();
+        let f16s = Tensor::full(&[3], 0.1, DType::F16, &d).unwrap();
+        if d.is_gpu() {
+            assert_eq!(
+                wgtensor::transfer_stats(&d).uploads,
+                0,
+                "fills upload nothing on {d}"
+            );
+        }
+        assert_eq!(u8s.to_vec::<u8>().unwrap(), vec![255; 5]);
+        assert_eq!(i32s.to_vec::<i32>().unwrap(), vec![-7; 3]);
+        assert_eq!(
+            f16s.to_vec::<wgtensor::f16>().unwrap(),
+            vec![wgtensor::f16::from_f32(0.1); 3]
+        );
+    }
+}
+
+#[test]
+fn shape_errors_state_the_rule_of_the_op_that_failed() {
+    use wgtensor::nn::{Linear, Module};
+    let d = Device::cpu();
+    let a = Tensor::zeros(&[2, 3], DType::F32, &d).unwrap();
+    let b = Tensor::zeros(&[4, 5], DType::F32, &d).unwrap();
+    let m = a.matmul(&b).unwrap_err().to_string();
+    assert!(
+        m.contains("same K") && !m.contains("broadcasting needs"),
+        "{m}"
+    );
+    let lin = Linear::new(4, 2, true, &d).unwrap();
+    let l = lin.forward(&a).unwrap_err().to_string();
+    assert!(l.contains("in_features"), "{l}");
+    let y = a.requires_grad_(true).sum(0, false).unwrap();
+    let g = y.backward_with(&b).unwrap_err().to_string();
+    assert!(g.contains("shape of the tensor it belongs to"), "{g}");
+    let s = a.add(&b).unwrap_err().to_string();
+    assert!(s.contains("broadcasting needs each trailing dim"), "{s}");
+}

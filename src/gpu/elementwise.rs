@@ -1,48 +1,60 @@
 //! GPU elementwise ops of every dtype: a [`Program`] (one op, or a fused chain built by
-//! `src/tensor/fuse.rs`) run by one generated kernel (`codegen.rs`), plus `fill` / `arange`
+//! `src/tensor/fuse.rs`) run by one generated kernel (`codegen.rs`), plus `arange`
 //! (`shaders/fill.wgsl`). Inputs arrive validated (shapes broadcast, dtypes checked, same
 //! device) from `src/tensor/`.
 
 use super::buffer::GpuBuffer;
-use super::codegen::{self, per_word, Program};
+use super::codegen::{self, per_word, Expr, Program};
 use super::device::GpuDevice;
 use super::kernels::{GeneratedRef, Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
-use crate::Result;
+use crate::{DType, Result};
 
 impl GpuDevice {
-    /// `fill` (`value`) or `arange` (`start + i * step`) into a new buffer of `n` f32.
-    pub(crate) fn fill(
+    /// `arange`: `start + i * step` into a new buffer of `n` f32 (`shaders/fill.wgsl`).
+    pub(crate) fn arange(
         &self,
         op: &'static str,
         n: usize,
-        a: f32,
-        step: Option<f32>,
+        start: f32,
+        step: f32,
     ) -> Result<GpuBuffer> {
-        check_u32(op, &Layout::contiguous(&[n]))?;
         let out = self.alloc_uninit(op, n as u64 * 4)?;
-        let mut meta = vec![n as u32, a.to_bits()];
-        let entry = match step {
-            Some(s) => {
-                meta.push(s.to_bits());
-                "arange"
-            }
-            None => "fill",
-        };
+        check_u32(op, &Layout::contiguous(&[n]))?;
         self.launch(
             op,
             Launch {
                 shader: Shader::Fill,
-                entry,
+                entry: "arange",
                 op_code: None,
                 inputs: &[],
                 output: &out.buffer,
-                meta: &meta,
+                meta: &[n as u32, start.to_bits(), step.to_bits()],
                 threads: n as u64,
             },
         )?;
         Ok(out)
+    }
+
+    /// A new buffer of `n` elements of `dtype`, all `value` (a generated kernel with no input:
+    /// no host transfer, any dtype). Integer values arrive validated.
+    pub(crate) fn fill_value(
+        &self,
+        op: &'static str,
+        n: usize,
+        value: f64,
+        dtype: DType,
+    ) -> Result<GpuBuffer> {
+        let (sd, bits) = match dtype {
+            DType::F32 | DType::F16 => (DType::F32, (value as f32).to_bits()),
+            DType::I32 => (DType::I32, value as i32 as u32),
+            DType::U32 | DType::U8 => (dtype, value as u32),
+        };
+        let mut p = Program::default();
+        let s = p.scalar(sd);
+        p.push(Expr::Cast(s), dtype);
+        self.run_program(op, &p, &[], &[bits], n)
     }
 
     /// Runs `program` over `views` (each already broadcast to the output shape) with the scalar
@@ -55,11 +67,14 @@ impl GpuDevice {
         scalars: &[u32],
         n: usize,
     ) -> Result<GpuBuffer> {
+        // The size first: an output past the adapter's limits is `BufferTooLarge` (as any
+        // allocation), not an indexing error.
+        let out_dtype = program.out_dtype();
+        let out = self.alloc_uninit(name, (n * out_dtype.size_in_bytes()) as u64)?;
+        check_u32(name, &Layout::contiguous(&[n]))?;
         for (_, l) in views {
             check_u32(name, l)?;
         }
-        let out_dtype = program.out_dtype();
-        let out = self.alloc_uninit(name, (n * out_dtype.size_in_bytes()) as u64)?;
         let mut packed = 0u64;
         for (k, (_, l)) in views.iter().enumerate() {
             if l.is_contiguous() {

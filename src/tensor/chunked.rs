@@ -48,6 +48,20 @@ pub(crate) fn map_row_blocks(
     };
     let esize = operands[0].dtype().size_in_bytes() as u64;
     let numel: usize = out_shape.iter().product();
+    // The whole output must fit one buffer: checked before the first block is allocated, so a
+    // request that cannot succeed fails at once instead of filling memory block by block.
+    let max_buffer = device.0.limits.max_buffer_size;
+    let total = (numel as u64).saturating_mul(esize);
+    if total > max_buffer {
+        return Err(Error::BufferTooLarge {
+            op,
+            device: device.label().to_string(),
+            adapter: device.adapter_name(),
+            bytes: total,
+            limit: max_buffer,
+            limit_name: "max_buffer_size",
+        });
+    }
     let expanded: Vec<Tensor> = operands
         .iter()
         .map(|t| t.expand(out_shape))

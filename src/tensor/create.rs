@@ -91,12 +91,7 @@ impl Tensor {
         match backend(device) {
             // wgpu zero-initialises new buffers, so zeros cost one allocation and no transfer.
             Backend::Gpu(g) => {
-                let bytes = (n as u64)
-                    .checked_mul(dtype.size_in_bytes() as u64)
-                    .ok_or_else(|| Error::ShapeOverflow {
-                        shape: shape.to_vec(),
-                    })?;
-                let buf = g.alloc("zeros", bytes)?;
+                let buf = g.alloc("zeros", (n * dtype.size_in_bytes()) as u64)?;
                 Ok(Tensor::from_parts(
                     Storage::Gpu(buf),
                     shape,
@@ -104,7 +99,7 @@ impl Tensor {
                     device.clone(),
                 ))
             }
-            Backend::Cpu => Tensor::full(shape, 0.0, dtype, device),
+            Backend::Cpu => Tensor::filled("zeros", shape, 0.0, dtype, device),
         }
     }
 
@@ -117,22 +112,57 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn ones(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
-        Tensor::full(shape, 1.0, dtype, device)
+        Tensor::filled("ones", shape, 1.0, dtype, device)
     }
 
-    /// A tensor filled with `value` (converted to `dtype`). f32 tensors are filled by a kernel on
-    /// the device, without a host transfer.
+    /// A tensor filled with `value` (converted to `dtype`). GPU tensors of every dtype are filled
+    /// by a kernel on the device, without a host transfer. For integer dtypes `value` truncates
+    /// toward zero and must then fit the dtype, as in `torch.full`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an integer dtype and a value out of its range (e.g. `1e20`
+    /// for I32, `-1` for U8, NaN); out of memory.
     ///
     /// ```
     /// use wgtensor::{DType, Device, Tensor};
     /// let t = Tensor::full(&[2], 7.5, DType::F32, &Device::cpu())?;
     /// assert_eq!(t.to_vec::<f32>()?, vec![7.5, 7.5]);
+    /// assert!(Tensor::full(&[2], -1.0, DType::U8, &Device::cpu()).is_err());
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn full(shape: &[usize], value: f64, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::filled("full", shape, value, dtype, device)
+    }
+
+    /// `full` under the name of the public op that called it (for errors).
+    fn filled(
+        op: &'static str,
+        shape: &[usize],
+        value: f64,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor> {
         let n = numel_for(shape, dtype)?;
-        if let (Backend::Gpu(g), DType::F32) = (backend(device), dtype) {
-            let buf = g.fill("full", n, value as f32, None)?;
+        let (lo, hi) = match dtype {
+            DType::F32 | DType::F16 => (f64::NEG_INFINITY, f64::INFINITY),
+            DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+            DType::U32 => (0.0, u32::MAX as f64),
+            DType::U8 => (0.0, 255.0),
+        };
+        // As `torch.full`: integer dtypes truncate toward zero, then the value must fit.
+        let int = !matches!(dtype, DType::F32 | DType::F16);
+        let value = if int { value.trunc() } else { value };
+        if int && !(value >= lo && value <= hi) {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "{value} cannot be converted to {dtype} without overflow (the range is \
+                     [{lo}, {hi}]); use a value in range or a float dtype"
+                ),
+            });
+        }
+        if let Backend::Gpu(g) = backend(device) {
+            let buf = g.fill_value(op, n, value, dtype)?;
             return Ok(Tensor::from_parts(
                 Storage::Gpu(buf),
                 shape,
@@ -140,23 +170,24 @@ impl Tensor {
                 device.clone(),
             ));
         }
-        fn filled<T: WithDType>(n: usize, v: f64) -> Result<CpuStorage> {
-            let mut data = cpu::strided::try_vec("full", n)?;
+        fn host<T: WithDType>(op: &'static str, n: usize, v: f64) -> Result<CpuStorage> {
+            let mut data = cpu::strided::try_vec(op, n)?;
             data.resize(n, T::from_f64(v));
             Ok(CpuStorage::from_vec(data))
         }
         let host = match dtype {
-            DType::F32 => filled::<f32>(n, value)?,
-            DType::F16 => filled::<f16>(n, value)?,
-            DType::I32 => filled::<i32>(n, value)?,
-            DType::U32 => filled::<u32>(n, value)?,
-            DType::U8 => filled::<u8>(n, value)?,
+            DType::F32 => host::<f32>(op, n, value)?,
+            DType::F16 => host::<f16>(op, n, value)?,
+            DType::I32 => host::<i32>(op, n, value)?,
+            DType::U32 => host::<u32>(op, n, value)?,
+            DType::U8 => host::<u8>(op, n, value)?,
         };
-        let storage = match backend(device) {
-            Backend::Cpu => Storage::Cpu(host),
-            Backend::Gpu(g) => Storage::Gpu(g.upload("full", host.as_bytes())?),
-        };
-        Ok(Tensor::from_parts(storage, shape, dtype, device.clone()))
+        Ok(Tensor::from_parts(
+            Storage::Cpu(host),
+            shape,
+            dtype,
+            device.clone(),
+        ))
     }
 
     /// `[start, start + step, ...]` up to but excluding `end`, as f32 (`torch.arange`).
@@ -188,15 +219,14 @@ impl Tensor {
         let count = (((end as f64) - (start as f64)) / step as f64)
             .ceil()
             .max(0.0);
-        if count > u32::MAX as f64 {
-            return Err(bad(format!("{count} elements is too many")));
-        }
-        let n = count as usize;
+        // The allocation decides whether the count is too many (out of memory on the CPU, the
+        // adapter's buffer limit on a GPU), as for every other way to make a tensor.
+        let n = numel_for(&[count as usize], DType::F32)?;
         let storage = match backend(device) {
             Backend::Cpu => {
                 Storage::Cpu(CpuStorage::F32(cpu::elementwise::arange(n, start, step)?))
             }
-            Backend::Gpu(g) => Storage::Gpu(g.fill("arange", n, start, Some(step))?),
+            Backend::Gpu(g) => Storage::Gpu(g.arange("arange", n, start, step)?),
         };
         Ok(Tensor::from_parts(
             storage,
