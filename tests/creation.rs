@@ -31,9 +31,9 @@ fn host_bits(dtype: DType, value: f64) -> Option<u32> {
     match dtype {
         DType::F32 => Some((value as f32).to_bits()),
         DType::F16 => Some(f16::from_f64(value).to_bits() as u32),
-        DType::I32 => in_range(i32::MIN as f64, i32::MAX as f64).then(|| (t as i32) as u32),
-        DType::U32 => in_range(0.0, u32::MAX as f64).then(|| t as u32),
-        DType::U8 => in_range(0.0, 255.0).then(|| t as u32),
+        DType::I32 => in_range(i32::MIN as f64, i32::MAX as f64).then_some((t as i32) as u32),
+        DType::U32 => in_range(0.0, u32::MAX as f64).then_some(t as u32),
+        DType::U8 => in_range(0.0, 255.0).then_some(t as u32),
     }
 }
 
