@@ -79,9 +79,20 @@ fn f32_to_f16(x: f32) -> u32 {
     return s | r;
 }
 
-// f16 bits (low 16 bits of h) -> f32, exact.
+// f16 bits (low 16 bits of h) -> f32, exact, NaN payloads kept. Not unpack2x16float: GL drivers
+// widen NaN to a different payload, so a stored NaN would not come back as the same bits.
 fn f16_to_f32(h: u32) -> f32 {
-    return unpack2x16float(h & 0xffffu).x;
+    let s = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0x1fu) {
+        return bitcast<f32>(s | 0x7f800000u | (m << 13u));
+    }
+    if (e == 0u) {
+        // Zero or subnormal: m * 2^-24, exact in f32.
+        return bitcast<f32>(s | bitcast<u32>(f32(m) * 5.9604644775390625e-8));
+    }
+    return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
 }
 
 // x rounded to the nearest f16 value (as an f32): what storing and reloading an f16 gives.
