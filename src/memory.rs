@@ -218,5 +218,5 @@ pub fn reset_transfer_stats(device: &Device) {
 /// wgtensor::warn_on_transfer_churn(true);
 /// ```
 pub fn warn_on_transfer_churn(on: bool) {
-    crate::gpu::transfer::WARN_CHURN.store(on, Ordering::Relaxed);
+    crate::gpu::staging::WARN_CHURN.store(on, Ordering::Relaxed);
 }
