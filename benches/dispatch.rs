@@ -3,6 +3,9 @@
 //! and bind groups, one submit per dispatch as in wgpu's compute examples), in the same run.
 //! Also the soak of FAULTS row 25: 10,000 x (create -> op -> drop) with `memory_reserved` flat.
 //!
+//! `wgtensor_record_only` times the recording of the chain alone (host cost per launch; divide
+//! by 100 for the cost of one op).
+//!
 //! Run: `cargo bench --bench dispatch`
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -104,6 +107,24 @@ fn chain(c: &mut Criterion) {
                 }
                 dev.synchronize().unwrap();
                 black_box(t)
+            })
+        });
+        // Host cost alone: the time to record the chain (kernel lookups, params, bind groups,
+        // the submit every 64 ops), without waiting for the GPU, which runs untimed after.
+        group.bench_function("wgtensor_record_only", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let began = std::time::Instant::now();
+                    let mut t = x.clone();
+                    for _ in 0..CHAIN {
+                        t = t.add_scalar(1.0).unwrap();
+                    }
+                    total += began.elapsed();
+                    dev.synchronize().unwrap();
+                    black_box(t);
+                }
+                total
             })
         });
         group.finish();
