@@ -191,3 +191,32 @@ fn destroyed_device_gives_typed_errors() {
         lost("synchronize", dev.synchronize().unwrap_err());
     }
 }
+
+#[test]
+fn readbacks_and_recording_from_two_threads() {
+    // A readback waits for the GPU with no lock held: the other thread keeps recording (and its
+    // submits wait only while a buffer is mapped). Both must finish with the right values.
+    for dev in private_gpus() {
+        let host = common::data(4096, 11, 1.0);
+        let x = Tensor::from_slice(&host, &[4096], &dev).unwrap();
+        let want_x = host.clone();
+        let want_chain = chain_host(&host, 8);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                for _ in 0..20 {
+                    assert_eq!(x.to_vec::<f32>().unwrap(), want_x, "{dev}: readback");
+                }
+            });
+            let recorder = s.spawn(|| {
+                for _ in 0..20 {
+                    let y = chain(&x, 8);
+                    let got = y.to_vec::<f32>().unwrap();
+                    assert_close(&got, &want_chain, 1e-5, 1e-5, "chain beside readbacks");
+                }
+            });
+            reader.join().unwrap();
+            recorder.join().unwrap();
+        });
+        dev.synchronize().unwrap();
+    }
+}
