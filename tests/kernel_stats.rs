@@ -220,3 +220,30 @@ fn readbacks_and_recording_from_two_threads() {
         dev.synchronize().unwrap();
     }
 }
+
+#[test]
+fn an_error_at_submit_names_the_ops_of_the_batch() {
+    // Dispatches run without per-op error scopes; a batch that fails at submit (here: the
+    // application destroyed a buffer that a recorded op reads) is one typed error naming the
+    // ops of that batch. The device is private: its pool now holds a destroyed buffer.
+    for dev in private_gpus() {
+        let x = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[4], &dev).unwrap();
+        let y = Tensor::from_slice(&[5f32, 6.0], &[2], &dev).unwrap();
+        let view = x.wgpu_buffer().unwrap(); // submits what is pending
+        let _a = x.add_scalar(1.0).unwrap();
+        let _b = x.mul_scalar(2.0).unwrap();
+        view.buffer.destroy();
+        match dev.synchronize() {
+            Err(Error::Wgpu { op, message, .. }) => {
+                assert_eq!(op, "synchronize");
+                assert!(
+                    message.contains("add_scalar") && message.contains("mul_scalar"),
+                    "{dev}: the batch's ops are named: {message}"
+                );
+            }
+            other => panic!("{dev}: expected Error::Wgpu at submit, got {other:?}"),
+        }
+        // Work in later batches on other buffers is unaffected.
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 6.0], "{dev}");
+    }
+}
