@@ -395,8 +395,8 @@ impl GpuDevice {
                 op,
                 device,
                 message: format!(
-                    "{message} (in a submitted batch of ops: {}; its results are lost, set \
-                     WGTENSOR_VALIDATE=1 to find the failing op)",
+                    "{message} (in a submitted batch of ops: {}; its results are lost; \
+                     WGTENSOR_VALIDATE=1 checks each op as it is recorded)",
                     names.join(", ")
                 ),
             },

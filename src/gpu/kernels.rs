@@ -340,6 +340,12 @@ impl KernelCache {
         bind
     }
 
+    /// Drops the cached bind group of `buffers`, if any (one whose creation raised an error).
+    pub(crate) fn forget_bind_group(&self, inputs: usize, buffers: &[&wgpu::Buffer]) {
+        let key: BindKey = (inputs, buffers.iter().map(|b| (*b).clone()).collect());
+        lock(&self.binds).remove(&key);
+    }
+
     /// Drops every cached bind group (they keep their buffers alive).
     pub(crate) fn clear_bind_groups(&self) {
         lock(&self.binds).clear();

@@ -107,8 +107,12 @@ impl GpuDevice {
         } else {
             let bind = make();
             // Device-level errors (an invalid binding) are reported synchronously to the
-            // handler: refuse to record the dispatch, so the rest of the batch stays valid.
-            self.check(op)?;
+            // handler: refuse to record the dispatch, so the rest of the batch stays valid, and
+            // do not keep the (possibly invalid) bind group.
+            if let Err(e) = self.check(op) {
+                kernels.forget_bind_group(l.inputs.len(), &buffers);
+                return Err(e);
+            }
             bind
         };
         let align = self.0.param_align;
