@@ -183,7 +183,9 @@ fn destroyed_device_gives_typed_errors() {
         dev.synchronize().unwrap();
         wgtensor::testing::destroy_device(&dev);
         let lost = |what: &str, e: Error| match e {
-            Error::DeviceLost { device, .. } => assert_eq!(device, dev.to_string(), "{what}"),
+            Error::DeviceLost { op, device, .. } => {
+                assert_eq!((op, device), (what, dev.to_string()), "the op is named")
+            }
             other => panic!("{what} on a destroyed {dev}: expected DeviceLost, got {other:?}"),
         };
         lost("add_scalar", x.add_scalar(1.0).map(|_| ()).unwrap_err());

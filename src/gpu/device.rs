@@ -184,7 +184,7 @@ impl GpuDevice {
         self.0.health.lost.load(Ordering::SeqCst)
     }
 
-    fn lost_error(&self) -> Error {
+    fn lost_error(&self, op: &'static str) -> Error {
         let reason = self
             .0
             .health
@@ -193,6 +193,7 @@ impl GpuDevice {
             .map(|r| r.clone())
             .unwrap_or_default();
         Error::DeviceLost {
+            op,
             device: self.0.label.clone(),
             reason,
         }
@@ -203,7 +204,7 @@ impl GpuDevice {
     /// device stays usable afterwards.
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
         if self.is_lost() {
-            return Err(self.lost_error());
+            return Err(self.lost_error(op));
         }
         if !self.0.health.any_uncaptured.load(Ordering::SeqCst) {
             return Ok(());
@@ -256,7 +257,7 @@ impl GpuDevice {
         let validation = pollster::block_on(validation.pop());
         let oom = pollster::block_on(oom.pop());
         if self.is_lost() {
-            return Err(self.lost_error());
+            return Err(self.lost_error(op));
         }
         if oom.is_some() {
             return Err(Error::OutOfMemory {
@@ -487,7 +488,7 @@ impl GpuDevice {
         self.0
             .health
             .mark_lost(format!("device poll panicked: {msg}"));
-        self.lost_error()
+        self.lost_error(op)
     }
 
     /// Runs ready callbacks without blocking (guarded like `wait`).
