@@ -280,9 +280,9 @@ pub fn reset_kernel_stats(device: &Device) {
     }
 }
 
-/// Turns on (or off) a one-time warning on stderr when a program keeps reading a tensor back and
-/// uploading the same bytes again (the seeds' tight-loop pitfall). Also enabled by the
-/// environment variable `WGTENSOR_WARN_TRANSFERS=1`.
+/// Turns on (or off) a one-time warning (through the `log` crate, level `warn`) when a program
+/// keeps reading a tensor back and uploading the same bytes again (the seeds' tight-loop
+/// pitfall). Also enabled by the environment variable `WGTENSOR_WARN_TRANSFERS=1`.
 ///
 /// ```
 /// wgtensor::warn_on_transfer_churn(true);

@@ -453,8 +453,9 @@ impl GpuDevice {
         }
         let n = t.churn.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= CHURN_LIMIT && !t.warned.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "wgtensor warning: {n} times the same {} bytes were read back from {} and uploaded \
+            // The library prints nothing itself: the application's logger shows this.
+            log::warn!(
+                "wgtensor: {n} times the same {} bytes were read back from {} and uploaded \
                  to it again; keep the tensor on the device and compute there instead \
                  (disable with wgtensor::warn_on_transfer_churn(false))",
                 bytes.len(),
