@@ -6,6 +6,9 @@
 //! own dispatch (the launch cost without fusion).
 //! Also the soak of FAULTS row 25: 10,000 x (create -> op -> drop) with `memory_reserved` flat.
 //!
+//! `wgtensor_record_only` times the recording of the chain alone (host cost per launch; divide
+//! by 100 for the cost of one op).
+//!
 //! Run: `cargo bench --bench dispatch`
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -117,6 +120,24 @@ fn chain(c: &mut Criterion) {
                     dev.synchronize().unwrap();
                 }
                 black_box(t.to_vec::<f32>().unwrap())
+            })
+        });
+        // Host cost alone: the time to record the chain (kernel lookups, params, bind groups,
+        // the submit every 64 ops), without waiting for the GPU, which runs untimed after.
+        group.bench_function("wgtensor_record_only", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let began = std::time::Instant::now();
+                    let mut t = x.clone();
+                    for _ in 0..CHAIN {
+                        t = t.add_scalar(1.0).unwrap();
+                    }
+                    total += began.elapsed();
+                    dev.synchronize().unwrap();
+                    black_box(t);
+                }
+                total
             })
         });
         group.finish();

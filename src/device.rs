@@ -33,42 +33,7 @@ pub(crate) enum DeviceInner {
     Gpu(GpuDevice),
 }
 
-/// What [`adapters`] reports about one adapter wgpu found.
-#[derive(Clone, Debug)]
-pub struct AdapterSummary {
-    /// Device strings that reach this adapter, canonical first (`gpu:0`, `gpu`, `cuda:0`, `vulkan:0`).
-    pub names: Vec<String>,
-    /// `N` of `gpu:N`, or `None` when this adapter is a second view (e.g. GL) of a listed GPU.
-    pub gpu_index: Option<usize>,
-    /// Adapter name as the driver reports it.
-    pub name: String,
-    /// PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel, 0x10005 Mesa, ...).
-    pub vendor: u32,
-    /// PCI device id.
-    pub device_id: u32,
-    /// `vulkan`, `metal`, `dx12` or `gl`.
-    pub backend: String,
-    /// `DiscreteGpu`, `IntegratedGpu`, `VirtualGpu`, `Cpu` (software) or `Other`.
-    pub device_type: String,
-    /// Whether this is a software rasteriser such as llvmpipe ([`Device::best`] skips these).
-    pub is_software: bool,
-    /// Driver name and version.
-    pub driver: String,
-    /// Largest single buffer in bytes.
-    pub max_buffer_size: u64,
-    /// Largest storage binding in bytes (the largest tensor a kernel can bind whole).
-    pub max_storage_buffer_binding_size: u64,
-    /// Largest dispatch per grid dimension.
-    pub max_compute_workgroups_per_dimension: u32,
-    /// Largest workgroup.
-    pub max_compute_invocations_per_workgroup: u32,
-    /// Whether the adapter computes in f16 natively.
-    pub shader_f16: bool,
-    /// Whether host and GPU share memory and tensor buffers can be mapped
-    /// (`MAPPABLE_PRIMARY_BUFFERS`): transfers then skip the staging copy.
-    /// `WGTENSOR_DISABLE_UNIFIED_MEMORY=1` turns this off (the discrete-GPU transfer paths).
-    pub unified_memory: bool,
-}
+pub use crate::gpu::registry::AdapterSummary;
 
 /// Whether at least one GPU adapter (hardware or software) can be reached.
 ///

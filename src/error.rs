@@ -119,8 +119,13 @@ pub enum Error {
     },
 
     /// The GPU device was lost (driver reset, `destroy()`, unplugged). Reopen it to continue.
-    #[error("{device} was lost ({reason}); tensors on it are gone; open the device again")]
-    DeviceLost { device: String, reason: String },
+    #[error("{op} on {device}: the device was lost ({reason}); tensors on it are gone; open the device again")]
+    DeviceLost {
+        /// The call that found the device lost.
+        op: &'static str,
+        device: String,
+        reason: String,
+    },
 
     /// A wait for the GPU outlasted its timeout. The tensors involved stay valid.
     #[error("{op} on {device} did not finish within {waited:?}; the work is still queued, try again or raise the timeout")]

@@ -210,13 +210,83 @@ pub fn reset_transfer_stats(device: &Device) {
     }
 }
 
-/// Turns on (or off) a one-time warning on stderr when a program keeps reading a tensor back and
-/// uploading the same bytes again (the seeds' tight-loop pitfall). Also enabled by the
-/// environment variable `WGTENSOR_WARN_TRANSFERS=1`.
+/// Kernel launches and submits of one device since start or [`reset_kernel_stats`]: what the
+/// host paid to get work onto the GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Kernel dispatches recorded.
+    pub dispatches: u64,
+    /// Batches submitted to the queue (ops are recorded lazily and submitted at a readback, at
+    /// `synchronize`, or every 64 ops).
+    pub submits: u64,
+    /// Distinct fused kernels compiled.
+    pub fused_kernels: u64,
+    /// Compute pipelines compiled (each kernel once per device; stops growing in a steady loop).
+    pub pipelines_compiled: u64,
+    /// Bind groups created (repeated launches on the same buffers reuse theirs).
+    pub bind_groups_created: u64,
+}
+
+/// Kernel counters of `device` (all zero for the CPU, which launches no kernels).
+///
+/// ```
+/// use wgtensor::{DType, Device, Tensor};
+/// let dev = Device::best();
+/// let x = Tensor::ones(&[256], DType::F32, &dev)?;
+/// dev.synchronize()?;
+/// wgtensor::reset_kernel_stats(&dev);
+/// let y = x.add_scalar(1.0)?.mul_scalar(2.0)?;
+/// assert_eq!(y.to_vec::<f32>()?[0], 4.0);
+/// let s = wgtensor::kernel_stats(&dev);
+/// if dev.is_gpu() {
+///     assert_eq!((s.dispatches, s.submits), (2, 1)); // two kernels, one batch
+/// } else {
+///     assert_eq!(s, wgtensor::KernelStats::default());
+/// }
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn kernel_stats(device: &Device) -> KernelStats {
+    match &device.0 {
+        DeviceInner::Cpu => KernelStats::default(),
+        DeviceInner::Gpu(g) => {
+            let [dispatches, submits, fused_kernels, pipelines_compiled, bind_groups_created] =
+                g.0.kernels
+                    .counters
+                    .all()
+                    .map(|c| c.load(Ordering::Relaxed));
+            KernelStats {
+                dispatches,
+                submits,
+                fused_kernels,
+                pipelines_compiled,
+                bind_groups_created,
+            }
+        }
+    }
+}
+
+/// Zeroes the kernel counters of `device`.
+///
+/// ```
+/// let dev = wgtensor::Device::best();
+/// wgtensor::reset_kernel_stats(&dev);
+/// assert_eq!(wgtensor::kernel_stats(&dev).dispatches, 0);
+/// ```
+pub fn reset_kernel_stats(device: &Device) {
+    if let DeviceInner::Gpu(g) = &device.0 {
+        for c in g.0.kernels.counters.all() {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Turns on (or off) a one-time warning (through the `log` crate, level `warn`) when a program
+/// keeps reading a tensor back and uploading the same bytes again (the seeds' tight-loop
+/// pitfall). Also enabled by the environment variable `WGTENSOR_WARN_TRANSFERS=1`.
 ///
 /// ```
 /// wgtensor::warn_on_transfer_churn(true);
 /// ```
 pub fn warn_on_transfer_churn(on: bool) {
-    crate::gpu::transfer::WARN_CHURN.store(on, Ordering::Relaxed);
+    crate::gpu::staging::WARN_CHURN.store(on, Ordering::Relaxed);
 }

@@ -1,7 +1,9 @@
-//! Tensor buffers: allocation within the adapter's limits, uploads and readbacks.
+//! Tensor buffers: allocation within the adapter's limits through the caching allocator
+//! (`memory.rs`), and their return to it.
 
 use super::device::GpuDevice;
 use crate::{Error, Result};
+use std::sync::atomic::Ordering;
 
 /// Copies and `write_buffer` need lengths and offsets that are multiples of 4 bytes
 /// (`wgpu::COPY_BUFFER_ALIGNMENT`), so every size is padded up to it.
@@ -24,7 +26,8 @@ pub(crate) struct GpuBuffer {
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
-        self.device.release(self);
+        // Takes no batch lock: a drop may happen while a recording holds it.
+        self.device.release(self.size, self.capacity, &self.buffer);
     }
 }
 
@@ -134,5 +137,98 @@ impl GpuDevice {
             }
         })?;
         Ok(out)
+    }
+
+    /// A buffer of `capacity` bytes: from the pool if one is free, else from the driver (with one
+    /// retry after emptying the cache when the driver is out of memory). Returns the buffer and
+    /// whether it is fresh from the driver (zero-filled) rather than reused (stale data).
+    pub(crate) fn obtain(
+        &self,
+        op: &'static str,
+        size: u64,
+        capacity: u64,
+    ) -> Result<(wgpu::Buffer, bool)> {
+        let stats = &self.0.mem;
+        if let Some(b) = self.0.pool.take(capacity) {
+            stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok((b, false));
+        }
+        let create = || {
+            self.scoped(op, size, || {
+                super::memory::create(&self.0.device, op, capacity, self.0.unified)
+            })
+        };
+        let buffer = match create() {
+            Err(Error::OutOfMemory { .. }) => {
+                stats.ooms.fetch_add(1, Ordering::Relaxed);
+                // Cached buffers are the first thing to give back, as PyTorch does.
+                self.empty_cache();
+                create().map_err(|e| self.with_memory_numbers(e))?
+            }
+            other => other?,
+        };
+        stats.reserved.fetch_add(capacity, Ordering::Relaxed);
+        stats.allocations.fetch_add(1, Ordering::Relaxed);
+        Ok((buffer, true))
+    }
+
+    /// Fills in the allocator's numbers on an out-of-memory error.
+    fn with_memory_numbers(&self, e: Error) -> Error {
+        match e {
+            Error::OutOfMemory {
+                op,
+                device,
+                adapter,
+                requested,
+                limit,
+                ..
+            } => Error::OutOfMemory {
+                op,
+                device,
+                adapter,
+                requested,
+                allocated: self.0.mem.allocated.load(Ordering::Relaxed),
+                reserved: self.0.mem.reserved.load(Ordering::Relaxed),
+                limit,
+            },
+            other => other,
+        }
+    }
+
+    /// Counts a live tensor buffer of `size` bytes.
+    pub(crate) fn count_alloc(&self, size: u64) {
+        let now = self.0.mem.allocated.fetch_add(size, Ordering::Relaxed) + size;
+        self.0.mem.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Takes back a tensor buffer: pooled, or released when the device is gone.
+    pub(crate) fn release(&self, size: u64, capacity: u64, buffer: &wgpu::Buffer) {
+        self.0.mem.allocated.fetch_sub(size, Ordering::Relaxed);
+        if self.is_lost() {
+            self.0.mem.reserved.fetch_sub(capacity, Ordering::Relaxed);
+            return;
+        }
+        // Work recorded but not yet submitted may still read this buffer; `retire` keeps it out
+        // of the pool until that work is submitted (queue order then protects it).
+        if let Some(free) = self.0.batch.retire(capacity, buffer.clone()) {
+            self.0.pool.put(vec![free]);
+        }
+    }
+
+    /// Releases every cached buffer to the driver (`torch.cuda.empty_cache()`).
+    pub(crate) fn empty_cache(&self) {
+        // Retired buffers become poolable once pending work is submitted.
+        let _ = self.flush("empty_cache");
+        self.0.staging.clear();
+        // Upload staging chunks are rebuilt on demand; ones still copying stay alive in wgpu.
+        self.0.batch.lock().belt = None;
+        // Cached bind groups keep their buffers alive.
+        self.0.kernels.clear_bind_groups();
+        let freed = self.0.pool.clear();
+        self.0.mem.reserved.fetch_sub(freed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn cached_bytes(&self) -> u64 {
+        self.0.pool.cached()
     }
 }

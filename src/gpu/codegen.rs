@@ -83,6 +83,8 @@ pub(crate) struct Generated {
     pub label: String,
     pub source: String,
     pub inputs: usize,
+    /// More than one op in one kernel (counted as `KernelStats::fused_kernels`).
+    pub fused: bool,
 }
 
 /// What distinguishes two kernels: the program and which inputs are packed (bit k: input k is
@@ -116,10 +118,16 @@ pub(crate) fn kernel(
         let source = generate(program, packed, native_f16);
         // Leaked on purpose: kernels are few (one per op chain and dtype) and live as long as
         // the pipelines compiled from them.
+        let ops = program
+            .nodes
+            .iter()
+            .filter(|(e, _)| !matches!(e, Expr::Input(_) | Expr::Scalar(_)))
+            .count();
         Box::leak(Box::new(Generated {
             label: label.to_string(),
             source,
             inputs: program.inputs.len(),
+            fused: ops > 1,
         }))
     })
 }

@@ -1,17 +1,33 @@
-//! One opened wgpu device: error capture, loss tracking, waits with timeouts.
+//! One opened wgpu device: it composes the leaf types (allocator, pending batch, staging, kernel
+//! cache), captures errors, tracks loss, records into and submits the pending batch, and waits
+//! with timeouts. The layering and lock rules are in the module doc of `src/gpu/mod.rs`.
 //!
 //! wgpu's defaults are hostile to a library: the uncaptured-error handler panics, a lost device
 //! goes quiet, and `poll` can panic. Everything here exists to turn those into `Result`s.
 
-use super::kernels::KernelCache;
+use super::kernels::{panic_message, KernelCache};
 use super::memory::{MemStats, Pool};
-use super::queue::Pending;
-use super::transfer::{StagingPool, TransferCounters};
+use super::queue::{Batch, Queue, FLUSH_WRITTEN_BYTES};
+use super::staging::{StagingPool, TransferCounters};
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Bytes of the params window each dispatch binds (256 words: far above any kernel's metadata;
+/// larger params get a buffer of their own).
+pub(crate) const PARAM_WINDOW: u64 = 1024;
+
+/// Length of one blocking poll: waits are sliced so that a GL context held by another thread,
+/// or a deadline, is noticed promptly.
+const POLL_SLICE: Duration = Duration::from_millis(50);
+
+/// `WGTENSOR_VALIDATE=1`: every op runs inside its own error scopes, so a wgpu error names the
+/// exact op that caused it (slower: each scope pop is a round trip into wgpu).
+pub(crate) fn validate_each_op() -> bool {
+    std::env::var("WGTENSOR_VALIDATE").is_ok_and(|v| v == "1")
+}
 
 /// Default wait for the GPU before [`Error::Timeout`]: generous, because a software adapter can
 /// take seconds on large tensors, yet finite, so a hung driver cannot hang the caller.
@@ -40,10 +56,17 @@ pub(crate) struct Inner {
     pub health: Arc<Health>,
     pub kernels: KernelCache,
     pub mem: MemStats,
-    pub pool: Mutex<Pool>,
-    pub pending: Mutex<Pending>,
+    pub pool: Pool,
+    pub batch: Queue,
     pub transfers: TransferCounters,
-    pub staging: Mutex<StagingPool>,
+    pub staging: StagingPool,
+    /// The params ring: each batch's kernel params, written just before its submit and read by
+    /// its dispatches at dynamic offsets.
+    pub ring: wgpu::Buffer,
+    /// `min_storage_buffer_offset_alignment`: where params windows may start.
+    pub param_align: usize,
+    /// `WGTENSOR_VALIDATE=1` when the device opened.
+    pub validate: bool,
     timeout_ns: AtomicU64,
 }
 
@@ -54,6 +77,8 @@ pub(crate) struct Health {
     lost_reason: Mutex<String>,
     /// Errors that escaped every error scope. Reported (and cleared) at the next sync point.
     uncaptured: Mutex<Vec<String>>,
+    /// Whether `uncaptured` is non-empty: the per-op check reads only this.
+    any_uncaptured: AtomicBool,
 }
 
 impl Health {
@@ -82,6 +107,7 @@ impl GpuDevice {
             if let Ok(mut v) = h.uncaptured.lock() {
                 v.push(e.to_string());
             }
+            h.any_uncaptured.store(true, Ordering::SeqCst);
         }));
         // After loss wgpu reports nothing more (buffer creation and submit "succeed"), so our
         // own flag is the only reliable signal; every sync point checks it.
@@ -101,8 +127,18 @@ impl GpuDevice {
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
             && !unified_memory_disabled();
         if std::env::var("WGTENSOR_WARN_TRANSFERS").is_ok_and(|v| v == "1") {
-            super::transfer::WARN_CHURN.store(true, Ordering::Relaxed);
+            super::staging::WARN_CHURN.store(true, Ordering::Relaxed);
         }
+        let param_align = (limits.min_storage_buffer_offset_alignment as usize).max(4);
+        // Room for a full batch of dispatches, each window at an aligned offset.
+        let ring_size =
+            (super::queue::FLUSH_EVERY as u64 + 1) * (PARAM_WINDOW + param_align as u64);
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgtensor::params"),
+            size: ring_size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         GpuDevice(Arc::new(Inner {
             label,
             info,
@@ -113,10 +149,13 @@ impl GpuDevice {
             health,
             kernels: KernelCache::default(),
             mem: MemStats::default(),
-            pool: Mutex::default(),
-            pending: Mutex::default(),
+            pool: Pool::default(),
+            batch: Queue::default(),
             transfers: TransferCounters::default(),
-            staging: Mutex::default(),
+            staging: StagingPool::default(),
+            ring,
+            param_align,
+            validate: validate_each_op(),
             timeout_ns: AtomicU64::new(DEFAULT_TIMEOUT.as_nanos() as u64),
         }))
     }
@@ -145,7 +184,7 @@ impl GpuDevice {
         self.0.health.lost.load(Ordering::SeqCst)
     }
 
-    fn lost_error(&self) -> Error {
+    fn lost_error(&self, op: &'static str) -> Error {
         let reason = self
             .0
             .health
@@ -154,6 +193,7 @@ impl GpuDevice {
             .map(|r| r.clone())
             .unwrap_or_default();
         Error::DeviceLost {
+            op,
             device: self.0.label.clone(),
             reason,
         }
@@ -164,10 +204,16 @@ impl GpuDevice {
     /// device stays usable afterwards.
     pub(crate) fn check(&self, op: &'static str) -> Result<()> {
         if self.is_lost() {
-            return Err(self.lost_error());
+            return Err(self.lost_error(op));
+        }
+        if !self.0.health.any_uncaptured.load(Ordering::SeqCst) {
+            return Ok(());
         }
         let pending: Vec<String> = match self.0.health.uncaptured.lock() {
-            Ok(mut v) => std::mem::take(&mut *v),
+            Ok(mut v) => {
+                self.0.health.any_uncaptured.store(false, Ordering::SeqCst);
+                std::mem::take(&mut *v)
+            }
             Err(_) => Vec::new(),
         };
         if !pending.is_empty() {
@@ -186,6 +232,8 @@ impl GpuDevice {
 
     /// Runs `f` inside OutOfMemory, Validation and Internal error scopes and turns anything they
     /// catch into an error for `op`. `requested` is the allocation size reported on OOM.
+    /// Used for buffer creation and submits; ops themselves run unscoped unless
+    /// `WGTENSOR_VALIDATE=1`.
     pub(crate) fn scoped<T>(
         &self,
         op: &'static str,
@@ -193,6 +241,12 @@ impl GpuDevice {
         f: impl FnOnce() -> T,
     ) -> Result<T> {
         self.check(op)?;
+        self.capture(op, requested, f)
+    }
+
+    /// `scoped` without the check of earlier errors first (a submit runs even when an unrelated
+    /// error is waiting to be reported, so valid work is not dropped).
+    fn capture<T>(&self, op: &'static str, requested: u64, f: impl FnOnce() -> T) -> Result<T> {
         let dev = &self.0.device;
         // Scopes are thread-local guards and must be popped in reverse order.
         let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -203,7 +257,7 @@ impl GpuDevice {
         let validation = pollster::block_on(validation.pop());
         let oom = pollster::block_on(oom.pop());
         if self.is_lost() {
-            return Err(self.lost_error());
+            return Err(self.lost_error(op));
         }
         if oom.is_some() {
             return Err(Error::OutOfMemory {
@@ -226,7 +280,154 @@ impl GpuDevice {
         Ok(value)
     }
 
-    /// Blocks until `index` (or all submitted work) finishes, or the timeout passes.
+    /// Runs `f` on the pending batch (under the batch lock) and counts one op; submits when the
+    /// batch is due. With `WGTENSOR_VALIDATE=1`, `f` runs inside its own error scopes.
+    pub(crate) fn with_batch<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Batch) -> R,
+    ) -> Result<R> {
+        let q = &self.0.batch;
+        let (r, due) = {
+            let mut b = q.lock();
+            // Open before recording: a buffer dropped meanwhile must be parked, not pooled.
+            q.mark_open();
+            let r = if self.0.validate {
+                self.scoped(op, 0, || f(&mut b))
+            } else {
+                Ok(f(&mut b))
+            };
+            q.note_open(&b);
+            let ring_full = b.params.len() as u64 + 2 * (PARAM_WINDOW + self.0.param_align as u64)
+                > self.0.ring.size();
+            let due = b.count(op) || ring_full;
+            (r?, due)
+        };
+        if due {
+            self.flush(op)?;
+        }
+        Ok(r)
+    }
+
+    /// Records `op`'s copies or clears into the pending encoder (the open compute pass ends).
+    pub(crate) fn record(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Result<()> {
+        let dev = &self.0.device;
+        self.with_batch(op, |b| f(b.encoder(dev)))
+    }
+
+    /// Submits the pending batch, if any; returns the index of that submission.
+    pub(crate) fn flush(&self, op: &'static str) -> Result<Option<wgpu::SubmissionIndex>> {
+        // The batch lock is held until the submit is done. Otherwise another thread could find
+        // nothing pending while this batch is taken but not yet submitted, and then map a
+        // readback buffer this batch copies into, or pool a buffer this batch still reads.
+        let q = &self.0.batch;
+        let (b, unmapped) = q.wait_unmapped(q.lock(), self.timeout(), |b| {
+            !b.mapped.is_empty() && b.is_open()
+        });
+        if !unmapped {
+            return Err(self.timeout_error(op));
+        }
+        let mut b = b;
+        let (index, retired) = self.submit_locked(op, &mut b);
+        drop(b);
+        self.0.pool.put(retired);
+        index
+    }
+
+    /// `flush` for a caller that holds the batch lock and has waited for mapped buffers;
+    /// returns the buffers that became poolable (hand them to `Pool::put` after unlocking).
+    pub(crate) fn submit_locked(
+        &self,
+        op: &'static str,
+        b: &mut Batch,
+    ) -> (
+        Result<Option<wgpu::SubmissionIndex>>,
+        Vec<(u64, wgpu::Buffer)>,
+    ) {
+        let taken = b.take();
+        // Staging chunks written for this batch are unmapped before it is submitted and
+        // recalled (mapped again, asynchronously) after.
+        if let Some(belt) = b.belt.as_mut() {
+            belt.finish();
+        }
+        let queue = &self.0.queue;
+        // One set of error scopes per batch: encoder errors (wgpu 26+) surface at finish and
+        // submit, so both run inside them.
+        let index = match taken.encoder {
+            Some(enc) => self
+                .capture(op, 0, || {
+                    if !taken.params.is_empty() {
+                        // Lands before this submit's commands, after every earlier batch.
+                        queue.write_buffer(&self.0.ring, 0, &taken.params);
+                    }
+                    queue.submit([enc.finish()])
+                })
+                .map(Some)
+                .map_err(|e| self.batch_error(e, &taken.names)),
+            // Staged uploads only move with a submit.
+            None if taken.written > 0 => self.capture(op, 0, || queue.submit([])).map(Some),
+            None => Ok(None),
+        };
+        if let Ok(Some(_)) = &index {
+            let n = &self.0.kernels.counters.submits;
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(belt) = b.belt.as_mut() {
+            belt.recall();
+        }
+        self.0.batch.note_open(b);
+        // Taken under the batch lock: nothing can be recorded meanwhile, so every parked buffer
+        // was last used by a batch submitted by now.
+        (index, self.0.batch.take_retired())
+    }
+
+    /// Names the ops of a failed batch in its error.
+    fn batch_error(&self, e: Error, names: &[&'static str]) -> Error {
+        match e {
+            Error::Wgpu {
+                op,
+                device,
+                message,
+            } => Error::Wgpu {
+                op,
+                device,
+                message: format!(
+                    "{message} (in a submitted batch of ops: {}; its results are lost; \
+                     WGTENSOR_VALIDATE=1 checks each op as it is recorded)",
+                    names.join(", ")
+                ),
+            },
+            other => other,
+        }
+    }
+
+    /// Counts bytes staged by `write_buffer`; submits once enough are waiting.
+    pub(crate) fn note_written(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let flush_now = {
+            let mut b = self.0.batch.lock();
+            b.written += bytes.max(1);
+            b.written >= FLUSH_WRITTEN_BYTES
+        };
+        if flush_now {
+            self.flush(op)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn timeout_error(&self, op: &'static str) -> Error {
+        Error::Timeout {
+            op,
+            device: self.0.label.clone(),
+            waited: self.timeout(),
+        }
+    }
+
+    /// Blocks until `index` (or all submitted work) finishes, or the timeout passes. Holds no
+    /// lock. Polls in short slices (the GL backend can only wait while it holds its context).
     pub(crate) fn wait(
         &self,
         op: &'static str,
@@ -234,45 +435,80 @@ impl GpuDevice {
     ) -> Result<()> {
         let index = match index {
             Some(i) => Some(i),
-            // "Everything" includes work still in the pending encoder.
+            // "Everything" includes work still in the pending batch.
             None => self.flush(op)?,
         };
-        let timeout = self.timeout();
-        // wgpu 30 sends some poll failures (a device lost mid-wait) to a panicking handler.
-        let polled = catch_unwind(AssertUnwindSafe(|| {
-            self.0.device.poll(wgpu::PollType::Wait {
-                submission_index: index,
-                timeout: Some(timeout),
-            })
-        }));
-        match polled {
-            Ok(Ok(_)) => self.check(op),
-            Ok(Err(wgpu::PollError::Timeout)) => Err(Error::Timeout {
-                op,
-                device: self.0.label.clone(),
-                waited: timeout,
-            }),
-            Ok(Err(e)) => Err(Error::Wgpu {
-                op,
-                device: self.0.label.clone(),
-                message: e.to_string(),
-            }),
-            Err(_) => {
-                self.0.health.mark_lost("device poll panicked".into());
-                Err(self.lost_error())
+        let deadline = Instant::now() + self.timeout();
+        loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(POLL_SLICE);
+            // wgpu 30 sends some poll failures (a device lost mid-wait) to a panicking handler,
+            // and its GL layer panics when it cannot lock the adapter's context.
+            let polled = catch_unwind(AssertUnwindSafe(|| {
+                self.0.device.poll(wgpu::PollType::Wait {
+                    submission_index: index.clone(),
+                    timeout: Some(slice),
+                })
+            }));
+            match polled {
+                Ok(Ok(_)) => return self.check(op),
+                Ok(Err(wgpu::PollError::Timeout)) if Instant::now() < deadline => {}
+                Ok(Err(wgpu::PollError::Timeout)) => return Err(self.timeout_error(op)),
+                Ok(Err(e)) => {
+                    return Err(Error::Wgpu {
+                        op,
+                        device: self.0.label.clone(),
+                        message: e.to_string(),
+                    })
+                }
+                Err(p) => return Err(self.poll_panicked(op, &*p)),
             }
         }
     }
 
+    /// A panic inside `poll`: the GL layer's context lock is a (retryable) error; anything else
+    /// means the device is gone.
+    fn poll_panicked(&self, op: &'static str, p: &(dyn std::any::Any + Send)) -> Error {
+        let msg = panic_message(p);
+        if self.0.info.backend == wgpu::Backend::Gl && !self.is_lost() {
+            log::warn!(
+                "wgtensor: wgpu's GL backend panicked while polling {}: {msg}",
+                self.0.label
+            );
+            return Error::Wgpu {
+                op,
+                device: self.0.label.clone(),
+                message: format!(
+                    "wgpu's GL backend panicked while waiting ({msg}); another thread may hold \
+                     the GL context: retry, or use one device from one thread"
+                ),
+            };
+        }
+        self.0
+            .health
+            .mark_lost(format!("device poll panicked: {msg}"));
+        self.lost_error(op)
+    }
+
     /// Runs ready callbacks without blocking (guarded like `wait`).
     pub(crate) fn poll_once(&self) {
-        if catch_unwind(AssertUnwindSafe(|| {
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| {
             self.0.device.poll(wgpu::PollType::Poll)
-        }))
-        .is_err()
-        {
-            self.0.health.mark_lost("device poll panicked".into());
+        })) {
+            let _ = self.poll_panicked("poll", &*p);
         }
+    }
+
+    /// Whether f16 elementwise kernels run natively (`SHADER_F16` enabled on this device and
+    /// not disabled by `WGTENSOR_DISABLE_SHADER_F16=1`).
+    pub(crate) fn native_f16(&self) -> bool {
+        !self.0.kernels.f16_disabled
+            && self
+                .0
+                .device
+                .features()
+                .contains(wgpu::Features::SHADER_F16)
     }
 
     /// Test hook: destroys the wgpu device, as a driver reset would.

@@ -18,7 +18,8 @@ impl GpuDevice {
     ) -> Result<GpuBuffer> {
         let total: usize = out_shape.iter().product();
         check_u32("cat", &Layout::contiguous(&[total]))?;
-        let out = self.alloc("cat", total as u64 * 4)?;
+        // The parts tile the output along `dim`: every element is written.
+        let out = self.alloc_uninit("cat", total as u64 * 4)?;
         let out_strides = contiguous_strides(out_shape);
         let mut start = 0;
         for (buf, l) in parts {

@@ -4,14 +4,20 @@
 //! them all: `@binding(0..k)` read-only inputs, `@binding(k)` the read-write output,
 //! `@binding(k + 1)` a read-only `array<u32>` of metadata (sizes, offsets, strides, scalars).
 //! Elementwise kernels use 256-thread workgroups on a 2-D grid (see [`grid`]); matmul kernels
-//! choose their own workgroup size and 3-D grid through [`GpuDevice::launch_workgroups`].
+//! choose their own workgroup size and 3-D grid through `GpuDevice::launch_workgroups`
+//! (`launch.rs`). The params binding has a dynamic offset: one ring buffer per device holds the
+//! params of a whole batch.
+//!
+//! A leaf: [`KernelCache`] owns its locks and takes the `wgpu::Device` as an argument. The cache
+//! asks a shader only for [`Shader::source`], [`Shader::inputs`] and a label, so a new variant
+//! (generated WGSL) slots in with its own source string.
 
 use super::codegen::Generated;
-use super::device::GpuDevice;
-use crate::{Error, Result};
+use super::sync::lock;
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use wgpu::util::DeviceExt;
 
 /// Threads per workgroup in every shader (`@workgroup_size(256)`): a multiple of every vendor's
 /// SIMD width (32 on NVIDIA, 64 on AMD, 8-32 on Intel/Apple) and within WebGPU's default limit.
@@ -110,7 +116,7 @@ impl Shader {
     }
 
     /// Read-only input bindings before the output.
-    fn inputs(self) -> usize {
+    pub(crate) fn inputs(self) -> usize {
         match self {
             Shader::Fill => 0,
             Shader::Matmul | Shader::MatmulVec4 => 2,
@@ -127,11 +133,50 @@ impl Shader {
 
 type PipelineKey = (Shader, &'static str, Option<u32>);
 
-/// Compiled modules, layouts and pipelines of one device, built on first use.
+/// Bind groups cached before the cache is emptied: a training step reuses the same pooled
+/// buffers, so a few hundred entries cover it; cached bind groups keep their buffers alive, so
+/// the cache is bounded and emptied by `empty_cache`.
+const BIND_GROUPS_KEPT: usize = 512;
+
+/// Inputs, output and params buffer of one bind group.
+type BindKey = (usize, Vec<wgpu::Buffer>);
+
+/// Kernel counters of one device (`wgtensor::kernel_stats`).
+#[derive(Default)]
+pub(crate) struct KernelCounters {
+    pub dispatches: AtomicU64,
+    pub submits: AtomicU64,
+    pub fused_kernels: AtomicU64,
+    pub pipelines_compiled: AtomicU64,
+    pub bind_groups_created: AtomicU64,
+}
+
+impl KernelCounters {
+    pub(crate) fn all(&self) -> [&AtomicU64; 5] {
+        [
+            &self.dispatches,
+            &self.submits,
+            &self.fused_kernels,
+            &self.pipelines_compiled,
+            &self.bind_groups_created,
+        ]
+    }
+
+    /// Counts one distinct fused kernel compiled (a generated program of more than one op).
+    pub(crate) fn note_fused_kernel(&self) {
+        self.fused_kernels.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Compiled modules, layouts, pipelines and bind groups of one device, built on first use.
+/// Each map has its own lock, held only for a lookup or an insert (never across a wgpu call
+/// that may wait).
 pub(crate) struct KernelCache {
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
     layouts: Mutex<HashMap<usize, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    binds: Mutex<HashMap<BindKey, wgpu::BindGroup>>,
+    pub(crate) counters: KernelCounters,
     /// `WGTENSOR_DISABLE_SHADER_F16=1` when the device opened: f16 kernels take the unpacking
     /// path even where the adapter offers `SHADER_F16` (to test that path on any adapter).
     pub(crate) f16_disabled: bool,
@@ -143,8 +188,186 @@ impl Default for KernelCache {
             modules: Mutex::default(),
             layouts: Mutex::default(),
             pipelines: Mutex::default(),
+            binds: Mutex::default(),
+            counters: KernelCounters::default(),
             f16_disabled: std::env::var("WGTENSOR_DISABLE_SHADER_F16").is_ok_and(|v| v == "1"),
         }
+    }
+}
+
+/// The panic message of a caught panic, for the error that replaces it.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+impl KernelCache {
+    /// The bind-group and pipeline layout for kernels with `inputs` read-only inputs.
+    pub(crate) fn layout(
+        &self,
+        dev: &wgpu::Device,
+        inputs: usize,
+    ) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        lock(&self.layouts)
+            .entry(inputs)
+            .or_insert_with(|| {
+                let storage =
+                    |binding: u32, read_only: bool, dynamic: bool| wgpu::BindGroupLayoutEntry {
+                        binding,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage { read_only },
+                            has_dynamic_offset: dynamic,
+                            min_binding_size: None,
+                        },
+                        count: None,
+                    };
+                let k = inputs as u32;
+                let mut entries: Vec<_> = (0..k).map(|b| storage(b, true, false)).collect();
+                entries.push(storage(k, false, false));
+                // The params: a window of the batch's params ring, placed per dispatch.
+                entries.push(storage(k + 1, true, true));
+                let bgl = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some("wgtensor::layout"),
+                    entries: &entries,
+                });
+                let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                    label: Some("wgtensor::layout"),
+                    bind_group_layouts: &[Some(&bgl)],
+                    immediate_size: 0,
+                });
+                (bgl, pl)
+            })
+            .clone()
+    }
+
+    /// The pipeline of `key`, compiled on first use inside its own error scopes. A wgpu error,
+    /// or a panic from the backend (wgpu's GL layer panics when it cannot lock its context), is
+    /// returned as a message.
+    pub(crate) fn pipeline(
+        &self,
+        dev: &wgpu::Device,
+        key: PipelineKey,
+    ) -> std::result::Result<wgpu::ComputePipeline, String> {
+        if let Some(p) = lock(&self.pipelines).get(&key) {
+            return Ok(p.clone());
+        }
+        let (shader, entry, op_code) = key;
+        let (_, layout) = self.layout(dev, shader.inputs());
+        let label = format!("{}::{}", shader.file(), entry);
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+            let internal = dev.push_error_scope(wgpu::ErrorFilter::Internal);
+            let module = lock(&self.modules)
+                .entry(shader)
+                .or_insert_with(|| {
+                    dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(shader.file()),
+                        source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+                    })
+                })
+                .clone();
+            let constants: Vec<(&str, f64)> =
+                op_code.map(|c| ("OP", c as f64)).into_iter().collect();
+            let p = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: Some(&layout),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: true,
+                },
+                cache: None,
+            });
+            let internal = pollster::block_on(internal.pop());
+            let validation = pollster::block_on(validation.pop());
+            match validation.or(internal) {
+                Some(e) => Err(e.to_string()),
+                None => Ok(p),
+            }
+        }));
+        let pipeline = match built {
+            Ok(r) => r?,
+            Err(p) => return Err(format!("building {label} panicked: {}", panic_message(&*p))),
+        };
+        self.counters
+            .pipelines_compiled
+            .fetch_add(1, Ordering::Relaxed);
+        if let Shader::Generated(g) = shader {
+            if g.0.fused {
+                self.counters.note_fused_kernel();
+            }
+        }
+        // Two threads may race to build the same pipeline; both results are equivalent.
+        lock(&self.pipelines).insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// The bind group of `buffers` (inputs, output, params) for kernels with `inputs` inputs,
+    /// reused when the same buffers come back. `params_size` is the bound window of the params
+    /// buffer (read at a dynamic offset).
+    pub(crate) fn bind_group(
+        &self,
+        dev: &wgpu::Device,
+        inputs: usize,
+        buffers: &[&wgpu::Buffer],
+        params_size: u64,
+        cache: bool,
+    ) -> wgpu::BindGroup {
+        let key: BindKey = (inputs, buffers.iter().map(|b| (*b).clone()).collect());
+        if cache {
+            if let Some(b) = lock(&self.binds).get(&key) {
+                return b.clone();
+            }
+        }
+        let (bgl, _) = self.layout(dev, inputs);
+        let (params, data) = buffers.split_last().expect("output and params");
+        let mut entries: Vec<wgpu::BindGroupEntry> = data
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        entries.push(wgpu::BindGroupEntry {
+            binding: data.len() as u32,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: params,
+                offset: 0,
+                size: wgpu::BufferSize::new(params_size),
+            }),
+        });
+        let bind = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("wgtensor::bind"),
+            layout: &bgl,
+            entries: &entries,
+        });
+        self.counters
+            .bind_groups_created
+            .fetch_add(1, Ordering::Relaxed);
+        if cache {
+            let mut binds = lock(&self.binds);
+            if binds.len() >= BIND_GROUPS_KEPT {
+                binds.clear();
+            }
+            binds.insert(key, bind.clone());
+        }
+        bind
+    }
+
+    /// Drops the cached bind group of `buffers`, if any (one whose creation raised an error).
+    pub(crate) fn forget_bind_group(&self, inputs: usize, buffers: &[&wgpu::Buffer]) {
+        let key: BindKey = (inputs, buffers.iter().map(|b| (*b).clone()).collect());
+        lock(&self.binds).remove(&key);
+    }
+
+    /// Drops every cached bind group (they keep their buffers alive).
+    pub(crate) fn clear_bind_groups(&self) {
+        lock(&self.binds).clear();
     }
 }
 
@@ -170,215 +393,6 @@ pub(crate) fn grid(workgroups: u64, max_per_dim: u32) -> Option<(u32, u32)> {
     let x = workgroups.min(max);
     let y = workgroups.div_ceil(x.max(1));
     (y <= max).then_some((x as u32, y as u32))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding a cache lock cannot leave a half-built entry behind (entries are
-    // inserted whole), so a poisoned lock is still safe to use.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl GpuDevice {
-    /// Whether f16 elementwise kernels run natively (`SHADER_F16` enabled on this device and
-    /// not disabled by `WGTENSOR_DISABLE_SHADER_F16=1`).
-    pub(crate) fn native_f16(&self) -> bool {
-        !self.0.kernels.f16_disabled
-            && self
-                .0
-                .device
-                .features()
-                .contains(wgpu::Features::SHADER_F16)
-    }
-
-    fn layout(&self, inputs: usize) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
-        let mut layouts = lock(&self.0.kernels.layouts);
-        layouts
-            .entry(inputs)
-            .or_insert_with(|| {
-                let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
-                    binding,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Storage { read_only },
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                };
-                let k = inputs as u32;
-                let mut entries: Vec<_> = (0..k).map(|b| storage(b, true)).collect();
-                entries.push(storage(k, false));
-                entries.push(storage(k + 1, true));
-                let bgl =
-                    self.0
-                        .device
-                        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                            label: Some("wgtensor::layout"),
-                            entries: &entries,
-                        });
-                let pl = self
-                    .0
-                    .device
-                    .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                        label: Some("wgtensor::layout"),
-                        bind_group_layouts: &[Some(&bgl)],
-                        immediate_size: 0,
-                    });
-                (bgl, pl)
-            })
-            .clone()
-    }
-
-    fn pipeline(&self, op: &'static str, key: PipelineKey) -> Result<wgpu::ComputePipeline> {
-        if let Some(p) = lock(&self.0.kernels.pipelines).get(&key) {
-            return Ok(p.clone());
-        }
-        let (shader, entry, op_code) = key;
-        let (_, layout) = self.layout(shader.inputs());
-        let label = format!("{}::{}", shader.file(), entry);
-        let pipeline = self.scoped(op, 0, || {
-            let module = lock(&self.0.kernels.modules)
-                .entry(shader)
-                .or_insert_with(|| {
-                    self.0
-                        .device
-                        .create_shader_module(wgpu::ShaderModuleDescriptor {
-                            label: Some(shader.file()),
-                            source: wgpu::ShaderSource::Wgsl(shader.source().into()),
-                        })
-                })
-                .clone();
-            let constants: Vec<(&str, f64)> =
-                op_code.map(|c| ("OP", c as f64)).into_iter().collect();
-            self.0
-                .device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(&label),
-                    layout: Some(&layout),
-                    module: &module,
-                    entry_point: Some(entry),
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        constants: &constants,
-                        zero_initialize_workgroup_memory: true,
-                    },
-                    cache: None,
-                })
-        })?;
-        // Two threads may race to build the same pipeline; both results are equivalent.
-        lock(&self.0.kernels.pipelines).insert(key, pipeline.clone());
-        Ok(pipeline)
-    }
-
-    /// Records and submits one dispatch. Empty launches (`threads == 0`) do nothing: a
-    /// zero-sized binding must never reach wgpu.
-    pub(crate) fn launch(&self, op: &'static str, l: Launch<'_>) -> Result<()> {
-        if l.threads == 0 {
-            return Ok(());
-        }
-        let workgroups = l.threads.div_ceil(WORKGROUP);
-        let (x, y) = grid(
-            workgroups,
-            self.0.limits.max_compute_workgroups_per_dimension,
-        )
-        .ok_or_else(|| Error::InvalidArgument {
-            op,
-            message: format!(
-                "{} elements exceed the largest dispatch grid of this adapter",
-                l.threads
-            ),
-        })?;
-        self.launch_workgroups(op, l, [x, y, 1])
-    }
-
-    /// Extension of [`launch`](Self::launch) for kernels with their own `@workgroup_size` and a
-    /// 2-D/3-D geometry (matmul: x = column tiles, y = row tiles, z = batch): dispatches exactly
-    /// `workgroups`, which the caller derives from the shader's workgroup size. `l.threads` only
-    /// says whether there is work at all: 0, or any zero count, dispatches nothing. Callers keep
-    /// each count within `max_compute_workgroups_per_dimension` (larger grids are split into
-    /// several launches); an oversized count is an error, never a wgpu validation failure.
-    pub(crate) fn launch_workgroups(
-        &self,
-        op: &'static str,
-        l: Launch<'_>,
-        workgroups: [u32; 3],
-    ) -> Result<()> {
-        if l.threads == 0 || workgroups.contains(&0) {
-            return Ok(());
-        }
-        let max = self.0.limits.max_compute_workgroups_per_dimension;
-        if workgroups.iter().any(|&w| w > max) {
-            return Err(Error::InvalidArgument {
-                op,
-                message: format!(
-                    "a dispatch of {workgroups:?} workgroups exceeds this adapter's {max} per dimension"
-                ),
-            });
-        }
-        // Ops on tensors past one binding run in row blocks (tensor/chunked.rs); anything that
-        // still reaches here too large is refused with the limit named, never handed to wgpu.
-        let limit = self.0.limits.max_storage_buffer_binding_size;
-        if let Some(big) = l
-            .inputs
-            .iter()
-            .chain([&l.output])
-            .find(|b| b.size() > limit)
-        {
-            return Err(Error::BufferTooLarge {
-                op,
-                device: self.label().to_string(),
-                adapter: self.adapter_name(),
-                bytes: big.size(),
-                limit,
-                limit_name: "max_storage_buffer_binding_size",
-            });
-        }
-        let [x, y, z] = workgroups;
-        let pipeline = self.pipeline(op, (l.shader, l.entry, l.op_code))?;
-        let (bgl, _) = self.layout(l.shader.inputs());
-        let bind = self.scoped(op, 0, || {
-            let dev = &self.0.device;
-            let meta = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("wgtensor::params"),
-                contents: bytemuck::cast_slice(l.meta),
-                usage: wgpu::BufferUsages::STORAGE,
-            });
-            let mut entries: Vec<wgpu::BindGroupEntry> = l
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(i, b)| wgpu::BindGroupEntry {
-                    binding: i as u32,
-                    resource: b.as_entire_binding(),
-                })
-                .collect();
-            let k = l.inputs.len() as u32;
-            entries.push(wgpu::BindGroupEntry {
-                binding: k,
-                resource: l.output.as_entire_binding(),
-            });
-            entries.push(wgpu::BindGroupEntry {
-                binding: k + 1,
-                resource: meta.as_entire_binding(),
-            });
-            // The bind group keeps the params buffer alive until the batch has run.
-            dev.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(op),
-                layout: &bgl,
-                entries: &entries,
-            })
-        })?;
-        // Recorded into the pending batch; submitted at the next readback, synchronize, or
-        // after `FLUSH_EVERY` ops.
-        self.record(op, |enc| {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(op),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(x, y, z);
-        })
-    }
 }
 
 #[cfg(test)]

@@ -218,8 +218,13 @@ impl GpuDevice {
         let p = Problem::new(la, lb);
         let out_elems = p.batches() * p.m * p.n;
         check_u32(la, lb, out_elems)?;
-        // A fresh buffer is zero-filled, which is the whole answer when K = 0.
-        let out = self.alloc(op, out_elems as u64 * 4)?;
+        // Zero-filled when K = 0 (that is the whole answer); otherwise the first K chunk stores
+        // every element, so no clear is needed.
+        let out = if p.k == 0 {
+            self.alloc(op, out_elems as u64 * 4)?
+        } else {
+            self.alloc_uninit(op, out_elems as u64 * 4)?
+        };
         if out_elems == 0 || p.k == 0 {
             return Ok(out);
         }

@@ -2,11 +2,9 @@
 //! training loop that allocates the same shapes every step stops calling into the driver
 //! (PyTorch's CUDA caching allocator, with its statistics).
 
-use super::buffer::GpuBuffer;
-use super::device::GpuDevice;
-use crate::{Error, Result};
+use super::sync::lock;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 /// Byte counters of one device. `allocated` counts the (4-byte padded) bytes of live tensors,
@@ -22,10 +20,13 @@ pub(crate) struct MemStats {
     pub ooms: AtomicU64,
 }
 
-/// Free buffers by bucket size.
+/// Free buffers by bucket size, behind the pool's own lock (taken alone, never while waiting).
 #[derive(Default)]
-pub(crate) struct Pool {
-    free: HashMap<u64, Vec<wgpu::Buffer>>,
+pub(crate) struct Pool(Mutex<Free>);
+
+#[derive(Default)]
+struct Free {
+    by_size: HashMap<u64, Vec<wgpu::Buffer>>,
     cached: u64,
 }
 
@@ -49,140 +50,61 @@ pub(crate) fn bucket(size: u64, limits: &wgpu::Limits) -> u64 {
     b.min(cap).max(size)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl GpuDevice {
-    /// A buffer of `capacity` bytes: from the pool if one is free, else from the driver (with one
-    /// retry after emptying the cache when the driver is out of memory). Returns the buffer and
-    /// whether it is fresh from the driver (zero-filled) rather than reused (stale data).
-    pub(crate) fn obtain(
-        &self,
-        op: &'static str,
-        size: u64,
-        capacity: u64,
-    ) -> Result<(wgpu::Buffer, bool)> {
-        let stats = &self.0.mem;
-        if let Some(b) = lock(&self.0.pool).take(capacity) {
-            stats.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok((b, false));
-        }
-        let create = || {
-            self.scoped(op, size, || {
-                self.0.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(op),
-                    size: capacity,
-                    // STORAGE for kernels; COPY_SRC for readback; COPY_DST for uploads and clears;
-                    // on unified memory also MAP_WRITE/MAP_READ: transfers map the buffer itself.
-                    usage: wgpu::BufferUsages::STORAGE
-                        | wgpu::BufferUsages::COPY_SRC
-                        | wgpu::BufferUsages::COPY_DST
-                        | if self.0.unified {
-                            wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::MAP_READ
-                        } else {
-                            wgpu::BufferUsages::empty()
-                        },
-                    mapped_at_creation: false,
-                })
-            })
-        };
-        let buffer = match create() {
-            Err(Error::OutOfMemory { .. }) => {
-                stats.ooms.fetch_add(1, Ordering::Relaxed);
-                // Cached buffers are the first thing to give back, as PyTorch does.
-                self.empty_cache();
-                create().map_err(|e| self.with_memory_numbers(e))?
-            }
-            other => other?,
-        };
-        stats.reserved.fetch_add(capacity, Ordering::Relaxed);
-        stats.allocations.fetch_add(1, Ordering::Relaxed);
-        Ok((buffer, true))
+impl Pool {
+    /// A cached buffer of exactly `capacity` bytes, if one is free.
+    pub(crate) fn take(&self, capacity: u64) -> Option<wgpu::Buffer> {
+        let mut f = lock(&self.0);
+        let b = f.by_size.get_mut(&capacity)?.pop()?;
+        f.cached -= capacity;
+        Some(b)
     }
 
-    /// Fills in the allocator's numbers on an out-of-memory error.
-    fn with_memory_numbers(&self, e: Error) -> Error {
-        match e {
-            Error::OutOfMemory {
-                op,
-                device,
-                adapter,
-                requested,
-                limit,
-                ..
-            } => Error::OutOfMemory {
-                op,
-                device,
-                adapter,
-                requested,
-                allocated: self.0.mem.allocated.load(Ordering::Relaxed),
-                reserved: self.0.mem.reserved.load(Ordering::Relaxed),
-                limit,
-            },
-            other => other,
-        }
-    }
-
-    /// Counts a live tensor buffer of `size` bytes.
-    pub(crate) fn count_alloc(&self, size: u64) {
-        let now = self.0.mem.allocated.fetch_add(size, Ordering::Relaxed) + size;
-        self.0.mem.peak.fetch_max(now, Ordering::Relaxed);
-    }
-
-    /// Takes back a tensor buffer: pooled, or released when the device is gone.
-    pub(crate) fn release(&self, buf: &GpuBuffer) {
-        self.0.mem.allocated.fetch_sub(buf.size, Ordering::Relaxed);
-        if self.is_lost() {
-            self.0
-                .mem
-                .reserved
-                .fetch_sub(buf.capacity, Ordering::Relaxed);
-            return;
-        }
-        // Work recorded but not yet submitted may still read this buffer; `retire` keeps it out
-        // of the pool until that work is submitted (queue order then protects it).
-        self.retire(buf.capacity, buf.buffer.clone());
-    }
-
-    /// Returns buffers whose last use has been submitted to the pool.
-    pub(crate) fn pool_return(&self, buffers: Vec<(u64, wgpu::Buffer)>) {
+    /// Caches buffers whose last use has been submitted.
+    pub(crate) fn put(&self, buffers: Vec<(u64, wgpu::Buffer)>) {
         if buffers.is_empty() {
             return;
         }
-        let mut pool = lock(&self.0.pool);
+        let mut f = lock(&self.0);
         for (capacity, b) in buffers {
-            pool.cached += capacity;
-            pool.free.entry(capacity).or_default().push(b);
+            f.cached += capacity;
+            f.by_size.entry(capacity).or_default().push(b);
         }
     }
 
-    /// Releases every cached buffer to the driver (`torch.cuda.empty_cache()`).
-    pub(crate) fn empty_cache(&self) {
-        // Retired buffers become poolable once pending work is submitted.
-        let _ = self.flush("empty_cache");
-        self.empty_staging();
-        // Upload staging chunks are rebuilt on demand; ones still copying stay alive in wgpu.
-        self.lock_pending().belt = None;
-        let freed = {
-            let mut pool = lock(&self.0.pool);
-            pool.free.clear();
-            std::mem::take(&mut pool.cached)
-        };
-        self.0.mem.reserved.fetch_sub(freed, Ordering::Relaxed);
+    /// Drops every cached buffer; returns the bytes released.
+    pub(crate) fn clear(&self) -> u64 {
+        let mut f = lock(&self.0);
+        f.by_size.clear();
+        std::mem::take(&mut f.cached)
     }
 
-    pub(crate) fn cached_bytes(&self) -> u64 {
-        lock(&self.0.pool).cached
+    pub(crate) fn cached(&self) -> u64 {
+        lock(&self.0).cached
     }
 }
 
-impl Pool {
-    fn take(&mut self, capacity: u64) -> Option<wgpu::Buffer> {
-        let b = self.free.get_mut(&capacity)?.pop()?;
-        self.cached -= capacity;
-        Some(b)
-    }
+/// Creates a tensor buffer of `capacity` bytes. STORAGE for kernels; COPY_SRC for readback;
+/// COPY_DST for uploads and clears; on unified memory also MAP_WRITE/MAP_READ: transfers map the
+/// buffer itself.
+pub(crate) fn create(
+    dev: &wgpu::Device,
+    label: &str,
+    capacity: u64,
+    unified: bool,
+) -> wgpu::Buffer {
+    dev.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size: capacity,
+        usage: wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_SRC
+            | wgpu::BufferUsages::COPY_DST
+            | if unified {
+                wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::MAP_READ
+            } else {
+                wgpu::BufferUsages::empty()
+            },
+        mapped_at_creation: false,
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,58 @@
-//! The wgpu backend. Every wgpu call in wgtensor lives under this module: adapter discovery
-//! (`registry`), one opened device with error capture and loss tracking (`device`), buffers and
-//! transfers (`buffer`), the embedded shaders and pipeline cache (`kernels`), the generated elementwise kernels
-//! (`codegen`), and one file per op family that records dispatches (`elementwise`, ...).
+//! The wgpu backend. Every wgpu call in wgtensor lives under this module.
+//!
+//! # Layering
+//!
+//! Each file uses only the files of the layers below it (`use super::...` goes one way):
+//!
+//! 1. Leaves, each owning its own lock and taking `&wgpu::Device` / `&wgpu::Queue` as arguments:
+//!    `sync` (the lock helper), `memory` (the caching allocator `Pool`, `MemStats`, buckets),
+//!    `queue` (the pending `Batch` behind the `Queue` lock, the retired-buffer list),
+//!    `staging` (readback `StagingPool`, `TransferCounters`), `codegen` (WGSL generation for
+//!    elementwise programs; no lock but its process-wide kernel interner), `kernels` (`Shader`,
+//!    `Launch`, the `KernelCache` of modules, layouts, pipelines and bind groups,
+//!    `KernelCounters`), `params`.
+//! 2. `device`: `GpuDevice` composes the leaves; error capture, loss tracking, recording into
+//!    and submitting the pending batch, waits with timeouts. `registry` opens devices
+//!    (adapter discovery, `AdapterSummary`, which `crate::device` re-exports).
+//! 3. Operations on a `GpuDevice`: `buffer` (allocation, `GpuBuffer`), `transfer` (uploads,
+//!    readbacks), `launch` (`launch`, `launch_workgroups`).
+//! 4. Op families recording dispatches: `elementwise` (runs generated programs: every
+//!    elementwise op of every dtype, fused chains), `reduce`, `softmax`, `matmul`, `join`,
+//!    `gather`.
+//!
+//! # Locks
+//!
+//! | lock | protects |
+//! |---|---|
+//! | `Queue::batch` (the batch lock) | the pending encoder and its open compute pass, the op count and names, the batch's params, the upload belt, the set of mapped buffers |
+//! | `Queue::retired` | buffers freed while a batch was open |
+//! | `Pool` | free tensor buffers by bucket |
+//! | `StagingPool` | free readback buffers |
+//! | `KernelCache` maps (one lock each) | modules, layouts, pipelines, bind groups |
+//! | `Health` | the device-lost reason, errors that escaped every scope |
+//! | `TransferCounters::last_read` | the churn fingerprint |
+//!
+//! Order: the batch lock may be held while taking `Queue::retired`, a `KernelCache` map or
+//! `Health`; every other lock is taken alone and released before any other is taken. Nothing
+//! takes the batch lock while holding another lock. `GpuBuffer::drop` never takes the batch lock
+//! (it consults `Queue::open` and parks the buffer in `Queue::retired`), so a drop inside a
+//! recording cannot deadlock.
+//!
+//! **No lock is held across a GPU wait.** A submit holds the batch lock (recording and
+//! submitting are not waits); waits (`GpuDevice::wait`) and map callbacks are awaited with no
+//! lock held. A direct readback registers the buffers it maps in `Batch::mapped` and releases
+//! the lock; a submit while any buffer is mapped waits on a condition variable (which releases
+//! the lock) until they are unmapped, because wgpu rejects a batch that uses a mapped buffer.
+//! Waits poll in 50 ms slices until the device's deadline, and a panic from wgpu inside a poll
+//! or a pipeline build (the GL layer's "Could not lock adapter context") becomes an error.
+//!
+//! # Errors
+//!
+//! One set of error scopes per submitted batch (in `GpuDevice::submit_locked`) and around
+//! buffer creation and pipeline builds; dispatches are recorded without scopes, and a
+//! device-level error from one (reported synchronously to the uncaptured handler) is returned
+//! by that launch before it is recorded. `WGTENSOR_VALIDATE=1` scopes every op, so an error
+//! inside a batch names its op exactly.
 
 pub(crate) mod buffer;
 pub(crate) mod codegen;
@@ -10,6 +61,7 @@ pub(crate) mod elementwise;
 pub(crate) mod gather;
 pub(crate) mod join;
 pub(crate) mod kernels;
+pub(crate) mod launch;
 pub(crate) mod matmul;
 pub(crate) mod memory;
 pub(crate) mod params;
@@ -17,6 +69,8 @@ pub(crate) mod queue;
 pub(crate) mod reduce;
 pub(crate) mod registry;
 pub(crate) mod softmax;
+pub(crate) mod staging;
+pub(crate) mod sync;
 pub(crate) mod transfer;
 
 pub(crate) use buffer::GpuBuffer;

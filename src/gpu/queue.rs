@@ -1,10 +1,16 @@
-//! Lazy submission: ops are recorded into one pending command encoder per device and submitted
-//! in batches (at a readback, at `synchronize`, or every `FLUSH_EVERY` ops), instead of one
-//! `queue.submit` per op, which costs tens of microseconds each.
+//! The pending batch (a leaf: it owns its lock and takes the wgpu device as an argument).
+//!
+//! Ops are recorded into one pending command encoder per device and submitted in batches (at a
+//! readback, at `synchronize`, or every `FLUSH_EVERY` ops), instead of one `queue.submit` per
+//! op, which costs tens of microseconds each. Dispatches go into one open compute pass; the pass
+//! ends only when a copy, clear or upload must be recorded, or at submit. Kernel params of the
+//! whole batch are appended to one host buffer that is written into the params ring right before
+//! the submit (see `launch.rs`).
 
-use super::device::GpuDevice;
-use crate::Result;
-use std::sync::Mutex;
+use super::sync::lock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Ops recorded before a submit is forced: enough to amortise the submit, few enough that the GPU
 /// starts working while the host is still recording.
@@ -14,135 +20,201 @@ pub(crate) const FLUSH_EVERY: usize = 64;
 /// without ops or readbacks does not pile up staging memory.
 pub(crate) const FLUSH_WRITTEN_BYTES: u64 = 64 << 20;
 
+/// Distinct op names remembered per batch, for the error message of a failed submit.
+const NAMES_KEPT: usize = 16;
+
+/// The commands recorded since the last submit.
 #[derive(Default)]
-pub(crate) struct Pending {
-    pub(crate) encoder: Option<wgpu::CommandEncoder>,
+pub(crate) struct Batch {
+    encoder: Option<wgpu::CommandEncoder>,
+    /// The open compute pass of `encoder` (it keeps the encoder locked until dropped).
+    pass: Option<wgpu::ComputePass<'static>>,
     pub(crate) ops: usize,
+    /// Distinct names of the ops recorded, in order (at most `NAMES_KEPT`).
+    names: Vec<&'static str>,
     /// Bytes written with `queue.write_buffer` since the last submit: they reach the GPU only
     /// with a submit, so `flush` submits (an empty batch if need be) while any are waiting.
-    written: u64,
-    /// Buffers freed while the pending encoder may still use them. They are pooled only after
-    /// the encoder is submitted: a `queue.write_buffer` into a reused buffer lands before the
-    /// next submit's commands, so reusing one that unsubmitted commands read would corrupt them.
-    retired: Vec<(u64, wgpu::Buffer)>,
+    pub(crate) written: u64,
+    /// This batch's kernel params, at the dynamic offsets its dispatches were recorded with.
+    pub(crate) params: Vec<u8>,
     /// Reused, persistently mapped upload staging (the pinned-memory analog) for adapters
     /// without unified memory: chunks are written on the host, copied by the pending batch and
     /// mapped again once that batch is done. Created on the first upload.
     pub(crate) belt: Option<wgpu::util::StagingBelt>,
+    /// Tensor buffers a direct readback has mapped. wgpu rejects a submit that uses a mapped
+    /// buffer, so no batch is submitted while this is non-empty (see `Queue::wait_unmapped`).
+    pub(crate) mapped: Vec<wgpu::Buffer>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// What `Batch::take` hands to the submitter.
+pub(crate) struct Taken {
+    pub encoder: Option<wgpu::CommandEncoder>,
+    pub written: u64,
+    pub params: Vec<u8>,
+    pub names: Vec<&'static str>,
 }
 
-impl GpuDevice {
-    /// Records `op`'s commands into the pending encoder (inside error scopes).
-    pub(crate) fn record(
-        &self,
-        op: &'static str,
-        f: impl FnOnce(&mut wgpu::CommandEncoder),
-    ) -> Result<()> {
-        let flush_now = {
-            let mut p = lock(&self.0.pending);
-            let Pending { encoder, ops, .. } = &mut *p;
-            self.scoped(op, 0, || f(self.batch_encoder(encoder)))?;
-            *ops += 1;
-            *ops >= FLUSH_EVERY
-        };
-        if flush_now {
-            self.flush(op)?;
-        }
-        Ok(())
-    }
-
-    /// The pending batch's encoder, opened on first use.
-    pub(crate) fn batch_encoder<'a>(
-        &self,
-        slot: &'a mut Option<wgpu::CommandEncoder>,
-    ) -> &'a mut wgpu::CommandEncoder {
-        slot.get_or_insert_with(|| {
-            self.0
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("wgtensor::batch"),
-                })
+impl Batch {
+    fn open(&mut self, dev: &wgpu::Device) -> &mut wgpu::CommandEncoder {
+        self.encoder.get_or_insert_with(|| {
+            dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("wgtensor::batch"),
+            })
         })
     }
 
-    /// Submits the pending encoder, if any; returns the index of that submission.
-    pub(crate) fn flush(&self, op: &'static str) -> Result<Option<wgpu::SubmissionIndex>> {
-        // The pending lock is held until the submit is done. Otherwise another thread could
-        // find nothing pending while this batch is taken but not yet submitted, and then
-        // (a) map a readback buffer this batch copies into, which wgpu rejects, or (b) pool a
-        // buffer this batch still reads and `write_buffer` into it, which would land first.
-        let mut p = lock(&self.0.pending);
-        let (index, retired) = self.submit_locked(op, &mut p);
-        drop(p);
-        self.pool_return(retired);
-        index
+    /// The batch's encoder for a copy, clear or upload: ends the open compute pass first.
+    pub(crate) fn encoder(&mut self, dev: &wgpu::Device) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        self.open(dev)
     }
 
-    /// Holds the pending lock for the caller: nothing can be recorded or submitted on this
-    /// device until the guard drops. Direct readbacks map tensor buffers under it, because a
-    /// batch that uses a mapped buffer is rejected at submit.
-    pub(crate) fn lock_pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        lock(&self.0.pending)
+    /// The encoder and the upload belt (created on first use with `chunk`-byte chunks).
+    pub(crate) fn encoder_and_belt(
+        &mut self,
+        dev: &wgpu::Device,
+        chunk: u64,
+    ) -> (&mut wgpu::CommandEncoder, &mut wgpu::util::StagingBelt) {
+        self.pass = None;
+        let belt = self
+            .belt
+            .get_or_insert_with(|| wgpu::util::StagingBelt::new(dev.clone(), chunk));
+        let enc = self.encoder.get_or_insert_with(|| {
+            dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("wgtensor::batch"),
+            })
+        });
+        (enc, belt)
     }
 
-    /// `flush` for a caller that already holds the pending lock; returns the buffers that
-    /// became poolable (hand them to `pool_return`, which takes only the pool lock).
-    pub(crate) fn submit_locked(
+    /// The open compute pass, begun on first use.
+    pub(crate) fn pass(&mut self, dev: &wgpu::Device) -> &mut wgpu::ComputePass<'static> {
+        if self.pass.is_none() {
+            let pass = self
+                .open(dev)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("wgtensor::ops"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            self.pass = Some(pass);
+        }
+        self.pass.as_mut().expect("set above")
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.encoder.is_some()
+    }
+
+    /// Counts one recorded op; returns whether the batch is due for a submit.
+    pub(crate) fn count(&mut self, op: &'static str) -> bool {
+        self.ops += 1;
+        if self.names.len() < NAMES_KEPT && !self.names.contains(&op) {
+            self.names.push(op);
+        }
+        self.ops >= FLUSH_EVERY
+    }
+
+    /// Appends `words` to the params at the next multiple of `align`; returns their offset.
+    pub(crate) fn push_params(&mut self, words: &[u32], align: usize) -> u32 {
+        let at = self.params.len().div_ceil(align) * align;
+        self.params.resize(at, 0);
+        self.params.extend_from_slice(bytemuck::cast_slice(words));
+        at as u32
+    }
+
+    /// Ends the pass and takes everything that a submit needs.
+    pub(crate) fn take(&mut self) -> Taken {
+        self.pass = None;
+        self.ops = 0;
+        Taken {
+            encoder: self.encoder.take(),
+            written: std::mem::take(&mut self.written),
+            params: std::mem::take(&mut self.params),
+            names: std::mem::take(&mut self.names),
+        }
+    }
+}
+
+/// The pending batch of one device, its lock, and the buffers freed while it was open.
+#[derive(Default)]
+pub(crate) struct Queue {
+    batch: Mutex<Batch>,
+    /// Signalled whenever `Batch::mapped` shrinks.
+    unmapped: Condvar,
+    /// Mirrors `batch.encoder.is_some()` for `retire`, which must not take the batch lock (a
+    /// buffer may be dropped while the batch lock is held, inside a recording).
+    open: AtomicBool,
+    /// Buffers freed while the pending encoder may still use them. They are pooled only after
+    /// the encoder is submitted: a `queue.write_buffer` into a reused buffer lands before the
+    /// next submit's commands, so reusing one that unsubmitted commands read would corrupt them.
+    retired: Mutex<Vec<(u64, wgpu::Buffer)>>,
+}
+
+impl Queue {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Batch> {
+        lock(&self.batch)
+    }
+
+    /// Marks the batch open before a recording (call with the batch lock held).
+    pub(crate) fn mark_open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+
+    /// Records whether the batch holds an encoder (call with the batch lock held).
+    pub(crate) fn note_open(&self, b: &Batch) {
+        self.open.store(b.is_open(), Ordering::SeqCst);
+    }
+
+    /// Waits (releasing the lock) until no buffer is mapped; `false` on timeout.
+    pub(crate) fn wait_unmapped<'a>(
+        &'a self,
+        mut b: MutexGuard<'a, Batch>,
+        timeout: Duration,
+        busy: impl Fn(&Batch) -> bool,
+    ) -> (MutexGuard<'a, Batch>, bool) {
+        let deadline = Instant::now() + timeout;
+        while busy(&b) {
+            let now = Instant::now();
+            if now >= deadline {
+                return (b, false);
+            }
+            // Short slices: a mapping thread that died without unmapping is caught by the deadline.
+            let slice = (deadline - now).min(Duration::from_millis(50));
+            b = self
+                .unmapped
+                .wait_timeout(b, slice)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        (b, true)
+    }
+
+    /// Forgets mapped `buffers` and wakes waiting submitters.
+    pub(crate) fn unmark_mapped(&self, buffers: &[wgpu::Buffer]) {
+        let mut b = self.lock();
+        b.mapped.retain(|m| !buffers.contains(m));
+        drop(b);
+        self.unmapped.notify_all();
+    }
+
+    /// Parks a freed buffer until the open batch is submitted; returns it when no batch is open
+    /// (it may then be pooled at once: every command using it has been submitted).
+    pub(crate) fn retire(
         &self,
-        op: &'static str,
-        p: &mut Pending,
-    ) -> (
-        Result<Option<wgpu::SubmissionIndex>>,
-        Vec<(u64, wgpu::Buffer)>,
-    ) {
-        p.ops = 0;
-        let retired = std::mem::take(&mut p.retired);
-        let written = std::mem::take(&mut p.written);
-        // Staging chunks written for this batch are unmapped before it is submitted and
-        // recalled (mapped again, asynchronously) after.
-        if let Some(belt) = p.belt.as_mut() {
-            belt.finish();
-        }
-        let index = match p.encoder.take() {
-            // Encoder errors (wgpu 26+) surface at finish/submit, so both run inside the scopes.
-            Some(enc) => self
-                .scoped(op, 0, || self.0.queue.submit([enc.finish()]))
-                .map(Some),
-            // Staged uploads only move with a submit.
-            None if written > 0 => self.scoped(op, 0, || self.0.queue.submit([])).map(Some),
-            None => Ok(None),
-        };
-        if let Some(belt) = p.belt.as_mut() {
-            belt.recall();
-        }
-        (index, retired)
-    }
-
-    /// Counts bytes staged by `write_buffer`; submits once enough are waiting.
-    pub(crate) fn note_written(&self, op: &'static str, bytes: u64) -> Result<()> {
-        let flush_now = {
-            let mut p = lock(&self.0.pending);
-            p.written += bytes.max(1);
-            p.written >= FLUSH_WRITTEN_BYTES
-        };
-        if flush_now {
-            self.flush(op)?;
-        }
-        Ok(())
-    }
-
-    /// Hands a freed buffer to the pool, or parks it until the pending encoder is submitted.
-    pub(crate) fn retire(&self, capacity: u64, buffer: wgpu::Buffer) {
-        let mut p = lock(&self.0.pending);
-        if p.encoder.is_some() {
-            p.retired.push((capacity, buffer));
+        capacity: u64,
+        buffer: wgpu::Buffer,
+    ) -> Option<(u64, wgpu::Buffer)> {
+        if self.open.load(Ordering::SeqCst) {
+            lock(&self.retired).push((capacity, buffer));
+            None
         } else {
-            drop(p);
-            self.pool_return(vec![(capacity, buffer)]);
+            Some((capacity, buffer))
         }
+    }
+
+    /// The parked buffers, once the batch they were parked for has been submitted.
+    pub(crate) fn take_retired(&self) -> Vec<(u64, wgpu::Buffer)> {
+        std::mem::take(&mut *lock(&self.retired))
     }
 }

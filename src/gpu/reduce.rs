@@ -134,7 +134,8 @@ impl GpuDevice {
             let last = chunks == 1;
             // Arg partials carry (value, index) pairs; finished rows carry the index alone.
             let words = if arg && !last { 2 * items } else { items };
-            let out = self.alloc(op, words as u64 * 4)?;
+            // Every item is stored by its workgroup (callers handle empty reductions).
+            let out = self.alloc_uninit(op, words as u64 * 4)?;
             let flags = u32::from(partials.is_some() && arg) | (u32::from(mean.is_some()) << 1);
             let mut params = vec![
                 w(items),

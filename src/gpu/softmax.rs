@@ -24,7 +24,8 @@ impl GpuDevice {
         let max = self.reduce(op, ReduceOp::Max, src, layout, &rows)?;
         let sum = self.sum_exp(op, src, layout, &rows, &max)?;
         let n = layout.numel();
-        let out = self.alloc(op, n as u64 * 4)?;
+        // One thread writes each element.
+        let out = self.alloc_uninit(op, n as u64 * 4)?;
         let inner: usize = layout.shape[d + 1..].iter().product();
         let contiguous = layout.is_contiguous();
         let mut params = vec![w(n), 0, w(layout.offset), w(rows.len), w(inner)];

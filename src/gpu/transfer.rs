@@ -3,18 +3,13 @@
 
 use super::buffer::{pad4, GpuBuffer, ALIGN};
 use super::device::GpuDevice;
-use super::queue::Pending;
+use super::staging::{fingerprint, WARN_CHURN};
+use super::sync::lock;
 use crate::{Error, Result};
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
 use std::time::Instant;
-
-/// Staging buffers kept per size bucket, and in total: reuse is the pinned-memory analog, but a
-/// program that once read a huge tensor should not keep that much host-visible memory forever.
-const STAGING_PER_BUCKET: usize = 4;
-const STAGING_MAX_BYTES: u64 = 256 << 20;
 
 /// Uploads from this size on write straight into mapped tensor memory on unified-memory
 /// adapters; smaller ones are cheaper through `write_buffer`, which needs no map round trip.
@@ -40,48 +35,6 @@ fn distinct_buffers(parts: &[ReadPart<'_>]) -> bool {
 
 /// After this many uploads of exactly the bytes just read back, the churn warning fires.
 const CHURN_LIMIT: u64 = 8;
-
-/// Whether to warn about data moved back and forth (`wgtensor::warn_on_transfer_churn`).
-pub(crate) static WARN_CHURN: AtomicBool = AtomicBool::new(false);
-
-/// Transfer counters of one device.
-#[derive(Default)]
-pub(crate) struct TransferCounters {
-    pub uploads: AtomicU64,
-    pub upload_bytes: AtomicU64,
-    pub downloads: AtomicU64,
-    pub download_bytes: AtomicU64,
-    pub wait_nanos: AtomicU64,
-    pub churn: AtomicU64,
-    pub direct_uploads: AtomicU64,
-    pub direct_downloads: AtomicU64,
-    warned: AtomicBool,
-    /// Length and a cheap fingerprint of the last bytes read back, to spot them coming back.
-    last_read: Mutex<Option<(usize, u64)>>,
-}
-
-/// Reusable MAP_READ buffers by bucket size.
-#[derive(Default)]
-pub(crate) struct StagingPool {
-    free: HashMap<u64, Vec<wgpu::Buffer>>,
-    bytes: u64,
-}
-
-/// FNV-1a over the length, the first and the last 256 bytes: enough to tell "the same tensor
-/// again" in a loop, cheap enough to run on every transfer.
-fn fingerprint(bytes: &[u8]) -> (usize, u64) {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let head = &bytes[..bytes.len().min(256)];
-    let tail = &bytes[bytes.len().saturating_sub(256)..];
-    for &b in head.iter().chain(tail) {
-        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    (bytes.len(), h)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One region to read back: `len` bytes at byte `offset` of a tensor buffer.
 pub(crate) struct ReadPart<'a> {
@@ -160,39 +113,28 @@ impl GpuDevice {
         let Some(size) = wgpu::BufferSize::new(padded) else {
             return Ok(());
         };
-        let flush_now = {
-            let mut p = self.lock_pending();
-            let Pending {
-                encoder, belt, ops, ..
-            } = &mut *p;
-            let belt = belt.get_or_insert_with(|| {
-                wgpu::util::StagingBelt::new(self.0.device.clone(), BELT_CHUNK)
-            });
-            let enc = self.batch_encoder(encoder);
+        let dev = &self.0.device;
+        let written = self.with_batch(op, |b| {
+            let (enc, belt) = b.encoder_and_belt(dev, BELT_CHUNK);
             // The belt asserts on a chunk it cannot map (possible once the device is lost):
             // that becomes an error, and a fresh belt replaces the broken one.
-            let written = self.scoped(op, padded, || {
+            self.scoped(op, padded, || {
                 catch_unwind(AssertUnwindSafe(|| {
                     let mut view = belt.write_buffer(enc, &buf.buffer, 0, size);
                     view.slice(..bytes.len()).copy_from_slice(bytes);
                     // Odd f16/u8 counts: the padding reads as zeros, as on the other paths.
                     view.slice(bytes.len()..).fill(0);
                 }))
-            })?;
-            if written.is_err() {
-                p.belt = None;
-                self.check(op)?;
-                return Err(Error::Wgpu {
-                    op,
-                    device: self.label().to_string(),
-                    message: "the upload staging buffer could not be mapped".into(),
-                });
-            }
-            *ops += 1;
-            *ops >= super::queue::FLUSH_EVERY
-        };
-        if flush_now {
-            self.flush(op)?;
+            })
+        })??;
+        if written.is_err() {
+            self.0.batch.lock().belt = None;
+            self.check(op)?;
+            return Err(Error::Wgpu {
+                op,
+                device: self.label().to_string(),
+                message: "the upload staging buffer could not be mapped".into(),
+            });
         }
         Ok(())
     }
@@ -273,7 +215,7 @@ impl GpuDevice {
                 .collect::<Vec<R>>()
         });
         if result.is_ok() {
-            self.give_staging(capacity, staging);
+            self.0.staging.give(capacity, staging);
         }
         self.count_reads(began, parts);
         result
@@ -291,9 +233,10 @@ impl GpuDevice {
     /// Unified memory: maps each tensor buffer itself and hands its bytes to `consume`, skipping
     /// the GPU copy into staging and the second host-visible buffer.
     ///
-    /// The pending lock is held from the submit to the unmap. A batch that uses a mapped buffer
-    /// is rejected at submit, so no thread may record or submit on this device meanwhile; the
-    /// lock also keeps two readbacks from mapping one buffer at once.
+    /// No lock is held across the wait: the batch is submitted under the batch lock, the buffers
+    /// are registered as mapped, and the lock is released. Other threads keep recording
+    /// meanwhile; a submit waits until the buffers are unmapped (wgpu rejects a batch that uses
+    /// a mapped buffer), and so does a second readback.
     fn read_direct<R>(
         &self,
         op: &'static str,
@@ -313,10 +256,27 @@ impl GpuDevice {
                 (start, end)
             })
             .collect();
-        let mut pending = self.lock_pending();
-        let (index, retired) = self.submit_locked(op, &mut pending);
-        self.pool_return(retired);
+        let mapped: Vec<wgpu::Buffer> = parts.iter().map(|p| p.buffer.buffer.clone()).collect();
+        let q = &self.0.batch;
+        let (mut b, unmapped) = q.wait_unmapped(q.lock(), self.timeout(), |b| !b.mapped.is_empty());
+        if !unmapped {
+            return Err(self.timeout_error(op));
+        }
+        let (index, retired) = self.submit_locked(op, &mut b);
+        if index.is_ok() {
+            b.mapped.extend(mapped.iter().cloned());
+        }
+        drop(b);
+        self.0.pool.put(retired);
         let index = index?;
+        // Unregisters the buffers on every path out (errors and panics included).
+        struct Unmark<'a>(&'a GpuDevice, Vec<wgpu::Buffer>);
+        impl Drop for Unmark<'_> {
+            fn drop(&mut self) {
+                self.0 .0.batch.unmark_mapped(&self.1);
+            }
+        }
+        let _unmark = Unmark(self, mapped);
         if index.is_some() {
             // Blocks in the driver until the batch that produced the data is done; the map
             // below then completes at the next poll.
@@ -386,13 +346,12 @@ impl GpuDevice {
                     .collect::<Result<Vec<R>>>()
             });
         // Every view is dropped above. Unmapping also aborts a map still pending (after a
-        // timeout), so the buffer is usable again once the lock is released.
+        // timeout), so the buffer is usable again once `_unmark` drops.
         for (p, rx) in parts.iter().zip(&receivers) {
             if rx.is_some() {
                 let _ = self.scoped(op, 0, || p.buffer.buffer.unmap());
             }
         }
-        drop(pending);
         out
     }
 
@@ -462,12 +421,8 @@ impl GpuDevice {
     }
 
     fn take_staging(&self, op: &'static str, capacity: u64) -> Result<wgpu::Buffer> {
-        {
-            let mut pool = lock(&self.0.staging);
-            if let Some(b) = pool.free.get_mut(&capacity).and_then(Vec::pop) {
-                pool.bytes -= capacity;
-                return Ok(b);
-            }
+        if let Some(b) = self.0.staging.take(capacity) {
+            return Ok(b);
         }
         self.scoped(op, capacity, || {
             // A separate buffer, because MAP_READ may only be combined with COPY_DST.
@@ -478,22 +433,6 @@ impl GpuDevice {
                 mapped_at_creation: false,
             })
         })
-    }
-
-    fn give_staging(&self, capacity: u64, buffer: wgpu::Buffer) {
-        let mut pool = lock(&self.0.staging);
-        let held = pool.free.get(&capacity).map_or(0, Vec::len);
-        if held < STAGING_PER_BUCKET && pool.bytes + capacity <= STAGING_MAX_BYTES {
-            pool.free.entry(capacity).or_default().push(buffer);
-            pool.bytes += capacity;
-        }
-    }
-
-    /// Drops cached staging buffers (part of `empty_cache`).
-    pub(crate) fn empty_staging(&self) {
-        let mut pool = lock(&self.0.staging);
-        pool.free.clear();
-        pool.bytes = 0;
     }
 
     /// Remembers what was read back, to recognise it if it comes straight back.
@@ -514,8 +453,9 @@ impl GpuDevice {
         }
         let n = t.churn.fetch_add(1, Ordering::Relaxed) + 1;
         if n >= CHURN_LIMIT && !t.warned.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "wgtensor warning: {n} times the same {} bytes were read back from {} and uploaded \
+            // The library prints nothing itself: the application's logger shows this.
+            log::warn!(
+                "wgtensor: {n} times the same {} bytes were read back from {} and uploaded \
                  to it again; keep the tensor on the device and compute there instead \
                  (disable with wgtensor::warn_on_transfer_churn(false))",
                 bytes.len(),

@@ -145,8 +145,10 @@ fn register(cell: &Arc<StorageCell>) {
     list.push(Arc::downgrade(cell));
 }
 
-/// Materialises every pending fused tensor on `device` (part of `Device::synchronize`).
+/// Materialises every pending fused tensor on `device` (part of `Device::synchronize`). A lost
+/// device or errors that escaped wgpu's scopes are reported as `synchronize`'s first.
 pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
+    device.check("synchronize")?;
     let cells: Vec<Arc<StorageCell>> = {
         let mut list = lock(&PENDING);
         let mut mine = Vec::new();
