@@ -11,19 +11,24 @@ use std::time::{Duration, Instant};
 use wgtensor::{DType, Device, Result, Tensor};
 
 fn main() -> Result<()> {
+    quiet_mesa_on_headless_machines();
     // 1. Choose the device. PyTorch: `device = "cuda" if torch.cuda.is_available() else "cpu"`.
     //    wgtensor's `best()` also skips software adapters (slower than the native CPU path) and
-    //    honours WGTENSOR_DEVICE; it says why it chose what it chose.
-    println!(
-        "GPUs visible: {} (gpu_is_available = {})",
-        wgtensor::gpu_count(),
-        wgtensor::gpu_is_available()
-    );
-    for a in wgtensor::adapters() {
+    //    honours WGTENSOR_DEVICE; it says why it chose what it chose. Asked for the CPU, the
+    //    example does not look for GPUs at all.
+    let cpu_asked = std::env::var("WGTENSOR_DEVICE").is_ok_and(|v| v.trim() == "cpu");
+    if !cpu_asked {
         println!(
-            "  {:<10} {} [{}, {}]",
-            a.names[0], a.name, a.backend, a.device_type
+            "GPUs visible: {} (gpu_is_available = {})",
+            wgtensor::gpu_count(),
+            wgtensor::gpu_is_available()
         );
+        for a in wgtensor::adapters() {
+            println!(
+                "  {:<10} {} [{}, {}]",
+                a.names[0], a.name, a.backend, a.device_type
+            );
+        }
     }
     let (device, why) = Device::best_with_reason();
     println!("Using device: {device} ({})", device.name());
@@ -134,4 +139,17 @@ fn gelu(x: f32) -> f32 {
             + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
     let erf = z.signum() * (1.0 - poly * (-z * z).exp());
     0.5 * x * (1.0 + erf)
+}
+
+/// Mesa's Vulkan device-select layer prints "XDG_RUNTIME_DIR is invalid or not set" on machines
+/// without a login session (CI, containers); `NODEVICE_SELECT=1` turns that layer off. An
+/// application may set it for itself before any thread starts; wgtensor, a library, never
+/// changes its host's environment.
+fn quiet_mesa_on_headless_machines() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none()
+        && std::env::var_os("NODEVICE_SELECT").is_none()
+    {
+        // SAFETY: first statement of `main`, before any other thread exists.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
 }

@@ -117,6 +117,8 @@ impl Device {
 
     /// The best device: `WGTENSOR_DEVICE` if set, else the first hardware GPU (discrete, then
     /// integrated, then virtual), else the CPU. Software adapters are never picked; never panics.
+    /// A `WGTENSOR_DEVICE` that does not parse is ignored with a `log` warning naming it (and
+    /// [`Device::best_with_reason`] says so); `WGTENSOR_DEVICE=cpu` never looks for GPUs.
     ///
     /// ```
     /// let device = wgtensor::Device::best();
@@ -139,7 +141,11 @@ impl Device {
             if !v.is_empty() && !v.eq_ignore_ascii_case("auto") {
                 match v.parse::<Device>() {
                     Ok(d) => return (d, format!("WGTENSOR_DEVICE={v} selects it")),
-                    Err(e) => prefix = format!("WGTENSOR_DEVICE={v} ignored ({e}); "),
+                    Err(e) => {
+                        // Not silent: the reason says it, and so does the log.
+                        log::warn!("WGTENSOR_DEVICE={v} is not a device string and is ignored: {e}");
+                        prefix = format!("WGTENSOR_DEVICE={v} ignored ({e}); ")
+                    }
                 }
             }
         }
