@@ -1,4 +1,5 @@
-//! Uploads and readbacks of 1 KiB, 1 MiB and 64 MiB on every GPU adapter: wgtensor next to the
+//! Uploads and readbacks (`to_vec`, and the zero-copy `map_read`) of 1 KiB, 1 MiB and 64 MiB on
+//! every GPU adapter: wgtensor next to the
 //! plain wgpu path written here (`queue.write_buffer` into a buffer; copy into a `MAP_READ`
 //! staging buffer, map, copy out), measured in the same run on the same wgpu device.
 //!
@@ -107,6 +108,16 @@ fn transfers(c: &mut Criterion) {
             );
             group.bench_with_input(BenchmarkId::new("readback_wgtensor", label), &n, |b, _| {
                 b.iter(|| black_box(t.to_vec::<f32>().unwrap()))
+            });
+            // Zero-copy: the closure reads the mapped memory (touching every 1024th element so
+            // the pages are really read) instead of receiving a new Vec.
+            group.bench_with_input(BenchmarkId::new("map_read_wgtensor", label), &n, |b, _| {
+                b.iter(|| {
+                    black_box(
+                        t.map_read(|v: &[f32]| v.iter().step_by(1024).sum::<f32>())
+                            .unwrap(),
+                    )
+                })
             });
         }
         group.finish();

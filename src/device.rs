@@ -143,7 +143,9 @@ impl Device {
                     Ok(d) => return (d, format!("WGTENSOR_DEVICE={v} selects it")),
                     Err(e) => {
                         // Not silent: the reason says it, and so does the log.
-                        log::warn!("WGTENSOR_DEVICE={v} is not a device string and is ignored: {e}");
+                        log::warn!(
+                            "WGTENSOR_DEVICE={v} is not a device string and is ignored: {e}"
+                        );
                         prefix = format!("WGTENSOR_DEVICE={v} ignored ({e}); ")
                     }
                 }

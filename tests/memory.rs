@@ -381,3 +381,46 @@ fn unified_adapters_read_back_without_a_staging_copy() {
         );
     }
 }
+
+#[test]
+fn map_read_sees_what_to_vec_returns_without_a_copy() {
+    let _g = lock();
+    for d in devices() {
+        let x = Tensor::from_vec(common::data(1000, 8, 3.0), &[10, 100], &d).unwrap();
+        let cases = [
+            ("packed", x.clone()),
+            ("narrowed", x.narrow(1, 3, 50).unwrap()),
+            ("transposed", x.t().unwrap()),
+            ("empty", x.narrow(0, 0, 0).unwrap()),
+        ];
+        for (what, t) in cases {
+            let want = t.to_vec::<f32>().unwrap();
+            let got = t.map_read(|v: &[f32]| v.to_vec()).unwrap();
+            assert_eq!(got, want, "{what} on {d}");
+        }
+        // Other dtypes, including an odd offset into packed f16 words.
+        let h = x.to_dtype(DType::F16).unwrap().flatten().unwrap();
+        let h = h.narrow(0, 1, 7).unwrap();
+        assert_eq!(
+            h.map_read(|v: &[wgtensor::f16]| v.to_vec()).unwrap(),
+            h.to_vec::<wgtensor::f16>().unwrap(),
+            "f16 on {d}"
+        );
+        let m = x.gt_scalar(0.0).unwrap();
+        assert_eq!(
+            m.map_read(|v: &[u8]| v.to_vec()).unwrap(),
+            m.to_vec::<u8>().unwrap()
+        );
+        assert!(matches!(
+            x.map_read(|v: &[i32]| v.len()),
+            Err(wgtensor::Error::DTypeMismatch { op: "map_read", .. })
+        ));
+        if d.is_gpu() {
+            wgtensor::reset_transfer_stats(&d);
+            let n = x.map_read(|v: &[f32]| v.len()).unwrap();
+            assert_eq!(n, 1000);
+            let s = wgtensor::transfer_stats(&d);
+            assert_eq!((s.downloads, s.download_bytes), (1, 4000), "{d}: {s:?}");
+        }
+    }
+}

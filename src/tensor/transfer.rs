@@ -152,6 +152,61 @@ impl Tensor {
             .expect("dtype checked above"))
     }
 
+    /// Calls `f` with the elements in row-major order without copying them into a new `Vec`:
+    /// a GPU tensor is mapped (its own buffer on unified-memory adapters, else one staging
+    /// buffer the GPU copies into) and `f` reads the mapped memory; a packed CPU tensor is read
+    /// in place. For callers that only look at the data (checksums, writing to a file, drawing);
+    /// `to_vec` when the data must outlive the call. Strided views are packed on their device
+    /// first. Other threads' work on the device waits while `f` runs, so keep `f` short.
+    ///
+    /// # Errors
+    /// [`Error::DTypeMismatch`] when `T` is not the tensor's element type; GPU errors.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::arange(0.0, 4.0, 1.0, &wgtensor::Device::best())?;
+    /// let sum = t.map_read(|v: &[f32]| v.iter().sum::<f32>())?;
+    /// assert_eq!(sum, 6.0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn map_read<T: WithDType, R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "map_read",
+                lhs: self.dtype(),
+                rhs: T::DTYPE,
+            });
+        }
+        let packed = if self.is_contiguous() {
+            self.clone()
+        } else {
+            self.contiguous()?
+        };
+        let esize = self.dtype().size_in_bytes();
+        match packed.storage()? {
+            Storage::Cpu(s) => {
+                let start = packed.layout().offset * esize;
+                let bytes = &s.as_bytes()[start..start + packed.numel() * esize];
+                Ok(with_typed(bytes, f))
+            }
+            Storage::Gpu(b) => {
+                let part = ReadPart {
+                    buffer: b,
+                    offset: (packed.layout().offset * esize) as u64,
+                    len: (packed.numel() * esize) as u64,
+                };
+                let mut f = Some(f);
+                let mut out = b.device.read_many("map_read", &[part], |_, bytes| {
+                    b.device.note_read(bytes);
+                    f.take().map(|f| with_typed(bytes, f))
+                })?;
+                out.pop().flatten().ok_or_else(|| Error::InvalidArgument {
+                    op: "map_read",
+                    message: "the readback produced no data (a wgtensor bug)".into(),
+                })
+            }
+        }
+    }
+
     /// The single element of a one-element tensor (PyTorch's `.item()`).
     ///
     /// ```
@@ -372,4 +427,19 @@ fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<Tensor>();
     is::<Device>();
+}
+
+/// `f` over `bytes` as `&[T]`: in place when aligned (mapped and host memory normally are), else
+/// over one aligned copy.
+fn with_typed<T: WithDType, R>(bytes: &[u8], f: impl FnOnce(&[T]) -> R) -> R {
+    match bytemuck::try_cast_slice::<u8, T>(bytes) {
+        Ok(v) => f(v),
+        Err(_) => {
+            let v: Vec<T> = bytes
+                .chunks_exact(std::mem::size_of::<T>())
+                .map(bytemuck::pod_read_unaligned::<T>)
+                .collect();
+            f(&v)
+        }
+    }
 }
