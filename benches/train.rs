@@ -7,6 +7,9 @@
 //! forward on a GPU; the `mse` variant (one-hot f32 targets) records a step without any wait,
 //! so its record time is the pure host overhead.
 //!
+//! `mlp_784_256_10`: the 784-256-10 MLP, batch 128, Adam, cross-entropy (the workload compared
+//! with peers), with dispatches per step.
+//!
 //! Run: `cargo bench --bench train`
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -109,5 +112,53 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The MLP the project compares with peers: 784-256-10, batch 128, Adam, cross-entropy, the
+/// batch already on the device. Prints dispatches and submits per step (`kernel_stats`).
+fn mlp784(c: &mut Criterion) {
+    let mut devices = vec![Device::cpu()];
+    if let Ok(g) = Device::gpu(0) {
+        devices.push(g);
+    }
+    let mut group = c.benchmark_group("mlp_784_256_10");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    for device in devices {
+        wgtensor::manual_seed(1);
+        let cpu = Device::cpu();
+        let mut model = Sequential::new()
+            .add(Linear::new(784, 256, true, &cpu).unwrap())
+            .add(ReLU)
+            .add(Linear::new(256, 10, true, &cpu).unwrap());
+        model.to(&device).unwrap();
+        let x = Tensor::randn(&[128, 784], &cpu)
+            .unwrap()
+            .to(&device)
+            .unwrap();
+        let ids: Vec<u32> = (0..128u32).map(|i| i % 10).collect();
+        let y = Tensor::from_vec(ids, &[128], &device).unwrap();
+        let mut opt = Adam::new(1e-3);
+        let mut one_step = || {
+            opt.zero_grad(&model);
+            let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+            loss.backward()?;
+            opt.step(&mut model)?;
+            loss.to_scalar::<f32>()
+        };
+        for _ in 0..3 {
+            one_step().unwrap(); // warm the pipeline and buffer caches
+        }
+        wgtensor::reset_kernel_stats(&device);
+        one_step().unwrap();
+        let k = wgtensor::kernel_stats(&device);
+        println!(
+            "mlp_784_256_10/{device}: {} dispatches, {} submits per step",
+            k.dispatches, k.submits
+        );
+        group.bench_function(device.to_string(), |b| b.iter(|| one_step().unwrap()));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, mlp784);
 criterion_main!(benches);
