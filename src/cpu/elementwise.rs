@@ -117,7 +117,7 @@ pub(crate) fn scalar(
     op.visit(V(src, l, s, first))
 }
 
-/// `start + i * step` for `i in 0..n`, the same formula as `shaders/fill.wgsl::arange`.
+/// `start + i * step` for `i in 0..n`, the same formula as the generated GPU `arange` (`src/tensor/create.rs`).
 pub(crate) fn arange(n: usize, start: f32, step: f32) -> Result<Vec<f32>> {
     build_vec("arange", n, |off, out| {
         for (i, o) in out.iter_mut().enumerate() {

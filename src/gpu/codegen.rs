@@ -34,6 +34,8 @@ pub(crate) enum Expr {
     Input(usize),
     /// `params` scalar `k`, as canonical bits of the node's dtype (f32 bits for floats).
     Scalar(usize),
+    /// The output element's flat index `e` (a U32 node): `arange` and other index-made data.
+    Index,
     Unary(UnaryOp, NodeId),
     Binary(BinaryOp, NodeId, NodeId),
     /// 1 or 0 (U8); NaN compares false except for `ne`.
@@ -121,7 +123,7 @@ pub(crate) fn kernel(
         let ops = program
             .nodes
             .iter()
-            .filter(|(e, _)| !matches!(e, Expr::Input(_) | Expr::Scalar(_)))
+            .filter(|(e, _)| !matches!(e, Expr::Input(_) | Expr::Scalar(_) | Expr::Index))
             .count();
         Box::leak(Box::new(Generated {
             label: label.to_string(),
@@ -219,6 +221,7 @@ fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
             Expr::Input(i) if native_f16 && dt == DType::F16 => format!("f32(in{i}[p{i}])"),
             Expr::Input(i) => load(i, dt),
             Expr::Scalar(j) => from_bits(&format!("params[{}]", 2 + k + j), dt),
+            Expr::Index => "e".to_string(),
             Expr::Unary(op, a) => {
                 let name = op_fn(&mut fns, &mut have_fns, Op::U(op), dt);
                 format!("{name}(v{a})")
@@ -425,6 +428,13 @@ pub(crate) fn catalogue() -> Vec<(String, String)> {
             add(format!("binary.{}.{d:?}", op.name()), p);
         }
     }
+    let mut p = Program::default();
+    let (start, step) = (p.scalar(DType::F32), p.scalar(DType::F32));
+    let i = p.push(Expr::Index, DType::U32);
+    let f = p.push(Expr::Cast(i), DType::F32);
+    let m = p.push(Expr::Binary(BinaryOp::Mul, f, step), DType::F32);
+    p.push(Expr::Binary(BinaryOp::Add, start, m), DType::F32);
+    add("arange".to_string(), p);
     let all = [DType::F32, DType::F16, DType::I32, DType::U32, DType::U8];
     for from in all {
         for to in all {

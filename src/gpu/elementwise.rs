@@ -1,7 +1,7 @@
 //! GPU elementwise ops of every dtype: a [`Program`] (one op, or a fused chain built by
-//! `src/tensor/fuse.rs`) run by one generated kernel (`codegen.rs`), plus `arange`
-//! (`shaders/fill.wgsl`). Inputs arrive validated (shapes broadcast, dtypes checked, same
-//! device) from `src/tensor/`.
+//! `src/tensor/fuse.rs`; constant fills and `arange` too) run by one generated kernel
+//! (`codegen.rs`). Inputs arrive validated (shapes broadcast, dtypes checked, same device) from
+//! `src/tensor/`.
 
 use super::buffer::GpuBuffer;
 use super::codegen::{self, per_word, Expr, Program};
@@ -12,31 +12,6 @@ use crate::shape::Layout;
 use crate::{DType, Result};
 
 impl GpuDevice {
-    /// `arange`: `start + i * step` into a new buffer of `n` f32 (`shaders/fill.wgsl`).
-    pub(crate) fn arange(
-        &self,
-        op: &'static str,
-        n: usize,
-        start: f32,
-        step: f32,
-    ) -> Result<GpuBuffer> {
-        let out = self.alloc_uninit(op, n as u64 * 4)?;
-        check_u32(op, &Layout::contiguous(&[n]))?;
-        self.launch(
-            op,
-            Launch {
-                shader: Shader::Fill,
-                entry: "arange",
-                op_code: None,
-                inputs: &[],
-                output: &out.buffer,
-                meta: &[n as u32, start.to_bits(), step.to_bits()],
-                threads: n as u64,
-            },
-        )?;
-        Ok(out)
-    }
-
     /// A new buffer of `n` elements of `dtype`, all `value` (a generated kernel with no input:
     /// no host transfer, any dtype). Integer values arrive validated.
     pub(crate) fn fill_value(

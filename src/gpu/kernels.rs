@@ -28,7 +28,6 @@ pub(crate) const WORKGROUP: u64 = 256;
 /// `tests/shaders.rs` validates every composed shader with naga.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
-    Fill,
     Reduce,
     Softmax,
     Join,
@@ -73,8 +72,7 @@ pub(crate) fn compose(body: &str) -> String {
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 7] = [
-        Shader::Fill,
+    pub(crate) const ALL: [Shader; 6] = [
         Shader::Reduce,
         Shader::Softmax,
         Shader::Join,
@@ -85,7 +83,6 @@ impl Shader {
 
     pub(crate) fn file(self) -> &'static str {
         match self {
-            Shader::Fill => "fill.wgsl",
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
             Shader::Join => "join.wgsl",
@@ -99,7 +96,6 @@ impl Shader {
     /// The file as written (without `common.wgsl`).
     pub(crate) fn body(self) -> &'static str {
         match self {
-            Shader::Fill => include_str!("../../shaders/fill.wgsl"),
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
             Shader::Join => include_str!("../../shaders/join.wgsl"),
@@ -118,7 +114,6 @@ impl Shader {
     /// Read-only input bindings before the output.
     pub(crate) fn inputs(self) -> usize {
         match self {
-            Shader::Fill => 0,
             Shader::Matmul | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,

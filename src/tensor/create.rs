@@ -1,6 +1,8 @@
 //! Creating tensors on the host or directly on a device.
 
 use super::{backend, Backend, Tensor};
+use crate::gpu::codegen::Expr;
+use crate::ops::BinaryOp;
 use crate::shape::{numel_checked, numel_for};
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, random, DType, Device, Error, Result, WithDType};
@@ -226,7 +228,20 @@ impl Tensor {
             Backend::Cpu => {
                 Storage::Cpu(CpuStorage::F32(cpu::elementwise::arange(n, start, step)?))
             }
-            Backend::Gpu(g) => Storage::Gpu(g.arange("arange", n, start, step)?),
+            // A generated program (`start + f32(i) * step`, the CPU's formula) that fuses into
+            // whatever consumes it.
+            Backend::Gpu(g) => {
+                let mut f = super::fuse::Fuser::new("arange", g, &[n])?;
+                let (a, b) = (
+                    f.scalar(start.to_bits(), DType::F32),
+                    f.scalar(step.to_bits(), DType::F32),
+                );
+                let i = f.push(Expr::Index, DType::U32);
+                let x = f.push(Expr::Cast(i), DType::F32);
+                let m = f.push(Expr::Binary(BinaryOp::Mul, x, b), DType::F32);
+                let out = f.push(Expr::Binary(BinaryOp::Add, a, m), DType::F32);
+                return f.finish("arange", out, device);
+            }
         };
         Ok(Tensor::from_parts(
             storage,

@@ -250,7 +250,21 @@ impl Fuser {
             // The stored node must be the last: an identity cast makes it so.
             self.program.push(Expr::Cast(out), dtype);
         }
-        let n = self.shape.iter().product();
+        let n: usize = self.shape.iter().product();
+        // Sizes are checked when the op is made, as for an eager allocation: a result that can
+        // never fit one buffer is an error now, not when it runs.
+        let bytes = (n as u64).saturating_mul(dtype.size_in_bytes() as u64);
+        let max = self.device.0.limits.max_buffer_size;
+        if bytes > max {
+            return Err(Error::BufferTooLarge {
+                op: name,
+                device: self.device.label().to_string(),
+                adapter: self.device.adapter_name(),
+                bytes,
+                limit: max,
+                limit_name: "max_buffer_size",
+            });
+        }
         let (eager, gpu) = (self.eager, self.device.clone());
         let pending = Pending {
             name,
@@ -306,6 +320,7 @@ impl Fuser {
                     self.bind(cell, layout, p.program.inputs[k])
                 }
                 Expr::Scalar(k) => self.scalar(p.scalars[k], dt),
+                Expr::Index => self.program.push(Expr::Index, dt),
                 Expr::Unary(op, a) => self.program.push(Expr::Unary(op, m(a)), dt),
                 Expr::Binary(op, a, b) => self.program.push(Expr::Binary(op, m(a), m(b)), dt),
                 Expr::Compare(op, a, b) => self.program.push(Expr::Compare(op, m(a), m(b)), dt),
