@@ -214,3 +214,56 @@ fn rank1(t: ptr<function, Tile>, a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1
     (*t).lo[7] = fma(vec4<f32>(a1.w), b0, (*t).lo[7]);
     (*t).hi[7] = fma(vec4<f32>(a1.w), b1, (*t).hi[7]);
 }
+
+// ---- Philox4x32-10 (the CPU twin is src/random.rs) --------------------------------------------
+
+// The 64-bit product of two u32 as (high, low) words, from 16-bit halves (WGSL has no u64).
+fn mulhilo(a: u32, b: u32) -> vec2<u32> {
+    let a0 = a & 0xffffu;
+    let a1 = a >> 16u;
+    let b0 = b & 0xffffu;
+    let b1 = b >> 16u;
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    let lo = (p00 & 0xffffu) | (mid << 16u);
+    let hi = a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+    return vec2<u32>(hi, lo);
+}
+
+// Ten rounds of multiply-xor over the counter c with key k (Random123's philox4x32_10). A fixed
+// count of 10 iterations, far from any driver's loop cap.
+fn philox(c0: vec4<u32>, k0: vec2<u32>) -> vec4<u32> {
+    var c = c0;
+    var k = k0;
+    for (var round = 0u; round < 10u; round = round + 1u) {
+        if (round > 0u) {
+            k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u);
+        }
+        let p0 = mulhilo(0xD2511F53u, c.x);
+        let p1 = mulhilo(0xCD9E8D57u, c.z);
+        c = vec4<u32>(p1.x ^ c.y ^ k.x, p1.y, p0.x ^ c.w ^ k.y, p0.y);
+    }
+    return c;
+}
+
+// The words of element e of a random op with seed (s0, s1) and first offset (o0, o1): the
+// counter is offset + e (64-bit, with carry).
+fn philox_words(s0: u32, s1: u32, o0: u32, o1: u32, e: u32) -> vec4<u32> {
+    let lo = o0 + e;
+    let hi = o1 + select(0u, 1u, lo < o0);
+    return philox(vec4<u32>(lo, hi, 0u, 0u), vec2<u32>(s0, s1));
+}
+
+// A word as a uniform f32 in [0, 1): its low 24 bits times 2^-24 (exact).
+fn uniform_of(w: u32) -> f32 {
+    return f32(w & 0xffffffu) * 5.9604644775390625e-8;
+}
+
+// Box-Muller, cosine branch: two words as a standard normal f32.
+fn normal_of(w0: u32, w1: u32) -> f32 {
+    let u1 = 1.0 - uniform_of(w0);
+    let u2 = uniform_of(w1);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}

@@ -19,6 +19,7 @@
 
 use crate::cpu::compare::CmpOp;
 use crate::ops::{BinaryOp, UnaryOp};
+use crate::random::Dist;
 use crate::DType;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -36,6 +37,9 @@ pub(crate) enum Expr {
     Scalar(usize),
     /// The output element's flat index `e` (a U32 node): `arange` and other index-made data.
     Index,
+    /// A random F32 drawn by Philox from the seed words (nodes 0, 1) and the first offset words
+    /// (nodes 2, 3), at counter `offset + e` (`src/random.rs` is the CPU twin).
+    Random(Dist, [NodeId; 4]),
     Unary(UnaryOp, NodeId),
     Binary(BinaryOp, NodeId, NodeId),
     /// 1 or 0 (U8); NaN compares false except for `ne`.
@@ -222,6 +226,13 @@ fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
             Expr::Input(i) => load(i, dt),
             Expr::Scalar(j) => from_bits(&format!("params[{}]", 2 + k + j), dt),
             Expr::Index => "e".to_string(),
+            Expr::Random(d, [s0, s1, o0, o1]) => {
+                let w = format!("philox_words(v{s0}, v{s1}, v{o0}, v{o1}, e)");
+                match d {
+                    Dist::Uniform => format!("uniform_of({w}.x)"),
+                    Dist::Normal => format!("normal_of({w}.x, {w}.y)"),
+                }
+            }
             Expr::Unary(op, a) => {
                 let name = op_fn(&mut fns, &mut have_fns, Op::U(op), dt);
                 format!("{name}(v{a})")
@@ -435,6 +446,12 @@ pub(crate) fn catalogue() -> Vec<(String, String)> {
     let m = p.push(Expr::Binary(BinaryOp::Mul, f, step), DType::F32);
     p.push(Expr::Binary(BinaryOp::Add, start, m), DType::F32);
     add("arange".to_string(), p);
+    for d in [Dist::Uniform, Dist::Normal] {
+        let mut p = Program::default();
+        let w = [0; 4].map(|_| p.scalar(DType::U32));
+        p.push(Expr::Random(d, w), DType::F32);
+        add(format!("random.{d:?}"), p);
+    }
     let all = [DType::F32, DType::F16, DType::I32, DType::U32, DType::U8];
     for from in all {
         for to in all {

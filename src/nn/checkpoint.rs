@@ -51,6 +51,9 @@ impl<M: Module + Clone + 'static> Module for Checkpoint<M> {
         if !autograd::is_grad_enabled() || !tracked {
             return self.inner.forward(x);
         }
+        // The generator state before the forward: the recompute replays it, so random layers
+        // (Dropout) draw the same masks (PyTorch's `preserve_rng_state`).
+        let rng = crate::random::state();
         let out = autograd::no_grad_scope(|| self.inner.forward(x))?;
         // The module (cheap: its tensors are shared) recomputes in backward; the parameters
         // are inputs of the node only so that it is recorded when `x` needs no grad: their
@@ -62,7 +65,11 @@ impl<M: Module + Clone + 'static> Module for Checkpoint<M> {
         Ok(record("checkpoint", out, &inputs, move |g, needs| {
             let _grad = autograd::enable_grad();
             let x = x_saved.detach().requires_grad_(needs[0]);
-            let y = module.forward(&x)?;
+            let now = crate::random::state();
+            crate::random::set_state(rng);
+            let y = module.forward(&x);
+            crate::random::set_state(now);
+            let y = y?;
             let mut grads = vec![None; needs.len()];
             if y.requires_grad() {
                 y.backward_with(g)?;

@@ -1,7 +1,7 @@
 //! `Dropout`: random zeroing while training, identity in eval (PyTorch's `nn.Dropout`).
 
 use super::Module;
-use crate::{DType, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 /// Zeroes each element with probability `p` while training and scales the survivors by
 /// `1 / (1 - p)`, so the expected value is unchanged; the identity in eval mode.
@@ -77,11 +77,14 @@ impl Module for Dropout {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
         }
-        let zero = Tensor::zeros(&[1], DType::F32, x.device())?;
+        // In the input's dtype (f16 activations drop too).
+        let zero = Tensor::zeros(&[1], x.dtype(), x.device())?;
         if self.p == 1.0 {
             return x.mul(&zero);
         }
-        // Keep where u >= p: probability 1 - p for u uniform in [0, 1).
+        // Keep where u >= p: probability 1 - p for u uniform in [0, 1). On a GPU the mask is
+        // drawn inside the kernel that applies it (Philox, no upload), and backward recomputes
+        // it from the same generator offsets.
         let keep = Tensor::rand(x.shape(), x.device())?.ge_scalar(self.p)?;
         keep.where_cond(&x.mul_scalar(1.0 / (1.0 - self.p))?, &zero)
     }

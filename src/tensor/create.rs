@@ -251,8 +251,10 @@ impl Tensor {
         ))
     }
 
-    /// Uniform samples in `[0, 1)` as f32 (`torch.rand`). Drawn from the global generator (see
-    /// [`crate::manual_seed`]) on the host, so a seed gives the same values on every device.
+    /// Uniform samples in `[0, 1)` as f32 (`torch.rand`), from the global Philox generator (see
+    /// [`crate::manual_seed`]): element `e` is a function of the seed and the generator's offset
+    /// plus `e`, computed where the tensor lives (on a GPU by a kernel, with no upload), so a
+    /// seed gives the same bits on every device.
     ///
     /// ```
     /// let t = wgtensor::Tensor::rand(&[100], &wgtensor::Device::cpu())?;
@@ -260,15 +262,11 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn rand(shape: &[usize], device: &Device) -> Result<Tensor> {
-        let n = numel_for(shape, DType::F32)?;
-        Tensor::from_vec(
-            random::sample(n, rand::distr::StandardUniform),
-            shape,
-            device,
-        )
+        Tensor::random("rand", random::Dist::Uniform, shape, device)
     }
 
     /// Standard-normal samples as f32 (`torch.randn(3, 4, device=device)`); see [`Tensor::rand`].
+    /// Box-Muller over two Philox words: the CPU and a GPU agree to the last bits of `ln`/`cos`.
     ///
     /// ```
     /// let t = wgtensor::Tensor::randn(&[3, 4], &wgtensor::Device::best())?;
@@ -276,7 +274,84 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn randn(shape: &[usize], device: &Device) -> Result<Tensor> {
+        Tensor::random("randn", random::Dist::Normal, shape, device)
+    }
+
+    /// Integers uniform in `[low, high)` as I32 (`torch.randint`, which gives int64): drawn from
+    /// the global generator like [`Tensor::rand`] (`low + floor(u * (high - low))` over the same
+    /// 24-bit uniforms), so ranges up to 2^24 are exactly uniform up to 2^-24.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless `low < high` and the range is at most 2^24.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::randint(3, 7, &[100], &wgtensor::Device::best())?;
+    /// assert!(t.to_vec::<i32>()?.iter().all(|&v| (3..7).contains(&v)));
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn randint(low: i32, high: i32, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let range = high as i64 - low as i64;
+        if range <= 0 || range > 1 << 24 {
+            return Err(Error::InvalidArgument {
+                op: "randint",
+                message: format!(
+                    "low {low} must be below high {high}, at most 2^24 apart; draw floats with \
+                     Tensor::rand for wider ranges"
+                ),
+            });
+        }
+        // u * range can round up to range itself: clamped to the last value.
+        Tensor::rand(shape, device)?
+            .mul_scalar(range as f32)?
+            .minimum_scalar((range - 1) as f32)?
+            .to_dtype(DType::I32)?
+            .add_scalar(low as f32)
+    }
+
+    /// Samples 1 with probability `self` (elementwise), else 0, in `self`'s float dtype
+    /// (`torch.bernoulli`): `rand < p`, from the global generator.
+    ///
+    /// ```
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let p = Tensor::full(&[1000], 0.25, DType::F32, &Device::best())?;
+    /// let ones = p.bernoulli()?.sum_all()?.to_scalar::<f32>()?;
+    /// assert!(ones > 150.0 && ones < 350.0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn bernoulli(&self) -> Result<Tensor> {
+        let u = Tensor::rand(self.shape(), self.device())?;
+        let p = self.to_dtype(DType::F32)?;
+        u.lt(&p)?.to_dtype(self.dtype())
+    }
+
+    /// `n` random f32 of `dist` at the generator's next offsets: computed on the host for the
+    /// CPU, by a generated kernel (no upload, fused into consumers) on a GPU.
+    fn random(
+        op: &'static str,
+        dist: random::Dist,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
         let n = numel_for(shape, DType::F32)?;
-        Tensor::from_vec(random::sample(n, rand_distr::StandardNormal), shape, device)
+        let (seed, offset) = random::take(n);
+        if let Backend::Gpu(g) = backend(device) {
+            let mut f = super::fuse::Fuser::new(op, g, shape)?;
+            let words = [
+                seed as u32,
+                (seed >> 32) as u32,
+                offset as u32,
+                (offset >> 32) as u32,
+            ]
+            .map(|w| f.scalar(w, DType::U32));
+            let out = f.push(Expr::Random(dist, words), DType::F32);
+            return f.finish(op, out, device);
+        }
+        let data = random::sample_host(dist, seed, offset, n)?;
+        Ok(Tensor::from_parts(
+            Storage::Cpu(CpuStorage::F32(data)),
+            shape,
+            DType::F32,
+            device.clone(),
+        ))
     }
 }

@@ -321,6 +321,7 @@ impl Fuser {
                 }
                 Expr::Scalar(k) => self.scalar(p.scalars[k], dt),
                 Expr::Index => self.program.push(Expr::Index, dt),
+                Expr::Random(d, w) => self.program.push(Expr::Random(d, w.map(m)), dt),
                 Expr::Unary(op, a) => self.program.push(Expr::Unary(op, m(a)), dt),
                 Expr::Binary(op, a, b) => self.program.push(Expr::Binary(op, m(a), m(b)), dt),
                 Expr::Compare(op, a, b) => self.program.push(Expr::Compare(op, m(a), m(b)), dt),
