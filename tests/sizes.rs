@@ -239,3 +239,28 @@ fn shape_errors_state_the_rule_of_the_op_that_failed() {
     let s = a.add(&b).unwrap_err().to_string();
     assert!(s.contains("broadcasting needs each trailing dim"), "{s}");
 }
+
+#[test]
+fn f16_conversion_past_one_binding_is_exact() {
+    // 2^25 + 1 f32 elements exceed one 128 MiB binding: the conversion runs in row blocks whose
+    // f16 outputs are odd numbers of halves (not whole words) and must still join exactly.
+    for d in all_devices().into_iter().filter(|d| d.is_gpu()) {
+        let n = (1usize << 25) + 1;
+        let host: Vec<f32> = (0..n).map(|i| (i % 2048) as f32 - 1024.0).collect();
+        let t = Tensor::from_vec(host, &[n], &d).unwrap();
+        let h = t.to_dtype(DType::F16).unwrap();
+        let back = h.to_dtype(DType::F32).unwrap();
+        let wrong = back
+            .map_read(|v: &[f32]| {
+                v.iter()
+                    .enumerate()
+                    .filter(|&(i, &x)| x != (i % 2048) as f32 - 1024.0)
+                    .count()
+            })
+            .unwrap();
+        assert_eq!(
+            wrong, 0,
+            "{wrong} of {n} elements wrong after f32 -> f16 -> f32 on {d}"
+        );
+    }
+}

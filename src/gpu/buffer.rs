@@ -125,13 +125,23 @@ impl GpuDevice {
         op: &'static str,
         parts: &[(&GpuBuffer, u64)],
     ) -> Result<GpuBuffer> {
+        // Copies move whole words: every part but the last must be a whole number of words
+        // (callers size their blocks so); the last one's padding lands in the output's padding.
+        if let Some((_, len)) = parts.iter().rev().skip(1).find(|(_, len)| len % ALIGN != 0) {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "a block of {len} bytes is not a whole number of 4-byte words (a wgtensor bug)"
+                ),
+            });
+        }
         let total: u64 = parts.iter().map(|(_, len)| len).sum();
         let out = self.alloc_uninit(op, total)?;
         self.record(op, |enc| {
             let mut at = 0;
             for (b, len) in parts {
                 if *len > 0 {
-                    enc.copy_buffer_to_buffer(&b.buffer, 0, &out.buffer, at, *len);
+                    enc.copy_buffer_to_buffer(&b.buffer, 0, &out.buffer, at, pad4(*len));
                 }
                 at += len;
             }

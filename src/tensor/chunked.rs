@@ -78,6 +78,12 @@ pub(crate) fn map_row_blocks(
         }
         per_block = per_block.min(rows_per_block(l, esize, limit));
     }
+    // Every block but the last must fill whole 4-byte words in any result dtype (u8 four per
+    // word, f16 two), so that the blocks join with word copies: a multiple of 4 elements.
+    let step = 4 / gcd(row_elems.max(1), 4);
+    if per_block >= step {
+        per_block -= per_block % step;
+    }
     if per_block == 0 {
         // One row is too wide: packed operands of the output's shape can be split as 1-D.
         let flat = operands
@@ -235,4 +241,12 @@ pub(crate) fn map_dim0_blocks(
         r0 += n;
     }
     join_rows(op, device, &results)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
