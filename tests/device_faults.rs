@@ -206,6 +206,17 @@ fn child_device_lost() {
     }
     // The CPU is unaffected; dropping tensors of the lost device is fine.
     assert_eq!(values(&host.add(&host).unwrap()), vec![2.0; 3]);
+    // Opening the device again (as the DeviceLost message says) gives a fresh, working device;
+    // tensors of the lost one stay lost.
+    for again in [Device::gpu(0).unwrap(), "gpu:0".parse::<Device>().unwrap()] {
+        let t = Tensor::from_vec(vec![1f32, 2.0], &[2], &again).unwrap();
+        assert_eq!(
+            values(&t.mul_scalar(3.0).unwrap()),
+            vec![3.0, 6.0],
+            "reopened {again}"
+        );
+    }
+    lost("to_vec after reopening", sentinel.to_vec::<f32>());
     drop(sentinel);
     child_done("child_device_lost");
 }

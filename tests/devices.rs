@@ -345,3 +345,36 @@ fn from_wgpu_shares_buffers_with_the_application() {
     );
     dev.synchronize().unwrap();
 }
+
+#[test]
+fn an_application_destroying_its_device_gives_device_lost_from_every_call() {
+    if gpus().is_empty() {
+        return; // the harness printed the skip (or failed under WGTENSOR_REQUIRE_GPU=1)
+    }
+    let Some((adapter, device, queue)) = app_device() else {
+        return;
+    };
+    let dev = Device::from_wgpu(&adapter, device.clone(), queue);
+    let t = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &dev).unwrap();
+    let kept = t.mul_scalar(2.0).unwrap();
+    dev.synchronize().unwrap();
+    // A real loss, as a driver reset or the application itself would cause it.
+    device.destroy();
+    let lost = |what: &str, r: Result<(), wgtensor::Error>| match r {
+        Err(wgtensor::Error::DeviceLost { .. }) => {}
+        other => panic!("{what} after destroy: expected DeviceLost, got {other:?}"),
+    };
+    // Every call, from the first one on, says DeviceLost (not a raw wgpu error).
+    lost(
+        "from_vec",
+        Tensor::from_vec(vec![1f32; 4], &[4], &dev).map(|_| ()),
+    );
+    lost("add", t.add(&t).and_then(|x| x.to_vec::<f32>()).map(|_| ()));
+    lost("to_vec", kept.to_vec::<f32>().map(|_| ()));
+    lost("wgpu_buffer", t.wgpu_buffer().map(|_| ()));
+    lost("synchronize", dev.synchronize());
+    lost(
+        "zeros",
+        Tensor::zeros(&[4], wgtensor::DType::F32, &dev).map(|_| ()),
+    );
+}

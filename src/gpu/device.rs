@@ -217,7 +217,7 @@ impl GpuDevice {
             Err(_) => Vec::new(),
         };
         if !pending.is_empty() {
-            return Err(Error::Wgpu {
+            return Err(self.lost_or(Error::Wgpu {
                 op,
                 device: self.0.label.clone(),
                 message: format!(
@@ -225,9 +225,30 @@ impl GpuDevice {
                     pending.len(),
                     pending.join("; ")
                 ),
-            });
+            }));
         }
         Ok(())
+    }
+
+    /// `e`, or `DeviceLost` when the device turns out to be gone: a device the application
+    /// destroyed only reports its loss at the next poll, and the validation errors of calls
+    /// made meanwhile ("Buffer is invalid") are symptoms of that loss, not errors of their own.
+    pub(crate) fn lost_or(&self, e: Error) -> Error {
+        let op = match &e {
+            Error::Wgpu { op, .. } => *op,
+            _ => return e,
+        };
+        if !self.is_lost() {
+            self.poll_once();
+        }
+        if self.is_lost() {
+            if let Ok(mut v) = self.0.health.uncaptured.lock() {
+                v.clear();
+                self.0.health.any_uncaptured.store(false, Ordering::SeqCst);
+            }
+            return self.lost_error(op);
+        }
+        e
     }
 
     /// Runs `f` inside OutOfMemory, Validation and Internal error scopes and turns anything they
@@ -387,7 +408,7 @@ impl GpuDevice {
 
     /// Names the ops of a failed batch in its error.
     fn batch_error(&self, e: Error, names: &[&'static str]) -> Error {
-        match e {
+        match self.lost_or(e) {
             Error::Wgpu {
                 op,
                 device,
@@ -456,11 +477,11 @@ impl GpuDevice {
                 Ok(Err(wgpu::PollError::Timeout)) if Instant::now() < deadline => {}
                 Ok(Err(wgpu::PollError::Timeout)) => return Err(self.timeout_error(op)),
                 Ok(Err(e)) => {
-                    return Err(Error::Wgpu {
+                    return Err(self.lost_or(Error::Wgpu {
                         op,
                         device: self.0.label.clone(),
                         message: e.to_string(),
-                    })
+                    }));
                 }
                 Err(p) => return Err(self.poll_panicked(op, &*p)),
             }

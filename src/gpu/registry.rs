@@ -353,7 +353,11 @@ impl Registry {
         let e = &self.entries[i];
         let mut slot = e.opened.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = slot.as_ref() {
-            return Ok(d.clone());
+            // A lost device is dropped from the registry: opening again ("open the device
+            // again", as DeviceLost says) gets a fresh one. Tensors on the old one stay lost.
+            if !d.is_lost() {
+                return Ok(d.clone());
+            }
         }
         let dev = self.request(i, self.names(i)[0].clone())?;
         *slot = Some(dev.clone());

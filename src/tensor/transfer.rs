@@ -290,6 +290,8 @@ impl Tensor {
                 // The application's own submissions must come after the work (and the staged
                 // upload) that produces this tensor, and ops that read it later must not be
                 // deferred past the application's writes.
+                b.device.poll_once();
+                b.device.check("wgpu_buffer")?;
                 b.device.flush("wgpu_buffer")?;
                 self.0.storage.mark_exported();
                 let esize = self.dtype().size_in_bytes() as u64;
