@@ -378,3 +378,27 @@ fn an_application_destroying_its_device_gives_device_lost_from_every_call() {
         Tensor::zeros(&[4], wgtensor::DType::F32, &dev).map(|_| ()),
     );
 }
+
+#[test]
+fn a_view_that_cannot_be_bound_where_it_starts_says_so() {
+    for d in gpus() {
+        let t = Tensor::from_vec((0..512).map(|i| i as f32).collect(), &[512], &d).unwrap();
+        // 4 bytes in: no adapter binds storage there (the alignment is at least 4, usually 256).
+        match t.narrow(0, 1, 8).unwrap().wgpu_buffer() {
+            Err(wgtensor::Error::InvalidArgument { op, message }) => {
+                assert_eq!(op, "wgpu_buffer");
+                assert!(message.contains(".contiguous()"), "{message}");
+            }
+            Ok(v) => assert_eq!(v.offset % 256, 0, "an offset the adapter accepts"),
+            Err(e) => panic!("{d}: {e}"),
+        }
+        // The suggested fix works: the copy starts at 0 and holds the view's elements.
+        let c = t.narrow(0, 1, 8).unwrap().contiguous().unwrap();
+        let v = c.wgpu_buffer().unwrap();
+        assert_eq!((v.offset, v.size), (0, 32), "{d}");
+        assert_eq!(
+            c.to_vec::<f32>().unwrap(),
+            (1..9).map(|i| i as f32).collect::<Vec<_>>()
+        );
+    }
+}

@@ -287,6 +287,17 @@ impl Tensor {
                 "the tensor is a strided view; call .contiguous() first".into(),
             )),
             Storage::Gpu(b) => {
+                let esize = self.dtype().size_in_bytes() as u64;
+                let offset = self.layout().offset as u64 * esize;
+                let align = b.device.0.limits.min_storage_buffer_offset_alignment as u64;
+                if offset % align != 0 {
+                    return Err(bad(format!(
+                        "the view starts {offset} bytes into its buffer, which is not a \
+                         multiple of this adapter's min_storage_buffer_offset_alignment \
+                         ({align}), so it cannot be bound there; call .contiguous() for a copy \
+                         that starts at offset 0"
+                    )));
+                }
                 // The application's own submissions must come after the work (and the staged
                 // upload) that produces this tensor, and ops that read it later must not be
                 // deferred past the application's writes.
@@ -294,10 +305,9 @@ impl Tensor {
                 b.device.check("wgpu_buffer")?;
                 b.device.flush("wgpu_buffer")?;
                 self.0.storage.mark_exported();
-                let esize = self.dtype().size_in_bytes() as u64;
                 Ok(WgpuBufferView {
                     buffer: &b.buffer,
-                    offset: self.layout().offset as u64 * esize,
+                    offset,
                     size: self.numel() as u64 * esize,
                 })
             }
