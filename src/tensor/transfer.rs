@@ -290,7 +290,7 @@ impl Tensor {
                 let esize = self.dtype().size_in_bytes() as u64;
                 let offset = self.layout().offset as u64 * esize;
                 let align = b.device.0.limits.min_storage_buffer_offset_alignment as u64;
-                if offset % align != 0 {
+                if !offset.is_multiple_of(align) {
                     return Err(bad(format!(
                         "the view starts {offset} bytes into its buffer, which is not a \
                          multiple of this adapter's min_storage_buffer_offset_alignment \
