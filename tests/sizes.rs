@@ -264,3 +264,13 @@ fn f16_conversion_past_one_binding_is_exact() {
         );
     }
 }
+
+#[test]
+fn cross_entropy_of_an_empty_batch_is_nan() {
+    for d in all_devices() {
+        let logits = Tensor::zeros(&[0, 5], DType::F32, &d).unwrap();
+        let ids = Tensor::from_vec(Vec::<u32>::new(), &[0], &d).unwrap();
+        let loss = wgtensor::nn::cross_entropy(&logits, &ids).unwrap();
+        assert!(loss.to_scalar::<f32>().unwrap().is_nan(), "{d}");
+    }
+}

@@ -117,5 +117,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
         onehot = onehot.to_dtype(logits.dtype())?;
     }
     let picked = logits.log_softmax(-1)?.mul(&onehot)?.sum_all()?;
-    picked.mul_scalar(-1.0 / n.max(1) as f32)
+    // The mean over no samples is NaN, as in PyTorch (not -0.0).
+    let scale = if n == 0 { f32::NAN } else { -1.0 / n as f32 };
+    picked.mul_scalar(scale)
 }
