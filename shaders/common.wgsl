@@ -9,7 +9,7 @@
 //           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
 //           integer division guards; conversions between dtypes with Rust `as` semantics; the
 //           8x8 register tile of the matmul kernels.
-// Bindings  none: a library of functions and constants only.
+// Bindings  none of its own; `strided_offset` reads the `params` every shader declares.
 
 const NAN_BITS: u32 = 0x7fc00000u;
 const INF_BITS: u32 = 0x7f800000u;
@@ -40,6 +40,22 @@ struct Invocation {
 // The flat element index of an invocation.
 fn item(inv: Invocation) -> u32 {
     return flat_index(inv.wid, inv.nwg, inv.lid);
+}
+
+// Storage index of element i of a strided view: `base + sum_d idx_d * strides[d]`, with idx the
+// row-major unravelling of i over the nd dims whose sizes are params[shape_at..] and strides
+// params[strides_at..]. Every shader declares `params: array<u32>` (the binding convention), so
+// this reads it directly. At most nd iterations: far from lavapipe's 65,535-iteration cap.
+fn strided_offset(i: u32, base: u32, nd: u32, shape_at: u32, strides_at: u32) -> u32 {
+    var rem = i;
+    var at = base;
+    for (var k = nd; k > 0u; k = k - 1u) {
+        let d = k - 1u;
+        let size = params[shape_at + d];
+        at = at + (rem % size) * params[strides_at + d];
+        rem = rem / size;
+    }
+    return at;
 }
 
 // f32 -> f16 bits, round to nearest even, overflow to inf, NaN stays a quiet NaN (as `half`).

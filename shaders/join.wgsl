@@ -23,16 +23,7 @@ fn copy_into(inv: Invocation) {
         return;
     }
     let nd = params[1];
-    var s = params[2];
-    var t = params[3];
-    var rem = i;
-    // At most ndim iterations.
-    for (var k = nd; k > 0u; k = k - 1u) {
-        let d = k - 1u;
-        let idx = rem % params[4u + d];
-        rem = rem / params[4u + d];
-        s = s + idx * params[4u + nd + d];
-        t = t + idx * params[4u + 2u * nd + d];
-    }
+    let s = strided_offset(i, params[2], nd, 4u, 4u + nd);
+    let t = strided_offset(i, params[3], nd, 4u, 4u + 2u * nd);
     dst[t] = src[s];
 }

@@ -70,18 +70,9 @@ fn problem(z: u32) -> Problem {
     p.b_cs = params[12];
     let batch = params[13] + z;
     let nd = params[14];
-    var a = params[7];
-    var b = params[10];
-    var rem = batch;
-    // At most nd iterations (the batch rank).
-    for (var k = nd; k > 0u; k = k - 1u) {
-        let d = k - 1u;
-        let size = params[15u + d];
-        let idx = rem % size;
-        rem = rem / size;
-        a = a + idx * params[15u + nd + d];
-        b = b + idx * params[15u + 2u * nd + d];
-    }
+    // The batch index unravelled over the batch dims, once per operand.
+    let a = strided_offset(batch, params[7], nd, 15u, 15u + nd);
+    let b = strided_offset(batch, params[10], nd, 15u, 15u + 2u * nd);
     p.a = a + p.k0 * p.a_ks;
     p.b = b + p.k0 * p.b_ks;
     p.c = batch * p.m * p.n;

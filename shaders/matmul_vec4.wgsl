@@ -83,17 +83,9 @@ fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     let b_cs = params[12];
     let batch = params[13] + gid.z;
     let nd = params[14];
-    var a = params[7];
-    var b = params[10];
-    var rem = batch;
-    // At most nd iterations (the batch rank).
-    for (var d = nd; d > 0u; d = d - 1u) {
-        let size = params[15u + d - 1u];
-        let idx = rem % size;
-        rem = rem / size;
-        a = a + idx * params[15u + nd + d - 1u];
-        b = b + idx * params[15u + 2u * nd + d - 1u];
-    }
+    // The batch index unravelled over the batch dims, once per operand.
+    let a = strided_offset(batch, params[7], nd, 15u, 15u + nd);
+    let b = strided_offset(batch, params[10], nd, 15u, 15u + 2u * nd);
     let a_k_contig = (OP & 1u) != 0u;
     let b_c_contig = (OP & 2u) != 0u;
     // Rows (columns) past the end are read as the tile's first row (column) again: computed,

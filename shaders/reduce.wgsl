@@ -156,16 +156,7 @@ fn combine(a: Acc, b: Acc) -> Acc {
 // Storage index of element (o, 0).
 fn row_base(o: u32) -> u32 {
     let nd = params[8];
-    var rem = o;
-    var at = params[5];
-    // At most ndim iterations.
-    for (var k = nd; k > 0u; k = k - 1u) {
-        let d = k - 1u;
-        let size = params[9u + d];
-        at = at + (rem % size) * params[9u + nd + d];
-        rem = rem / size;
-    }
-    return at;
+    return strided_offset(o, params[5], nd, 9u, 9u + nd);
 }
 
 fn load(o: u32, r: u32, base: u32) -> Acc {
