@@ -203,3 +203,36 @@ fn errors_stay_eager_in_a_chain() {
         );
     }
 }
+
+#[test]
+fn a_pending_result_read_through_a_reshape_stays_correct() {
+    // y = exp(strided x) is pending with an input laid out over [3, 4]; reading it as [12] (or
+    // [2, 6]) next to another strided operand of that shape must not mix the two layouts.
+    let host: Vec<f32> = (0..12).map(|i| i as f32 * 0.1).collect();
+    let other: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    let run = |d: &Device| -> Vec<f32> {
+        let x = Tensor::from_vec(host.clone(), &[4, 3], d)
+            .unwrap()
+            .t()
+            .unwrap(); // [3, 4] strided
+        let y = x.exp().unwrap();
+        let q = Tensor::from_vec(other.clone(), &[6, 4], d)
+            .unwrap()
+            .narrow(1, 1, 2)
+            .unwrap()
+            .t()
+            .unwrap(); // [2, 6] strided
+        let z = y.reshape(&[2, 6]).unwrap();
+        values(&(&z + &q).unwrap())
+    };
+    let want = run(&Device::cpu());
+    for d in all_devices() {
+        assert_close(
+            &run(&d),
+            &want,
+            1e-6,
+            1e-6,
+            &format!("reshaped pending on {d}"),
+        );
+    }
+}

@@ -42,6 +42,8 @@ pub(crate) struct Pending {
     inputs: Vec<(Arc<StorageCell>, Layout)>,
     scalars: Vec<u32>,
     n: usize,
+    /// The output shape the program was built for (its strided inputs unravel over it).
+    shape: Vec<usize>,
 }
 
 /// A tensor's data: materialised [`Storage`], or a pending program that produces it.
@@ -216,7 +218,11 @@ impl Fuser {
             if let Some(p) = cell.pending() {
                 let fits = self.program.nodes.len() + p.program.nodes.len() < MAX_NODES
                     && self.inputs.len() + p.inputs.len() <= MAX_INPUTS;
-                if fits {
+                // A kernel unravels every strided input over one shape: a program read through
+                // a reshape inlines only if its inputs are packed (positions `offset + e`).
+                let same_frame =
+                    p.shape == self.shape || p.inputs.iter().all(|(_, l)| l.is_contiguous());
+                if fits && same_frame {
                     let id = self.inline(&p);
                     self.inlined.insert(Arc::as_ptr(cell), id);
                     return Ok(id);
@@ -273,6 +279,7 @@ impl Fuser {
             inputs: self.inputs,
             scalars: self.scalars,
             n,
+            shape: self.shape.clone(),
         };
         let cell = Arc::new(StorageCell {
             value: OnceLock::new(),
