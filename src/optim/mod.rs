@@ -70,12 +70,24 @@ pub(crate) fn update_params(
     mut update: impl FnMut(&str, &Tensor, &Tensor) -> Result<Tensor>,
 ) -> Result<()> {
     let _no_grad = crate::no_grad();
+    let mut devices: Vec<crate::Device> = Vec::new();
     for (name, p) in model.named_parameters_mut() {
         let Some(g) = p.grad() else { continue };
         let new = update(&name, p, &g)?;
         let new = nn::param(new);
         new.set_grad(Some(g))?;
+        if !devices.contains(new.device()) {
+            devices.push(new.device().clone());
+        }
         *p = new;
+    }
+    // A step ends the fused chains it started: the new parameters and the optimizer's state
+    // (moments, momentum) run now, so the next step reads buffers instead of inlining (and
+    // recomputing, and keeping alive) every earlier step's chain.
+    for d in &devices {
+        if let Some(g) = d.as_gpu() {
+            crate::tensor::materialize_pending(g)?;
+        }
     }
     Ok(())
 }
