@@ -274,3 +274,12 @@ fn cross_entropy_of_an_empty_batch_is_nan() {
         assert!(loss.to_scalar::<f32>().unwrap().is_nan(), "{d}");
     }
 }
+
+#[test]
+fn float_ids_are_told_to_become_integers() {
+    let d = Device::cpu();
+    let table = Tensor::zeros(&[4, 2], DType::F32, &d).unwrap();
+    let ids = Tensor::from_vec(vec![1f32, 2.0], &[2], &d).unwrap();
+    let e = table.index_select(0, &ids).unwrap_err().to_string();
+    assert!(e.contains("DType::U32") && !e.contains("DType::F32"), "{e}");
+}

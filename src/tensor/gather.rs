@@ -23,7 +23,8 @@ impl Tensor {
     /// [`Error::InvalidArgument`] when an id is negative or `>= shape[dim]` (the message names the
     /// id, its position and the size), when `ids` is not 1-D, when `dim` is out of range or
     /// `self` is 0-d; [`Error::DeviceMismatch`] when `ids` lives on another device;
-    /// [`Error::UnsupportedDType`] for ids that are not U32/I32 or a table that is not f32.
+    /// [`Error::InvalidArgument`] for ids that are not U32/I32 (the message says how to convert
+    /// them); [`Error::UnsupportedDType`] for a table that is not f32.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -52,7 +53,15 @@ impl Tensor {
             });
         }
         if !matches!(ids.dtype(), DType::U32 | DType::I32) {
-            return Err(ids.unsupported(OP));
+            // Not the generic "convert to F32" advice: ids must become integers.
+            return Err(Error::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "ids must be U32 or I32 class/row indices, got {}; convert them with \
+                     .to_dtype(DType::U32)",
+                    ids.dtype()
+                ),
+            });
         }
         self.require_f32(OP)?;
         if self.ndim() == 0 {
