@@ -183,3 +183,60 @@ fn only_the_native_f16_variants_need_shader_f16() {
         );
     }
 }
+
+#[test]
+fn gpu_modules_import_each_other_one_way() {
+    // The layering of src/gpu/mod.rs: `use super::x` between gpu files must form no cycle, and
+    // src/device.rs uses gpu::registry but not the other way round.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
+    let mut edges: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut deps: Vec<String> = text
+            .split("super::")
+            .skip(1)
+            .map(|rest| {
+                rest.split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .filter(|d| !d.is_empty() && *d != name && dir.join(format!("{d}.rs")).exists())
+            .collect();
+        deps.sort();
+        deps.dedup();
+        edges.insert(name, deps);
+    }
+    assert!(edges.len() > 5, "read the gpu modules: {edges:?}");
+    // Depth-first search for a cycle.
+    fn visit(
+        n: &str,
+        e: &BTreeMap<String, Vec<String>>,
+        stack: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) {
+        if done.iter().any(|d| d == n) {
+            return;
+        }
+        if let Some(i) = stack.iter().position(|s| s == n) {
+            panic!("import cycle among src/gpu files: {:?} -> {n}", &stack[i..]);
+        }
+        stack.push(n.to_string());
+        for d in e.get(n).into_iter().flatten() {
+            visit(d, e, stack, done);
+        }
+        stack.pop();
+        done.push(n.to_string());
+    }
+    let mut done = Vec::new();
+    for n in edges.keys() {
+        visit(n, &edges, &mut Vec::new(), &mut done);
+    }
+    let registry = std::fs::read_to_string(dir.join("registry.rs")).unwrap();
+    assert!(
+        !registry.contains("crate::device::"),
+        "gpu/registry.rs must not use crate::device"
+    );
+}
