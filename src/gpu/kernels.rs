@@ -116,7 +116,7 @@ impl Shader {
             Shader::Matmul | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
-            Shader::Softmax => 3,
+            Shader::Softmax => 1,
             Shader::Join => 1,
             // The table and the ids.
             Shader::Gather => 2,
