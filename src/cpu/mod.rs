@@ -3,6 +3,7 @@
 
 pub(crate) mod compare;
 pub(crate) mod elementwise;
+pub(crate) mod fast_exp;
 pub(crate) mod gather;
 pub(crate) mod join;
 pub(crate) mod matmul;
