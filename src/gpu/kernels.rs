@@ -25,6 +25,7 @@ pub(crate) enum Shader {
     Fill,
     Reduce,
     Softmax,
+    LayerNorm,
     Join,
     Matmul,
     MatmulVec4,
@@ -67,10 +68,11 @@ pub(crate) fn compose(body: &str) -> String {
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 7] = [
+    pub(crate) const ALL: [Shader; 8] = [
         Shader::Fill,
         Shader::Reduce,
         Shader::Softmax,
+        Shader::LayerNorm,
         Shader::Join,
         Shader::Matmul,
         Shader::MatmulVec4,
@@ -82,6 +84,7 @@ impl Shader {
             Shader::Fill => "fill.wgsl",
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
+            Shader::LayerNorm => "layer_norm.wgsl",
             Shader::Join => "join.wgsl",
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
@@ -96,6 +99,7 @@ impl Shader {
             Shader::Fill => include_str!("../../shaders/fill.wgsl"),
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            Shader::LayerNorm => include_str!("../../shaders/layer_norm.wgsl"),
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
@@ -117,6 +121,8 @@ impl Shader {
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
             Shader::Softmax => 1,
+            // The input, weight and bias.
+            Shader::LayerNorm => 3,
             Shader::Join => 1,
             // The table and the ids.
             Shader::Gather => 2,

@@ -12,6 +12,7 @@ pub(crate) mod join;
 pub(crate) mod kernels;
 pub(crate) mod matmul;
 pub(crate) mod memory;
+pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod queue;
 pub(crate) mod reduce;
