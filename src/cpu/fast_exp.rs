@@ -27,7 +27,7 @@ pub(crate) fn exp_neg(x: f32) -> f32 {
     let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 1.666_666_5e-1)
         * r
-        + 5.000_000_1e-1;
+        + 0.5;
     let y = p * r * r + r + 1.0;
     // n in [-126, 0]: 2^n from its biased exponent; the integer is t's low bits.
     let e = (t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32 + 127) as u32;
@@ -118,7 +118,7 @@ fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool)
 /// Softmax of every row of `rows` (contiguous: `rows.stride == 1`), packed into `out`.
 pub(crate) fn softmax_rows(src: &[f32], rows: &Rows, out: &mut [f32], log: bool) {
     let len = rows.len;
-    debug_assert!(len > 0 && rows.stride == 1 && out.len() % len == 0);
+    debug_assert!(len > 0 && rows.stride == 1 && out.len().is_multiple_of(len));
     if out.len() < PAR_THRESHOLD {
         return run_block(src, rows, 0, out, log);
     }
