@@ -1,60 +1,128 @@
-// softmax.wgsl: the last pass of softmax and log_softmax over one dim of a strided view, once
-// reduce.wgsl has produced every row's max m and sum s of exp(x - m).
+// softmax.wgsl: softmax and log_softmax over one dim of a strided view in ONE dispatch, one
+// workgroup per row, any row length.
 //
-// Computes   OP 0 (softmax):     dst[i] = exp(x - m[o]) / s[o]
-//            OP 1 (log_softmax): dst[i] = (x - m[o]) - log(s[o])
-//            where x is element i (row-major) of the view and o = (i / (R * inner)) * inner
-//            + i % inner its row (R = size of the softmax dim, inner = product of the dims after
-//            it). Subtracting the row max keeps exp from overflowing. A NaN in the row (hence in
-//            m or s) gives NaN, tested on the bits since WGSL may assume floats are never NaN.
+// Computes   OP 0 (softmax):     dst[e] = exp(x - m) / s
+//            OP 1 (log_softmax): dst[e] = (x - m) - log(s)
+//            with m the row max and s = Σ exp(x - m). Online softmax: each thread walks its
+//            elements k = lid, lid + 256, ... once, keeping a running max and a sum rescaled
+//            whenever the max grows; the 256 (max, sum) pairs are merged by a fixed binary tree
+//            in workgroup memory (deterministic), then the row is read a second time and
+//            written. So a row costs one read pass + one write pass whatever its length (short
+//            rows are not a separate path: the same loop runs once per thread).
+//            Row semantics as the CPU oracle: a NaN or +inf in the row makes the whole row NaN
+//            (inf - inf), a row of -inf only gives NaN (0 / 0), -inf elements give 0 (-inf).
+// Rows       row r (r < nrows = outer * inner) is (o, i) = (r / inner, r % inner); element k sits
+//            at base(r) + k * rstride in src, base(r) the address of packed index
+//            o * len * inner + i unravelled through shape/strides, and at (o * len + k) * inner
+//            + i in dst (packed row-major). Rows along a non-last dim are read strided in place:
+//            making the view contiguous first would cost a copy dispatch and a third pass.
 // Bindings   @group(0) @binding(0) src    : array<f32>, read-only
-//            @group(0) @binding(1) rowmax : array<f32>, read-only, one per row
-//            @group(0) @binding(2) rowsum : array<f32>, read-only, one per row
-//            @group(0) @binding(3) dst    : array<f32>, read-write, n elements, packed row-major
-//            @group(0) @binding(4) params : array<u32>, read-only:
-//                [n, ndim, offset, R, inner, shape[ndim], strides[ndim]]   (ndim = 0: contiguous)
-// Dispatch   256 threads per workgroup, one element per thread, ceil(n / 256) workgroups laid
-//            out as a 2-D grid (x <= 65,535) and flattened as (wid.y * nwg.x + wid.x) * 256 + lid.
+//            @group(0) @binding(1) dst    : array<f32>, read-write, packed row-major
+//            @group(0) @binding(2) params : array<u32>, read-only:
+//                [nrows, len, inner, offset, rstride, ndim, shape[ndim], strides[ndim]]
+// Dispatch   256 threads per workgroup, nrows workgroups on the 2-D grid (row = wid.y * nwg.x +
+//            wid.x); workgroups past nrows do nothing (but still reach every barrier).
 
 override OP: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> src: array<f32>;
-@group(0) @binding(1) var<storage, read> rowmax: array<f32>;
-@group(0) @binding(2) var<storage, read> rowsum: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(4) var<storage, read> params: array<u32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(2) var<storage, read> params: array<u32>;
+
+var<workgroup> wmax: array<f32, 256>;
+var<workgroup> wsum: array<f32, 256>;
+var<workgroup> wbad: array<u32, 256>;
+
+// Merges the running pair (m, s) with (m2, s2); an empty pair has s = 0 and m = -inf (skipped,
+// since exp(-inf - -inf) would be NaN).
+fn merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
+    if (s2 == 0.0) {
+        return vec2<f32>(m, s);
+    }
+    if (s == 0.0) {
+        return vec2<f32>(m2, s2);
+    }
+    let mm = max(m, m2);
+    return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
+}
+
+// Address in src of packed index p of the view (params from index 5 on).
+fn address(p: u32) -> u32 {
+    let nd = params[5];
+    var at = params[3];
+    var rem = p;
+    // At most ndim iterations.
+    for (var k = nd; k > 0u; k = k - 1u) {
+        let d = k - 1u;
+        let size = params[6u + d];
+        at = at + (rem % size) * params[6u + nd + d];
+        rem = rem / size;
+    }
+    return at;
+}
 
 @compute @workgroup_size(256)
 fn softmax(inv: Invocation) {
-    let i = item(inv);
-    if (i >= params[0]) {
-        return;
+    let lid = inv.lid;
+    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
+    let nrows = params[0];
+    let len = params[1];
+    let inner = params[2];
+    let rstride = params[4];
+    // Workgroups past the last row run no iterations (count 0) but reach every barrier.
+    var count = 0u;
+    var base = 0u;
+    var out = 0u;
+    if (row < nrows) {
+        count = len;
+        let o = row / inner;
+        let i = row % inner;
+        out = o * len * inner + i;
+        base = address(out);
     }
-    let nd = params[1];
-    var at = params[2] + i;
-    if (nd > 0u) {
-        at = params[2];
-        var rem = i;
-        // At most ndim iterations.
-        for (var k = nd; k > 0u; k = k - 1u) {
-            let d = k - 1u;
-            let size = params[5u + d];
-            at = at + (rem % size) * params[5u + nd + d];
-            rem = rem / size;
+    var m = bitcast<f32>(0xff800000u);
+    var s = 0.0;
+    var bad = 0u;
+    for (var k = lid; k < count; k = k + 256u) {
+        let x = src[base + k * rstride];
+        if (is_nan(x) || bitcast<u32>(x) == INF_BITS) {
+            bad = 1u;
+        } else if (bitcast<u32>(x) != 0xff800000u) {
+            let r = merge(m, s, x, 1.0);
+            m = r.x;
+            s = r.y;
         }
     }
-    let len = params[3];
-    let inner = params[4];
-    let o = (i / (len * inner)) * inner + i % inner;
-    let d = src[at] - rowmax[o];
-    let s = rowsum[o];
-    if (is_nan(d) || is_nan(s)) {
-        dst[i] = bitcast<f32>(NAN_BITS);
-        return;
+    wmax[lid] = m;
+    wsum[lid] = s;
+    wbad[lid] = bad;
+    workgroupBarrier();
+    // Fixed tree: 128, 64, ..., 1 (the same order on every run and device).
+    for (var h = 128u; h > 0u; h = h >> 1u) {
+        if (lid < h) {
+            let r = merge(wmax[lid], wsum[lid], wmax[lid + h], wsum[lid + h]);
+            wmax[lid] = r.x;
+            wsum[lid] = r.y;
+            wbad[lid] = wbad[lid] | wbad[lid + h];
+        }
+        workgroupBarrier();
     }
-    if (OP == 1u) {
-        dst[i] = d - log(s);
-    } else {
-        dst[i] = exp(d) / s;
+    let rm = wmax[0];
+    let rs = wsum[0];
+    // NaN / +inf anywhere, or nothing but -inf (s = 0): the whole row is NaN.
+    let nan_row = wbad[0] != 0u || rs == 0.0;
+    let ls = log(rs);
+    for (var k = lid; k < count; k = k + 256u) {
+        let at = out + k * inner;
+        if (nan_row) {
+            dst[at] = bitcast<f32>(NAN_BITS);
+        } else {
+            let d = src[base + k * rstride] - rm;
+            if (OP == 1u) {
+                dst[at] = d - ls;
+            } else {
+                dst[at] = exp(d) / rs;
+            }
+        }
     }
 }

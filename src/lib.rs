@@ -84,6 +84,12 @@ pub mod testing {
         device.as_gpu().is_some_and(|g| g.native_f16())
     }
 
+    /// Row-kernel dispatches (softmax, log_softmax, layer_norm on a GPU) issued so far by the
+    /// calling thread: a test takes the difference around one op.
+    pub fn row_dispatches() -> u64 {
+        crate::gpu::softmax::row_dispatches()
+    }
+
     /// Every hand-written shader file as embedded, by file name, without `common.wgsl`
     /// (compared with `shaders/*.wgsl` on disk in the tests).
     pub fn shader_files() -> Vec<(&'static str, &'static str)> {

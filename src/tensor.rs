@@ -11,6 +11,7 @@ mod fuse;
 mod gather;
 mod join;
 mod matmul;
+mod norm;
 mod reduce;
 mod softmax;
 mod transfer;

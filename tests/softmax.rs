@@ -231,3 +231,107 @@ proptest! {
         }
     }
 }
+
+/// Row lengths around the workgroup size (256) and long rows (each of 256 threads walks several
+/// elements): one dispatch per op on a GPU, results as the f64 reference on every device.
+#[test]
+fn row_lengths_one_dispatch() {
+    for len in [1usize, 255, 256, 257, 4096, 5000] {
+        let shape = [3usize, len];
+        let v = data(3 * len, len as u64, 12.0);
+        for d in devices() {
+            let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+            for log in [false, true] {
+                let before = wgtensor::testing::row_dispatches();
+                let got = run(&t, -1, log);
+                let launched = wgtensor::testing::row_dispatches() - before;
+                assert_eq!(
+                    launched,
+                    u64::from(d.is_gpu()),
+                    "len {len} log {log} on {d}"
+                );
+                assert_close(
+                    &values(&got),
+                    &reference(&v, &shape, 1, log),
+                    1e-5,
+                    1e-6,
+                    &format!("len {len} log {log} on {d}"),
+                );
+            }
+        }
+    }
+}
+
+/// Every dim of a 3-D tensor (rows of 300 > 256 along each), contiguous and transposed, with
+/// NaN, -inf and all -inf rows planted along the last dim.
+#[test]
+fn every_dim_of_3d_with_special_rows() {
+    let shape = [300usize, 3, 4];
+    let mut v = data(shape.iter().product(), 33, 9.0);
+    v[4..8].fill(f32::NEG_INFINITY); // [0, 1, :] all -inf
+    v[9] = f32::NAN; // [0, 2, 1]
+    v[13] = f32::NEG_INFINITY; // [1, 0, 1]
+    for d in devices() {
+        let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+        let tt = t.transpose(0, 2).unwrap();
+        let packed = values(&tt);
+        for (view, want_of) in [(&t, &v), (&tt, &packed)] {
+            let shp = view.shape().to_vec();
+            for dim in 0..3 {
+                for log in [false, true] {
+                    assert_close(
+                        &values(&run(view, dim as isize, log)),
+                        &reference(want_of, &shp, dim, log),
+                        1e-5,
+                        1e-6,
+                        &format!("view {shp:?} dim {dim} log {log} on {d}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// f16 in, f16 out, computed in f32: as the reference on the f16 values, rounded to f16.
+#[test]
+fn f16_rows() {
+    let shape = [4usize, 300];
+    let v: Vec<f32> = data(1200, 5, 6.0)
+        .iter()
+        .map(|&x| wgtensor::f16::from_f32(x).to_f32())
+        .collect();
+    for d in devices() {
+        let t = Tensor::from_vec(v.clone(), &shape, &d)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        for log in [false, true] {
+            let got = run(&t, -1, log);
+            assert_eq!(got.dtype(), DType::F16);
+            let got = values(&got.to_dtype(DType::F32).unwrap());
+            assert_close(
+                &got,
+                &reference(&v, &shape, 1, log),
+                1e-3,
+                1e-5,
+                &format!("{d}"),
+            );
+        }
+    }
+}
+
+/// The CPU's contiguous-row path (vector loops, polynomial exp) against its strided path (the
+/// same rows read through a transposed view) within 1e-6 relative, on 1024 x 1024.
+#[test]
+fn cpu_fast_rows_match_strided_path() {
+    let v = data(1 << 20, 77, 15.0);
+    let cpu = Device::cpu();
+    let t = Tensor::from_vec(v, &[1024, 1024], &cpu).unwrap();
+    // The transpose's rows along dim 0 are t's rows, read with stride 1024.
+    let tt = t.transpose(0, 1).unwrap();
+    for log in [false, true] {
+        let fast = values(&run(&t, 1, log));
+        let slow = values(&run(&tt, 0, log).transpose(0, 1).unwrap());
+        assert_close(&fast, &slow, 1e-6, 1e-12, &format!("log {log}"));
+    }
+}

@@ -12,6 +12,7 @@
 mod api;
 pub(crate) mod elementwise;
 pub(crate) mod linalg;
+pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod shape;
 

@@ -3,9 +3,11 @@
 
 pub(crate) mod compare;
 pub(crate) mod elementwise;
+pub(crate) mod fast_exp;
 pub(crate) mod gather;
 pub(crate) mod join;
 pub(crate) mod matmul;
+pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod strided;

@@ -1,5 +1,7 @@
-//! CPU softmax and log_softmax: the fallback device and the oracle for `shaders/softmax.wgsl`
-//! (which runs after two `reduce.wgsl` reductions: the row max, then `Σ exp(x - max)`).
+//! CPU softmax and log_softmax: the fallback device and the oracle for `shaders/softmax.wgsl`.
+//! Rows that are contiguous in memory (softmax over the last dim) take `rows_fast`: no
+//! allocation per row, 8-lane chunked loops the compiler vectorises, a polynomial `exp`
+//! (`fast_exp.rs`), rayon over rows. Other dims take the generic strided fold.
 
 use super::reduce::{add, fold, fold_adjacent, max_nan, Rows, SUM_ID};
 use super::strided::PAR_THRESHOLD;
@@ -17,6 +19,10 @@ pub(crate) fn softmax(src: &[f32], layout: &Layout, d: usize, log: bool) -> Vec<
     let n = layout.numel();
     let mut out = vec![0f32; n];
     if n == 0 {
+        return out;
+    }
+    if inner == 1 && rows.stride == 1 {
+        super::fast_exp::softmax_rows(src, &rows, &mut out, log);
         return out;
     }
     // The output is a sequence of [len, inner] blocks, one per index of the dims before `d`;

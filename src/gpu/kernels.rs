@@ -30,6 +30,7 @@ pub(crate) const WORKGROUP: u64 = 256;
 pub(crate) enum Shader {
     Reduce,
     Softmax,
+    LayerNorm,
     Join,
     Matmul,
     MatmulVec4,
@@ -72,9 +73,10 @@ pub(crate) fn compose(body: &str) -> String {
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 6] = [
+    pub(crate) const ALL: [Shader; 7] = [
         Shader::Reduce,
         Shader::Softmax,
+        Shader::LayerNorm,
         Shader::Join,
         Shader::Matmul,
         Shader::MatmulVec4,
@@ -85,6 +87,7 @@ impl Shader {
         match self {
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
+            Shader::LayerNorm => "layer_norm.wgsl",
             Shader::Join => "join.wgsl",
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
@@ -98,6 +101,7 @@ impl Shader {
         match self {
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../shaders/softmax.wgsl"),
+            Shader::LayerNorm => include_str!("../../shaders/layer_norm.wgsl"),
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
@@ -117,7 +121,9 @@ impl Shader {
             Shader::Matmul | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
-            Shader::Softmax => 3,
+            Shader::Softmax => 1,
+            // The input, weight and bias.
+            Shader::LayerNorm => 3,
             Shader::Join => 1,
             // The table and the ids.
             Shader::Gather => 2,

@@ -64,6 +64,7 @@ pub(crate) mod kernels;
 pub(crate) mod launch;
 pub(crate) mod matmul;
 pub(crate) mod memory;
+pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod queue;
 pub(crate) mod reduce;

@@ -48,21 +48,7 @@ struct PassInput {
 }
 
 impl GpuDevice {
-    /// One value (or U32 index for argmax/argmin) per row of `rows`, over the view `layout` of
-    /// `src`. Rows must be non-empty and at least one row must exist.
-    /// `name` is the public op reported in errors (softmax reduces with `Max` too).
-    pub(crate) fn reduce(
-        &self,
-        name: &'static str,
-        op: ReduceOp,
-        src: &GpuBuffer,
-        layout: &Layout,
-        rows: &Rows,
-    ) -> Result<GpuBuffer> {
-        self.reduce_typed(name, op, DType::F32, src, layout, rows)
-    }
-
-    /// [`GpuDevice::reduce`] for an f32, i32 or u32 view (integer sums and products wrap; no
+    /// One value (or U32 index for argmax/argmin) per row of `rows`, over an f32, i32 or u32 view (integer sums and products wrap; no
     /// integer mean reaches here).
     pub(crate) fn reduce_typed(
         &self,
@@ -90,19 +76,6 @@ impl GpuDevice {
             None,
             rows,
         )
-    }
-
-    /// `Σ exp(x - max[o])` per row: softmax's denominator, `max` from [`GpuDevice::reduce`].
-    pub(crate) fn sum_exp(
-        &self,
-        op: &'static str,
-        src: &GpuBuffer,
-        layout: &Layout,
-        rows: &Rows,
-        max: &GpuBuffer,
-    ) -> Result<GpuBuffer> {
-        check_u32(op, layout)?;
-        self.passes(op, SUM_EXP_CODE, false, None, src, Some(max), rows)
     }
 
     #[allow(clippy::too_many_arguments)]

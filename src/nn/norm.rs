@@ -111,30 +111,9 @@ impl Module for LayerNorm {
                 rhs: vec![self.dim],
             });
         }
-        // An f16 input is normalised in f32 and returned in f16 (autocast's rule for
-        // layer_norm): the variance of f16 values loses too much in f16.
-        let input = x.dtype();
-        let x = if input == DType::F16 {
-            x.to_dtype(DType::F32)?
-        } else {
-            x.clone()
-        };
-        let mean = x.mean(-1, true)?;
-        let centered = x.sub(&mean)?;
-        // Biased variance (divides by n), as PyTorch's LayerNorm does.
-        let var = centered.mul(&centered)?.mean(-1, true)?;
-        let y = centered.div(&var.add_scalar(self.eps)?.sqrt()?)?;
-        let y = match (&self.weight, &self.bias) {
-            (Some(w), Some(b)) => y
-                .mul(&super::linear::follow_dtype(w, &y)?)?
-                .add(&super::linear::follow_dtype(b, &y)?)?,
-            _ => y,
-        };
-        if input == DType::F16 {
-            y.to_dtype(DType::F16)
-        } else {
-            Ok(y)
-        }
+        // One kernel per row block (Tensor::layer_norm); an f16 input is normalised in f32 and
+        // returned in f16 (autocast's rule for layer_norm).
+        x.layer_norm(self.weight.as_ref(), self.bias.as_ref(), self.eps)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

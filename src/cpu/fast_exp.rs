@@ -1,0 +1,153 @@
+//! Softmax over contiguous rows with vectorisable inner loops: a row max, `exp(x - max)` and its
+//! sum, then a scale (or `x - max - ln Σ` for log_softmax), each an 8-lane chunked loop with no
+//! libm call, so LLVM turns it into SIMD. On x86-64 the same code is also compiled for AVX2+FMA
+//! and picked at run time (the crate is built for the SSE2 baseline).
+
+use super::reduce::Rows;
+use super::strided::PAR_THRESHOLD;
+use rayon::prelude::*;
+
+/// Lanes per chunk: two SSE or one AVX register.
+const LANES: usize = 8;
+/// Elements per rayon task (enough work to amortise the task).
+const PAR_CHUNK: usize = 1 << 14;
+
+/// `exp(x)` for `x <= 0` (softmax's `x - max`), within 2 ulp of `f32::exp` (Cephes `expf`:
+/// `x = n ln2 + r`, a degree-6 polynomial in `r`, `2^n` built in the exponent bits). Below
+/// -87 the result would be subnormal: 0 is returned (relative to a row sum >= 1 it is nothing).
+#[inline(always)]
+pub(crate) fn exp_neg(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    let xc = x.max(-87.0);
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * r * r + r + 1.0;
+    // n in [-126, 0]: 2^n from its biased exponent; the integer is t's low bits.
+    let e = (t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32 + 127) as u32;
+    let v = y * f32::from_bits(e << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// One row: `out = softmax(x)` (or log_softmax). A NaN or +inf in the row, or a row of -inf
+/// only, gives a NaN row (as the strided path and PyTorch).
+#[inline(always)]
+fn row(x: &[f32], out: &mut [f32], log: bool) {
+    let mut mx = [f32::NEG_INFINITY; LANES];
+    let mut nan = [false; LANES];
+    let mut xs = x.chunks_exact(LANES);
+    for c in &mut xs {
+        for j in 0..LANES {
+            // `max` ignores NaN: NaN lanes are flagged apart.
+            mx[j] = mx[j].max(c[j]);
+            nan[j] |= c[j].is_nan();
+        }
+    }
+    for (j, &v) in xs.remainder().iter().enumerate() {
+        mx[j] = mx[j].max(v);
+        nan[j] |= v.is_nan();
+    }
+    let m = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if nan.iter().any(|&b| b) || m.is_infinite() {
+        out.fill(f32::NAN);
+        return;
+    }
+    let mut acc = [0f32; LANES];
+    let mut os = out.chunks_exact_mut(LANES);
+    let mut xs = x.chunks_exact(LANES);
+    for (o, c) in (&mut os).zip(&mut xs) {
+        for j in 0..LANES {
+            let e = exp_neg(c[j] - m);
+            o[j] = e;
+            acc[j] += e;
+        }
+    }
+    let mut sum = acc.iter().sum::<f32>();
+    for (o, &v) in os.into_remainder().iter_mut().zip(xs.remainder()) {
+        *o = exp_neg(v - m);
+        sum += *o;
+    }
+    if log {
+        // (x - m) - ln Σ, not x - (m + ln Σ): m + ln Σ would round away small differences.
+        let ls = sum.ln();
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = (v - m) - ls;
+        }
+    } else {
+        let inv = 1.0 / sum;
+        for o in out.iter_mut() {
+            *o *= inv;
+        }
+    }
+}
+
+/// `rows` of length `len` in `out[r * len..]`, row `r` read at `src[rows.base(r)..]`.
+#[inline(always)]
+fn block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
+    for (k, o) in out.chunks_exact_mut(rows.len).enumerate() {
+        let b = rows.base(first + k);
+        row(&src[b..b + rows.len], o, log);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn block_avx2(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
+    block(src, rows, first, out, log)
+}
+
+fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        return unsafe { block_avx2(src, rows, first, out, log) };
+    }
+    block(src, rows, first, out, log)
+}
+
+/// Softmax of every row of `rows` (contiguous: `rows.stride == 1`), packed into `out`.
+pub(crate) fn softmax_rows(src: &[f32], rows: &Rows, out: &mut [f32], log: bool) {
+    let len = rows.len;
+    debug_assert!(len > 0 && rows.stride == 1 && out.len().is_multiple_of(len));
+    if out.len() < PAR_THRESHOLD {
+        return run_block(src, rows, 0, out, log);
+    }
+    let per_task = (PAR_CHUNK / len).max(1);
+    out.par_chunks_mut(per_task * len)
+        .enumerate()
+        .for_each(|(t, o)| run_block(src, rows, t * per_task, o, log));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_neg;
+
+    #[test]
+    fn exp_neg_matches_libm() {
+        let mut x = 0f32;
+        while x > -100.0 {
+            let (got, want) = (exp_neg(x), x.exp());
+            if x >= -87.0 {
+                assert!(
+                    ((got - want) / want).abs() < 4e-7,
+                    "exp({x}) = {got}, libm {want}"
+                );
+            } else {
+                assert!(got == 0.0 && want < 2e-38, "exp({x}) = {got}");
+            }
+            x -= 0.013_7;
+        }
+        assert_eq!(exp_neg(0.0), 1.0);
+        assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
+    }
+}

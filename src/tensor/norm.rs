@@ -1,0 +1,142 @@
+//! layer_norm: validate, then dispatch to `cpu/norm.rs` or `gpu/norm.rs` (one kernel per call).
+
+use super::Tensor;
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, DType, Error, Result};
+
+impl Tensor {
+    /// PyTorch's `F.layer_norm(x, (x.shape[-1],), weight, bias, eps)`: each row of the last dim
+    /// becomes `(x - mean) / sqrt(var + eps) * weight + bias` (biased variance), in one kernel
+    /// (one workgroup per row on a GPU). f16 inputs are computed in f32 and returned in f16;
+    /// an f16 weight or bias is widened to f32. Non-contiguous inputs are copied to a packed
+    /// layout first. Differentiable in `self`, `weight` and `bias`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a 0-d tensor or an `eps` that is negative or not finite;
+    /// [`Error::ShapeMismatch`] when `weight` or `bias` is not `[last dim]`;
+    /// [`Error::DeviceMismatch`] when they live on another device;
+    /// [`Error::UnsupportedDType`] for integer tensors.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::cpu();
+    /// let x = Tensor::from_vec(vec![1f32, 3.0], &[1, 2], &d)?;
+    /// let b = Tensor::from_vec(vec![10f32, 20.0], &[2], &d)?;
+    /// let y = x.layer_norm(None, Some(&b), 0.0)?.to_vec::<f32>()?;
+    /// assert_eq!(y, vec![9.0, 21.0]); // mean 2, std 1
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let op = "layer_norm";
+        if !(eps >= 0.0 && eps.is_finite()) {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!("eps must be a finite number >= 0, got {eps}"),
+            });
+        }
+        let Some(&len) = self.shape().last() else {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "a 0-d tensor has no last dim to normalise; reshape it to [1]".into(),
+            });
+        };
+        for p in [weight, bias].into_iter().flatten() {
+            if p.shape() != [len] {
+                return Err(Error::ShapeMismatch {
+                    op,
+                    lhs: self.shape().to_vec(),
+                    rhs: p.shape().to_vec(),
+                });
+            }
+            if p.device() != self.device() {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    lhs: self.device().to_string(),
+                    rhs: p.device().to_string(),
+                });
+            }
+            if !matches!(p.dtype(), DType::F32 | DType::F16) {
+                return Err(p.unsupported(op));
+            }
+        }
+        let f32_of = |p: Option<&Tensor>| -> Result<Option<Tensor>> {
+            p.map(|p| p.to_dtype(DType::F32)).transpose()
+        };
+        if self.dtype() == DType::F16
+            || [weight, bias]
+                .into_iter()
+                .flatten()
+                .any(|p| p.dtype() == DType::F16)
+        {
+            // Widened through tracked conversions, so gradients flow back in the caller's dtypes.
+            let (w, b) = (f32_of(weight)?, f32_of(bias)?);
+            let y = self
+                .to_dtype(DType::F32)?
+                .layer_norm(w.as_ref(), b.as_ref(), eps)?;
+            return if self.dtype() == DType::F16 {
+                y.to_dtype(DType::F16)
+            } else {
+                Ok(y)
+            };
+        }
+        self.require_f32(op)?;
+        let out = if self.numel() == 0 {
+            Tensor::zeros(self.shape(), DType::F32, self.device())?
+        } else {
+            self.layer_norm_forward(weight, bias, eps, len)?
+        };
+        Ok(crate::autograd::norm::layer_norm(
+            self, weight, bias, eps, out,
+        ))
+    }
+
+    /// The kernel call, untracked: packed copies of the operands, one CPU or GPU kernel.
+    fn layer_norm_forward(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f32,
+        len: usize,
+    ) -> Result<Tensor> {
+        let _guard = crate::no_grad();
+        let x = self.contiguous()?;
+        let weight = weight.map(Tensor::contiguous).transpose()?;
+        let bias = bias.map(Tensor::contiguous).transpose()?;
+        let nrows = x.numel() / len;
+        let storage = match x.storage()? {
+            Storage::Cpu(_) => {
+                let slice = |p: &Option<Tensor>| -> Result<Option<Vec<f32>>> {
+                    p.as_ref()
+                        .map(|p| Ok(p.cpu_f32("layer_norm")?.to_vec()))
+                        .transpose()
+                };
+                let (w, b) = (slice(&weight)?, slice(&bias)?);
+                Storage::Cpu(CpuStorage::F32(cpu::norm::layer_norm(
+                    x.cpu_f32("layer_norm")?,
+                    len,
+                    w.as_deref(),
+                    b.as_deref(),
+                    eps,
+                )))
+            }
+            Storage::Gpu(buf) => {
+                fn gpu(p: &Option<Tensor>) -> Result<Option<&crate::gpu::buffer::GpuBuffer>> {
+                    p.as_ref()
+                        .map(|p| match p.storage()? {
+                            Storage::Gpu(b) => Ok(b),
+                            Storage::Cpu(_) => Err(p.unsupported("layer_norm")),
+                        })
+                        .transpose()
+                }
+                let (w, b) = (gpu(&weight)?, gpu(&bias)?);
+                Storage::Gpu(buf.device.layer_norm(buf, nrows, len, w, b, eps)?)
+            }
+        };
+        Ok(self.derived(storage, self.shape()))
+    }
+}

@@ -1,0 +1,183 @@
+//! `Tensor::layer_norm` and `nn::LayerNorm` on every device against an f64 reference (PyTorch's
+//! formula), one dispatch per call on a GPU; the backward against finite differences.
+
+mod common;
+use common::{assert_close, data, devices, values};
+use wgtensor::nn::{LayerNorm, Module};
+use wgtensor::{DType, Device, Error, Tensor};
+
+/// `(x - mean) / sqrt(var + eps) * w + b` over the last dim of row-major `v`, in f64.
+fn reference(v: &[f32], len: usize, w: Option<&[f32]>, b: Option<&[f32]>, eps: f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(v.len());
+    for row in v.chunks(len) {
+        let n = len as f64;
+        let mean = row.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = row.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+        for (k, &x) in row.iter().enumerate() {
+            let y = (x as f64 - mean) / (var + eps as f64).sqrt();
+            let y = y * w.map_or(1.0, |w| w[k] as f64) + b.map_or(0.0, |b| b[k] as f64);
+            out.push(y as f32);
+        }
+    }
+    out
+}
+
+#[test]
+fn row_lengths_affine_or_not_one_dispatch() {
+    for len in [1usize, 255, 256, 257, 768, 4096, 5000] {
+        let v = data(3 * len, len as u64, 4.0);
+        // An offset mean: Welford's merge must not cancel it away.
+        let v: Vec<f32> = v.iter().map(|x| x + 100.0).collect();
+        let wv = data(len, 7, 2.0);
+        let bv = data(len, 8, 1.0);
+        for d in devices() {
+            let x = Tensor::from_vec(v.clone(), &[3, len], &d).unwrap();
+            let w = Tensor::from_vec(wv.clone(), &[len], &d).unwrap();
+            let b = Tensor::from_vec(bv.clone(), &[len], &d).unwrap();
+            for (wo, bo) in [(None, None), (Some(&w), None), (Some(&w), Some(&b))] {
+                let before = wgtensor::testing::row_dispatches();
+                let y = x.layer_norm(wo, bo, 1e-5).unwrap();
+                let launched = wgtensor::testing::row_dispatches() - before;
+                assert_eq!(launched, u64::from(d.is_gpu()), "len {len} on {d}");
+                let want = reference(&v, len, wo.map(|_| &wv[..]), bo.map(|_| &bv[..]), 1e-5);
+                let ctx = format!("len {len} w {} b {} on {d}", wo.is_some(), bo.is_some());
+                assert_close(&values(&y), &want, 1e-4, 1e-4, &ctx);
+            }
+        }
+    }
+}
+
+/// 3-D and non-contiguous inputs, NaN rows, f16 in and out.
+#[test]
+fn views_nan_and_f16() {
+    let mut v = data(2 * 5 * 6, 3, 3.0);
+    v[7] = f32::NAN; // row 1 of [10, 6]
+    for d in devices() {
+        let t = Tensor::from_vec(v.clone(), &[2, 5, 6], &d).unwrap();
+        let got = values(&t.layer_norm(None, None, 1e-5).unwrap());
+        let want = reference(&v, 6, None, None, 1e-5);
+        assert!(got[6..12].iter().all(|x| x.is_nan()), "NaN row on {d}");
+        let ok: Vec<usize> = (0..60).filter(|i| !(6..12).contains(i)).collect();
+        let pick = |a: &[f32]| ok.iter().map(|&i| a[i]).collect::<Vec<_>>();
+        assert_close(
+            &pick(&got),
+            &pick(&want),
+            1e-4,
+            1e-5,
+            &format!("3-D on {d}"),
+        );
+        // A transposed view: rows of 5 read through strides.
+        let clean = Tensor::from_vec(data(60, 4, 3.0), &[2, 5, 6], &d).unwrap();
+        let tv = clean.transpose(1, 2).unwrap();
+        let packed = values(&tv);
+        assert_close(
+            &values(&tv.layer_norm(None, None, 1e-5).unwrap()),
+            &reference(&packed, 5, None, None, 1e-5),
+            1e-4,
+            1e-5,
+            &format!("transposed on {d}"),
+        );
+        // f16: computed in f32, rounded once.
+        let h = clean.to_dtype(DType::F16).unwrap();
+        let hv = values(&h.to_dtype(DType::F32).unwrap());
+        let y = h.layer_norm(None, None, 1e-5).unwrap();
+        assert_eq!(y.dtype(), DType::F16);
+        assert_close(
+            &values(&y.to_dtype(DType::F32).unwrap()),
+            &reference(&hv, 6, None, None, 1e-5),
+            2e-3,
+            2e-3,
+            &format!("f16 on {d}"),
+        );
+    }
+}
+
+/// Gradients of `sum(layer_norm(x, w, b) * r)` (r fixed random weights) against central
+/// differences, for x, weight and bias.
+#[test]
+fn backward_matches_finite_differences() {
+    let (rows, len, eps) = (3usize, 7usize, 1e-5f32);
+    let xv = data(rows * len, 11, 2.0);
+    let wv = data(len, 12, 1.5);
+    let bv = data(len, 13, 1.0);
+    let rv = data(rows * len, 14, 1.0);
+    let loss = |x: &[f32], w: &[f32], b: &[f32]| -> f64 {
+        reference(x, len, Some(w), Some(b), eps)
+            .iter()
+            .zip(&rv)
+            .map(|(&y, &r)| y as f64 * r as f64)
+            .sum()
+    };
+    let numeric = |which: usize, i: usize| -> f32 {
+        let h = 1e-3f32;
+        let mut p = [xv.clone(), wv.clone(), bv.clone()];
+        p[which][i] += h;
+        let up = loss(&p[0], &p[1], &p[2]);
+        p[which][i] -= 2.0 * h;
+        let down = loss(&p[0], &p[1], &p[2]);
+        ((up - down) / (2.0 * h as f64)) as f32
+    };
+    for d in devices() {
+        let x = Tensor::from_vec(xv.clone(), &[rows, len], &d)
+            .unwrap()
+            .requires_grad_(true);
+        let w = Tensor::from_vec(wv.clone(), &[len], &d)
+            .unwrap()
+            .requires_grad_(true);
+        let b = Tensor::from_vec(bv.clone(), &[len], &d)
+            .unwrap()
+            .requires_grad_(true);
+        let r = Tensor::from_vec(rv.clone(), &[rows, len], &d).unwrap();
+        let y = x.layer_norm(Some(&w), Some(&b), eps).unwrap();
+        y.mul(&r).unwrap().sum_all().unwrap().backward().unwrap();
+        for (which, t, n) in [(0, &x, rows * len), (1, &w, len), (2, &b, len)] {
+            let got = values(&t.grad().unwrap());
+            let want: Vec<f32> = (0..n).map(|i| numeric(which, i)).collect();
+            assert_close(&got, &want, 2e-2, 2e-3, &format!("grad {which} on {d}"));
+        }
+    }
+}
+
+#[test]
+fn module_and_errors() {
+    for d in devices() {
+        let ln = LayerNorm::new(6, &d).unwrap();
+        let v = data(12, 21, 5.0);
+        let x = Tensor::from_vec(v.clone(), &[2, 6], &d).unwrap();
+        assert_close(
+            &values(&ln.forward(&x).unwrap()),
+            &reference(&v, 6, None, None, 1e-5),
+            1e-4,
+            1e-5,
+            &format!("nn::LayerNorm on {d}"),
+        );
+        let w = Tensor::ones(&[5], DType::F32, &d).unwrap();
+        assert!(matches!(
+            x.layer_norm(Some(&w), None, 1e-5),
+            Err(Error::ShapeMismatch {
+                op: "layer_norm",
+                ..
+            })
+        ));
+        assert!(matches!(
+            x.layer_norm(None, None, -1.0),
+            Err(Error::InvalidArgument {
+                op: "layer_norm",
+                ..
+            })
+        ));
+        let s = Tensor::full(&[], 1.0, DType::F32, &d).unwrap();
+        assert!(matches!(
+            s.layer_norm(None, None, 1e-5),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+    let i = Tensor::zeros(&[2, 3], DType::I32, &Device::cpu()).unwrap();
+    assert!(matches!(
+        i.layer_norm(None, None, 1e-5),
+        Err(Error::UnsupportedDType {
+            op: "layer_norm",
+            ..
+        })
+    ));
+}
