@@ -142,7 +142,23 @@ fn rand_and_randn_with_one_seed_are_identical_on_every_device() {
             let b = bits(&t);
             match &first {
                 None => first = Some(b),
-                Some(f) => assert_eq!(&b, f, "{name} with seed 1234 differs between cpu and {d}"),
+                // rand is bit-identical everywhere; randn goes through the device's ln and cos
+                // (Box-Muller on the same Philox words), which may differ in the last ulp.
+                Some(f) if name == "rand" => {
+                    assert_eq!(&b, f, "{name} with seed 1234 differs between cpu and {d}")
+                }
+                Some(f) => {
+                    let (x, y): (Vec<f32>, Vec<f32>) = (
+                        b.iter().map(|&v| f32::from_bits(v)).collect(),
+                        f.iter().map(|&v| f32::from_bits(v)).collect(),
+                    );
+                    for (a, e) in x.iter().zip(&y) {
+                        assert!(
+                            (a - e).abs() <= 1e-5 * e.abs().max(1.0),
+                            "{name} on {d}: {a} vs {e}"
+                        );
+                    }
+                }
             }
         }
         let v: Vec<f32> = first.unwrap().into_iter().map(f32::from_bits).collect();
