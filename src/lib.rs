@@ -28,6 +28,7 @@
 
 mod autograd;
 mod cpu;
+pub mod data;
 mod device;
 mod dtype;
 mod error;
@@ -82,6 +83,11 @@ pub mod testing {
     /// `WGTENSOR_DISABLE_SHADER_F16` not `1` when the device opened); false on the CPU.
     pub fn native_f16(device: &Device) -> bool {
         device.as_gpu().is_some_and(|g| g.native_f16())
+    }
+
+    /// Tensor-data bytes the calling thread has read out of safetensors files so far.
+    pub fn safetensors_bytes_read() -> u64 {
+        crate::nn::load::bytes_read()
     }
 
     /// The WGSL source of every embedded shader, by file name (validated by naga in the tests).
