@@ -28,6 +28,7 @@
 
 mod autograd;
 mod cpu;
+pub mod data;
 mod device;
 mod dtype;
 mod error;
@@ -88,6 +89,11 @@ pub mod testing {
     /// calling thread: a test takes the difference around one op.
     pub fn row_dispatches() -> u64 {
         crate::gpu::softmax::row_dispatches()
+    }
+
+    /// Tensor-data bytes the calling thread has read out of safetensors files so far.
+    pub fn safetensors_bytes_read() -> u64 {
+        crate::nn::load::bytes_read()
     }
 
     /// Every hand-written shader file as embedded, by file name, without `common.wgsl`

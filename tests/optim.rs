@@ -288,3 +288,321 @@ fn grad_scaler_skips_inf_steps_backs_off_and_grows() -> Result<()> {
     }
     Ok(())
 }
+
+// --- Schedulers, gradient clipping, optimizer state and resumed training ---------------------
+
+use wgtensor::optim::{
+    clip_grad_norm_, load_checkpoint, save_checkpoint, CosineWithWarmup, LrScheduler, StepLR,
+};
+
+#[test]
+fn step_lr_and_cosine_with_warmup_follow_their_formulas() {
+    let mut opt = Sgd::new(0.1);
+    let mut s = StepLR::new(&mut opt, 3, 0.1).unwrap();
+    let mut got = vec![opt.lr()];
+    for _ in 0..7 {
+        s.step(&mut opt);
+        got.push(opt.lr());
+    }
+    // 0.1 * 0.1^floor(t / 3), by hand.
+    let want = [0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.001, 0.001];
+    assert_close(&got, &want, 1e-6, 0.0, "StepLR");
+    assert_eq!(s.last_epoch(), 7);
+
+    let mut opt = Adam::new(1.0);
+    let mut s = CosineWithWarmup::new(&mut opt, 4, 12, 0.1).unwrap();
+    let mut got = vec![opt.lr()];
+    for _ in 0..20 {
+        s.step(&mut opt);
+        got.push(opt.lr());
+    }
+    // Warm-up t / 4, then 0.1 + 0.9 * 0.5 * (1 + cos(pi * (t - 4) / 8)), by hand.
+    let hand = [
+        (0, 0.0),
+        (1, 0.25),
+        (2, 0.5),
+        (3, 0.75),
+        (4, 1.0),
+        (6, 0.1 + 0.45 * (1.0 + std::f32::consts::FRAC_1_SQRT_2)),
+        (8, 0.55),
+        (10, 0.1 + 0.45 * (1.0 - std::f32::consts::FRAC_1_SQRT_2)),
+        (12, 0.1),
+        (20, 0.1),
+    ];
+    for (t, want) in hand {
+        assert_close(&[got[t]], &[want], 1e-6, 1e-7, &format!("cosine t={t}"));
+    }
+    // Resuming: the rate is a function of the count alone.
+    let mut opt2 = Adam::new(1.0);
+    let mut s2 = CosineWithWarmup::new(&mut opt2, 4, 12, 0.1).unwrap();
+    s2.set_last_epoch(6);
+    s2.apply(&mut opt2);
+    assert_eq!(opt2.lr(), got[6]);
+
+    let mut o = Sgd::new(0.1);
+    assert!(StepLR::new(&mut o, 0, 0.5).is_err());
+    assert!(StepLR::new(&mut o, 1, f32::NAN).is_err());
+    assert!(CosineWithWarmup::new(&mut o, 5, 5, 0.0).is_err());
+    assert!(
+        CosineWithWarmup::new(&mut o, 0, 5, 0.5).is_err(),
+        "min_lr above base_lr"
+    );
+}
+
+#[test]
+fn clip_grad_norm_matches_pytorch() {
+    let ga = data(7, 11, 2.0);
+    let gb = data(12, 12, 2.0);
+    let norm: f64 = ga
+        .iter()
+        .chain(&gb)
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    for dev in devices() {
+        for max_norm in [0.5f32, 1e6] {
+            let a = nn::param(Tensor::zeros(&[7], DType::F32, &dev).unwrap());
+            let b = nn::param(Tensor::zeros(&[3, 4], DType::F32, &dev).unwrap());
+            let untouched = nn::param(Tensor::zeros(&[2], DType::F32, &dev).unwrap());
+            a.set_grad(Some(Tensor::from_vec(ga.clone(), &[7], &dev).unwrap()))
+                .unwrap();
+            b.set_grad(Some(Tensor::from_vec(gb.clone(), &[3, 4], &dev).unwrap()))
+                .unwrap();
+            let total =
+                clip_grad_norm_(&[a.clone(), b.clone(), untouched.clone()], max_norm).unwrap();
+            assert_eq!((total.shape(), total.device()), (&[][..], &dev));
+            let got = total.to_scalar::<f32>().unwrap();
+            assert_close(&[got], &[norm as f32], 1e-5, 0.0, &format!("norm on {dev}"));
+            // PyTorch: coef = max_norm / (norm + 1e-6), clamped to 1.
+            let coef = (f64::from(max_norm) / (norm + 1e-6)).min(1.0);
+            let scaled = |g: &[f32]| -> Vec<f32> {
+                g.iter().map(|&x| (f64::from(x) * coef) as f32).collect()
+            };
+            let ctx = format!("clipped grads, max_norm {max_norm} on {dev}");
+            assert_close(&values(&a.grad().unwrap()), &scaled(&ga), 1e-5, 1e-7, &ctx);
+            assert_close(&values(&b.grad().unwrap()), &scaled(&gb), 1e-5, 1e-7, &ctx);
+            assert!(untouched.grad().is_none());
+        }
+    }
+    let none = clip_grad_norm_(&[], 1.0).unwrap();
+    assert_eq!(none.to_scalar::<f32>().unwrap(), 0.0);
+    assert!(matches!(
+        clip_grad_norm_(&[], -1.0),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+/// The transfer counters are per device and other tests share the device: this check runs
+/// alone in a child process.
+#[test]
+fn clip_grad_norm_waits_for_nothing() {
+    common::run_child("clip_grad_norm_child", &[]);
+}
+
+#[test]
+fn clip_grad_norm_child() {
+    if !common::is_child("clip_grad_norm_child") {
+        return;
+    }
+    for dev in common::gpus() {
+        let p = nn::param(Tensor::zeros(&[300], DType::F32, &dev).unwrap());
+        p.set_grad(Some(
+            Tensor::from_vec(data(300, 3, 1.0), &[300], &dev).unwrap(),
+        ))
+        .unwrap();
+        dev.synchronize().unwrap();
+        let before = wgtensor::transfer_stats(&dev);
+        let norm = clip_grad_norm_(&[p.clone()], 0.1).unwrap();
+        let after = wgtensor::transfer_stats(&dev);
+        assert_eq!(
+            (after.downloads, after.wait_time),
+            (before.downloads, before.wait_time),
+            "no readback and no wait inside clip_grad_norm_ on {dev}"
+        );
+        assert!(norm.to_scalar::<f32>().unwrap() > 0.1);
+        assert!(
+            wgtensor::transfer_stats(&dev).downloads > after.downloads,
+            "counted"
+        );
+    }
+    common::child_done("clip_grad_norm_child");
+}
+
+/// A 3-4-2 MLP with fixed weights (`seed` picks them).
+fn mlp(dev: &Device, seed: u64) -> nn::Sequential {
+    let t = |n: usize, s: u64, shape: &[usize]| {
+        nn::param(Tensor::from_vec(data(n, seed * 10 + s, 0.5), shape, dev).unwrap())
+    };
+    nn::Sequential::new()
+        .add(nn::Linear::from_weights(t(12, 1, &[4, 3]), Some(t(4, 2, &[4]))).unwrap())
+        .add(nn::Tanh)
+        .add(nn::Linear::from_weights(t(8, 3, &[2, 4]), Some(t(2, 4, &[2]))).unwrap())
+}
+
+fn train(
+    model: &mut nn::Sequential,
+    opt: &mut dyn Optimizer,
+    sched: &mut StepLR,
+    dev: &Device,
+    steps: usize,
+) {
+    let x = Tensor::from_vec(data(24, 5, 1.0), &[8, 3], dev).unwrap();
+    let y = Tensor::from_vec(data(16, 6, 1.0), &[8, 2], dev).unwrap();
+    for _ in 0..steps {
+        opt.zero_grad(model);
+        nn::mse_loss(&model.forward(&x).unwrap(), &y)
+            .unwrap()
+            .backward()
+            .unwrap();
+        clip_grad_norm_(&model.parameters(), 1.0).unwrap();
+        opt.step(model).unwrap();
+        sched.step(opt);
+    }
+}
+
+#[test]
+fn training_resumes_from_a_checkpoint_exactly() {
+    type Make = fn() -> Box<dyn Optimizer>;
+    let optimizers: [(&str, Make); 3] = [
+        ("adam", || Box::new(Adam::new(0.05))),
+        ("adamw", || Box::new(AdamW::new(0.05).weight_decay(0.1))),
+        ("sgd", || {
+            Box::new(Sgd::new(0.05).momentum(0.9).nesterov(true))
+        }),
+    ];
+    for dev in devices() {
+        for (name, make) in optimizers {
+            let ctx = format!("{name} on {dev}");
+            // 10 uninterrupted steps.
+            let mut model = mlp(&dev, 1);
+            let mut opt = make();
+            let mut sched = StepLR::new(opt.as_mut(), 3, 0.5).unwrap();
+            train(&mut model, opt.as_mut(), &mut sched, &dev, 10);
+            let want: Vec<Vec<f32>> = model.parameters().iter().map(values).collect();
+
+            // 5 steps, save, load into a fresh model (other weights) and optimizer, 5 more.
+            let mut model = mlp(&dev, 1);
+            let mut opt = make();
+            let mut sched = StepLR::new(opt.as_mut(), 3, 0.5).unwrap();
+            train(&mut model, opt.as_mut(), &mut sched, &dev, 5);
+            let path = std::env::temp_dir().join(format!(
+                "wgtensor_resume_{}_{name}_{}.safetensors",
+                std::process::id(),
+                dev.to_string().replace(':', "_")
+            ));
+            save_checkpoint(&path, &model, opt.as_ref()).unwrap();
+            let names: Vec<String> = opt
+                .state_dict()
+                .unwrap()
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            assert!(names.contains(&"lr".to_string()), "{ctx}: {names:?}");
+            let slots: &[&str] = if name == "sgd" {
+                &["momentum_buffer"]
+            } else {
+                &["exp_avg", "exp_avg_sq", "step"]
+            };
+            for slot in slots {
+                assert!(
+                    names.contains(&format!("state.0.weight.{slot}")),
+                    "{ctx}: {names:?}"
+                );
+            }
+            drop((model, opt));
+
+            let mut model = mlp(&dev, 2);
+            let mut opt = make();
+            let mut sched = StepLR::new(opt.as_mut(), 3, 0.5).unwrap();
+            load_checkpoint(&path, &mut model, opt.as_mut(), &dev).unwrap();
+            sched.set_last_epoch(5);
+            assert_eq!(opt.lr(), sched.get_last_lr(), "{ctx}: the saved rate");
+            train(&mut model, opt.as_mut(), &mut sched, &dev, 5);
+            let got: Vec<Vec<f32>> = model.parameters().iter().map(values).collect();
+            for (g, w) in got.iter().zip(&want) {
+                assert_close(g, w, 1e-6, 0.0, &ctx);
+            }
+            std::fs::remove_file(path).ok();
+        }
+    }
+}
+
+#[test]
+fn bad_optimizer_state_is_rejected_whole() {
+    let cpu = Device::cpu();
+    let mut model = mlp(&cpu, 1);
+    let mut opt = Adam::new(0.1);
+    model
+        .forward(&Tensor::ones(&[1, 3], DType::F32, &cpu).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    opt.step(&mut model).unwrap();
+    let good = opt.state_dict().unwrap();
+    let expect = |state: Vec<(String, Tensor)>, part: &str| {
+        let mut o = Adam::new(0.3);
+        match o.load_state_dict(state) {
+            Err(Error::InvalidArgument { message, .. }) => {
+                assert!(message.contains(part), "{part:?} missing from {message}")
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+        assert_eq!(o.lr(), 0.3, "nothing changed");
+        assert_eq!(o.state_dict().unwrap().len(), 1);
+    };
+    let missing: Vec<_> = good
+        .iter()
+        .filter(|(n, _)| n != "state.0.weight.step")
+        .cloned()
+        .collect();
+    expect(missing, "state.0.weight.step");
+    let mut extra = good.clone();
+    extra.push((
+        "state.0.weight.velocity".into(),
+        Tensor::ones(&[1], DType::F32, &cpu).unwrap(),
+    ));
+    expect(extra, "velocity");
+    let mut ok = Adam::new(0.3);
+    ok.load_state_dict(good).unwrap();
+    assert_eq!(ok.lr(), 0.1);
+    // A model part that does not match leaves the model and the optimizer as they were.
+    let path = std::env::temp_dir().join(format!(
+        "wgtensor_bad_ckpt_{}.safetensors",
+        std::process::id()
+    ));
+    save_checkpoint(&path, &Linear1::new(), &opt).unwrap();
+    let before: Vec<Vec<f32>> = model.parameters().iter().map(values).collect();
+    let mut fresh = Adam::new(0.3);
+    assert!(load_checkpoint(&path, &mut model, &mut fresh, &cpu).is_err());
+    assert_eq!(fresh.lr(), 0.3);
+    assert_eq!(
+        before,
+        model.parameters().iter().map(values).collect::<Vec<_>>()
+    );
+    std::fs::remove_file(path).ok();
+}
+
+/// A module with one unrelated parameter, to write a checkpoint that does not fit `mlp`.
+struct Linear1(Tensor);
+
+impl Linear1 {
+    fn new() -> Linear1 {
+        Linear1(nn::param(
+            Tensor::ones(&[5], DType::F32, &Device::cpu()).unwrap(),
+        ))
+    }
+}
+
+impl Module for Linear1 {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.mul(&self.0)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("other".into(), self.0.clone())]
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        vec![("other".into(), &mut self.0)]
+    }
+}

@@ -1,9 +1,9 @@
 //! Weights in the safetensors format (the `safetensors` crate): save tensors by name, load them
-//! by name onto a chosen device, optionally converting f32 <-> f16 on the host.
+//! by name (loading lives in `load.rs`), and the host f32 <-> f16 conversion both share.
 
-use crate::storage::{CpuStorage, Storage};
+use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use safetensors::Dtype;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::Path;
@@ -15,17 +15,6 @@ fn to_st(d: DType) -> Dtype {
         DType::I32 => Dtype::I32,
         DType::U32 => Dtype::U32,
         DType::U8 => Dtype::U8,
-    }
-}
-
-fn from_st(d: Dtype) -> Option<DType> {
-    match d {
-        Dtype::F32 => Some(DType::F32),
-        Dtype::F16 => Some(DType::F16),
-        Dtype::I32 => Some(DType::I32),
-        Dtype::U32 => Some(DType::U32),
-        Dtype::U8 => Some(DType::U8),
-        _ => None,
     }
 }
 
@@ -149,83 +138,4 @@ pub(crate) fn convert_float(t: Tensor, dtype: DType) -> Result<Tensor> {
         }
         _ => Ok(t),
     }
-}
-
-/// Parses safetensors `bytes` (named `path` in errors) into host tensors, in file order.
-pub(crate) fn deserialize(bytes: &[u8], path: &str) -> Result<Vec<(String, Tensor)>> {
-    let format = |message: String| Error::Format {
-        op: "load_safetensors",
-        path: path.to_string(),
-        message,
-    };
-    let st = SafeTensors::deserialize(bytes).map_err(|e| format(e.to_string()))?;
-    let mut named: Vec<(String, TensorView<'_>)> = st.tensors();
-    // File order (by data offset), so saving what was loaded reproduces the file.
-    named.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
-    let mut out = Vec::with_capacity(named.len());
-    for (name, view) in named {
-        let dtype = from_st(view.dtype()).ok_or_else(|| {
-            format(format!(
-                "tensor {name:?} has dtype {}, which wgtensor does not store \
-                 (F32, F16, I32, U32 and U8 load); convert it when exporting",
-                view.dtype()
-            ))
-        })?;
-        let storage = CpuStorage::from_bytes(dtype, view.data())?;
-        let t = Tensor::from_parts(Storage::Cpu(storage), view.shape(), dtype, Device::cpu());
-        out.push((name, t));
-    }
-    Ok(out)
-}
-
-/// Reads every tensor of a safetensors file onto `device`, in file order, with its name.
-///
-/// `dtype`: `None` keeps the file's dtypes; `Some(DType::F16)` or `Some(DType::F32)` converts
-/// floating tensors to that dtype on the host (with `half`) before the upload; integer tensors
-/// keep their dtype. The file's optional `__metadata__` is ignored.
-///
-/// # Errors
-/// [`Error::Io`] when the file cannot be read; [`Error::Format`] when it is not a valid
-/// safetensors file (truncated, bad header, offsets outside the data) or holds a dtype wgtensor
-/// does not store (BF16, F64, I64, ...); [`Error::InvalidArgument`] when `dtype` is not a
-/// float dtype; device errors from the upload.
-///
-/// ```
-/// use wgtensor::nn::{load_safetensors, save_safetensors};
-/// use wgtensor::{DType, Device, Tensor};
-/// let path = std::env::temp_dir().join("wgtensor_doc_load.safetensors");
-/// save_safetensors(&path, &[("w".into(), Tensor::ones(&[3], DType::F32, &Device::cpu())?)])?;
-/// let half = load_safetensors(&path, &Device::best(), Some(DType::F16))?;
-/// assert_eq!(half[0].1.dtype(), DType::F16);
-/// # Ok::<(), wgtensor::Error>(())
-/// ```
-pub fn load_safetensors(
-    path: impl AsRef<Path>,
-    device: &Device,
-    dtype: Option<DType>,
-) -> Result<Vec<(String, Tensor)>> {
-    let path = path.as_ref();
-    if let Some(d) = dtype {
-        if !matches!(d, DType::F32 | DType::F16) {
-            return Err(Error::InvalidArgument {
-                op: "load_safetensors",
-                message: format!("dtype must be F32 or F16 (or None to keep the file's), got {d}"),
-            });
-        }
-    }
-    let bytes = std::fs::read(path).map_err(|e| Error::Io {
-        op: "load_safetensors",
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    deserialize(&bytes, &path.display().to_string())?
-        .into_iter()
-        .map(|(name, t)| {
-            let t = match dtype {
-                Some(d) => convert_float(t, d)?,
-                None => t,
-            };
-            Ok((name, t.to(device)?))
-        })
-        .collect()
 }

@@ -30,6 +30,7 @@ mod dropout;
 mod embedding;
 mod io;
 mod linear;
+pub(crate) mod load;
 mod loss;
 mod norm;
 mod parallel;
@@ -39,8 +40,9 @@ pub use activation::{Identity, ReLU, Sigmoid, Softmax, Tanh, GELU};
 pub use checkpoint::Checkpoint;
 pub use dropout::Dropout;
 pub use embedding::Embedding;
-pub use io::{load_safetensors, save_safetensors};
+pub use io::save_safetensors;
 pub use linear::Linear;
+pub use load::{load_safetensors, load_sharded, load_tensor};
 pub use loss::{cross_entropy, mse_loss};
 pub use norm::LayerNorm;
 pub use parallel::DataParallel;
@@ -155,7 +157,7 @@ pub trait Module: Send + Sync {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     fn load_weights(&mut self, path: &Path, device: &Device) -> Result<()> {
-        let loaded = load_safetensors(path, &Device::cpu(), None)?;
+        let loaded = load::load_any_host(path)?;
         assign(self, loaded, device, &path.display().to_string())
     }
 
@@ -176,6 +178,42 @@ pub trait Module: Send + Sync {
     fn save_weights(&self, path: &Path) -> Result<()> {
         save_safetensors(path, &self.named_parameters())
     }
+
+    /// Every parameter and buffer by name (PyTorch's `model.state_dict()`): the tensors
+    /// themselves, sharing their storage, in [`Module::named_parameters`] order.
+    ///
+    /// ```
+    /// use wgtensor::nn::{Linear, Module};
+    /// let m = Linear::new(3, 2, true, &wgtensor::Device::cpu())?;
+    /// let names: Vec<String> = m.state_dict().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["weight", "bias"]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.named_parameters()
+    }
+
+    /// Replaces every parameter with the tensor of the same name in `state`, placed on `device`
+    /// (PyTorch's strict `load_state_dict`): the same checks and conversions as
+    /// [`Module::load_weights`], and nothing is replaced unless everything matches.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the missing or unexpected key, or the key with its
+    /// expected and found shape (or dtype); device errors.
+    ///
+    /// ```
+    /// use wgtensor::nn::{Linear, Module};
+    /// use wgtensor::Device;
+    /// let a = Linear::new(3, 2, true, &Device::cpu())?;
+    /// let mut b = Linear::new(3, 2, true, &Device::cpu())?;
+    /// b.load_state_dict(a.state_dict(), &Device::best())?;
+    /// assert_eq!(b.bias().unwrap().to_vec::<f32>()?, a.bias().unwrap().to_vec::<f32>()?);
+    /// assert!(b.load_state_dict(Vec::new(), &Device::cpu()).is_err()); // missing keys
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    fn load_state_dict(&mut self, state: Vec<(String, Tensor)>, device: &Device) -> Result<()> {
+        assign(self, state, device, "the state dict")
+    }
 }
 
 /// Matches `loaded` host tensors to `module`'s parameters by name and shape, converts float
@@ -186,6 +224,19 @@ pub(crate) fn assign<M: Module + ?Sized>(
     device: &Device,
     source: &str,
 ) -> Result<()> {
+    let ready = prepare_assign(&*module, loaded, device, source)?;
+    commit_assign(module, ready);
+    Ok(())
+}
+
+/// The validation half of [`assign`]: the tensors, converted and on `device`, in parameter
+/// order; nothing in `module` changes.
+pub(crate) fn prepare_assign<M: Module + ?Sized>(
+    module: &M,
+    loaded: Vec<(String, Tensor)>,
+    device: &Device,
+    source: &str,
+) -> Result<Vec<Tensor>> {
     let op = "load_weights";
     let mut by_name: std::collections::HashMap<String, Tensor> = loaded.into_iter().collect();
     let mut ready = Vec::new();
@@ -234,14 +285,14 @@ pub(crate) fn assign<M: Module + ?Sized>(
             ),
         });
     }
-    let moved = ready
-        .into_iter()
-        .map(|t| t.to(device))
-        .collect::<Result<Vec<_>>>()?;
-    for ((_, p), t) in module.named_parameters_mut().into_iter().zip(moved) {
+    ready.into_iter().map(|t| t.to(device)).collect()
+}
+
+/// The replacement half of [`assign`]: `ready` comes from [`prepare_assign`] on this module.
+pub(crate) fn commit_assign<M: Module + ?Sized>(module: &mut M, ready: Vec<Tensor>) {
+    for ((_, p), t) in module.named_parameters_mut().into_iter().zip(ready) {
         *p = param(t);
     }
-    Ok(())
 }
 
 /// Sorted, quoted keys, at most 10 of them.

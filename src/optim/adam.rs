@@ -1,8 +1,8 @@
 //! Adam and AdamW with PyTorch's formulas (bias-corrected moments; AdamW's decoupled decay).
 
-use super::{check_hyper, update_params, Optimizer};
+use super::{check_hyper, state, update_params, Optimizer};
 use crate::nn::Module;
-use crate::{Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
 /// Per-parameter moments and step count.
@@ -131,6 +131,60 @@ impl Optimizer for Adam {
     fn set_lr(&mut self, lr: f32) {
         self.lr = lr;
     }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = vec![state::lr_entry(self.lr)?];
+        let mut names: Vec<&String> = self.state.keys().collect();
+        names.sort();
+        for name in names {
+            let s = &self.state[name];
+            out.push((format!("state.{name}.exp_avg"), s.m.clone()));
+            out.push((format!("state.{name}.exp_avg_sq"), s.v.clone()));
+            let step = Tensor::from_vec(vec![s.step], &[], &Device::cpu())?;
+            out.push((format!("state.{name}.step"), step));
+        }
+        Ok(out)
+    }
+
+    fn load_state_dict(&mut self, st: Vec<(String, Tensor)>) -> Result<()> {
+        let op = "Adam::load_state_dict";
+        let parsed = state::parse(op, st, &["exp_avg", "exp_avg_sq", "step"])?;
+        let mut new = HashMap::new();
+        for (name, mut slots) in parsed.slots {
+            let m = state::take(op, &name, &mut slots, "exp_avg")?;
+            let v = state::take(op, &name, &mut slots, "exp_avg_sq")?;
+            let step = state::take(op, &name, &mut slots, "step")?;
+            let bad = |message: String| Error::InvalidArgument { op, message };
+            if m.shape() != v.shape() || m.device() != v.device() {
+                return Err(bad(format!(
+                    "moments of {name:?} disagree: exp_avg {:?} on {}, exp_avg_sq {:?} on {}",
+                    m.shape(),
+                    m.device(),
+                    v.shape(),
+                    v.device()
+                )));
+            }
+            if step.numel() != 1 || step.dtype() != DType::I32 {
+                return Err(bad(format!(
+                    "\"state.{name}.step\" must be one i32, got {} of shape {:?}",
+                    step.dtype(),
+                    step.shape()
+                )));
+            }
+            let step = step.to_vec::<i32>()?[0];
+            if step < 1 {
+                return Err(bad(format!(
+                    "\"state.{name}.step\" is {step}, must be >= 1"
+                )));
+            }
+            new.insert(name, Moments { m, v, step });
+        }
+        self.state = new;
+        if let Some(lr) = parsed.lr {
+            self.lr = lr;
+        }
+        Ok(())
+    }
 }
 
 /// AdamW (`torch.optim.AdamW`): Adam whose weight decay is decoupled from the gradient,
@@ -191,5 +245,13 @@ impl Optimizer for AdamW {
 
     fn set_lr(&mut self, lr: f32) {
         self.0.lr = lr;
+    }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        self.0.state_dict()
+    }
+
+    fn load_state_dict(&mut self, state: Vec<(String, Tensor)>) -> Result<()> {
+        self.0.load_state_dict(state)
     }
 }

@@ -29,12 +29,18 @@
 //! ```
 
 mod adam;
+mod clip;
+pub mod lr_scheduler;
 mod scaler;
 mod sgd;
+mod state;
 
 pub use adam::{Adam, AdamW};
+pub use clip::clip_grad_norm_;
+pub use lr_scheduler::{CosineWithWarmup, LrScheduler, StepLR};
 pub use scaler::GradScaler;
 pub use sgd::Sgd;
+pub use state::{load_checkpoint, save_checkpoint};
 
 use crate::nn::{self, Module};
 use crate::{Error, Result, Tensor};
@@ -61,6 +67,31 @@ pub trait Optimizer {
 
     /// Changes the learning rate (for schedules).
     fn set_lr(&mut self, lr: f32);
+
+    /// The optimizer's state by name, to resume training (PyTorch's `optimizer.state_dict()`):
+    /// `lr` (0-d f32) and per parameter `state.<param>.<slot>` (Adam: `exp_avg`, `exp_avg_sq`,
+    /// `step` as 0-d i32; SGD with momentum: `momentum_buffer`). Tensors stay on their device.
+    /// The default holds only `lr`.
+    ///
+    /// # Errors
+    /// Allocation errors.
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        Ok(vec![state::lr_entry(self.lr())?])
+    }
+
+    /// Replaces the state with `state` (as [`Optimizer::state_dict`] names it; put its tensors
+    /// on the parameters' device first). Validated whole before anything changes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an unknown or missing key, a bad `lr`, or moments whose
+    /// shapes disagree.
+    fn load_state_dict(&mut self, state: Vec<(String, Tensor)>) -> Result<()> {
+        let parsed = state::parse("Optimizer::load_state_dict", state, &[])?;
+        if let Some(lr) = parsed.lr {
+            self.set_lr(lr);
+        }
+        Ok(())
+    }
 }
 
 /// Runs `update(name, param, grad)` for every parameter with a gradient and puts the result in

@@ -1,6 +1,6 @@
 //! Stochastic gradient descent with PyTorch's `torch.optim.SGD` formulas (dampening 0).
 
-use super::{check_hyper, update_params, Optimizer};
+use super::{check_hyper, state, update_params, Optimizer};
 use crate::nn::Module;
 use crate::{Result, Tensor};
 use std::collections::HashMap;
@@ -111,5 +111,33 @@ impl Optimizer for Sgd {
 
     fn set_lr(&mut self, lr: f32) {
         self.lr = lr;
+    }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = vec![state::lr_entry(self.lr)?];
+        let mut names: Vec<&String> = self.buffers.keys().collect();
+        names.sort();
+        for name in names {
+            out.push((
+                format!("state.{name}.momentum_buffer"),
+                self.buffers[name].clone(),
+            ));
+        }
+        Ok(out)
+    }
+
+    fn load_state_dict(&mut self, st: Vec<(String, Tensor)>) -> Result<()> {
+        let op = "Sgd::load_state_dict";
+        let parsed = state::parse(op, st, &["momentum_buffer"])?;
+        let mut new = HashMap::new();
+        for (name, mut slots) in parsed.slots {
+            let buf = state::take(op, &name, &mut slots, "momentum_buffer")?;
+            new.insert(name, buf);
+        }
+        self.buffers = new;
+        if let Some(lr) = parsed.lr {
+            self.lr = lr;
+        }
+        Ok(())
     }
 }

@@ -1,0 +1,223 @@
+//! DataLoader: every sample exactly once per epoch, in the seeded order (the same for the same
+//! seed, another for another epoch), batches equal to the source rows on every device,
+//! drop_last, errors that end the epoch, and a prefetching worker whose batches are resident
+//! before `next()` asks for them (the step does not wait for its batch's upload).
+
+mod common;
+
+use common::{data, devices, values};
+use std::time::Duration;
+use wgtensor::data::{DataLoader, Dataset, TensorDataset};
+use wgtensor::{Device, Error, Result, Tensor};
+
+fn dataset(n: usize) -> (TensorDataset, Vec<f32>) {
+    let cpu = Device::cpu();
+    let x = data(n * 3, 42, 1.0);
+    let xs = Tensor::from_vec(x.clone(), &[n, 3], &cpu).unwrap();
+    let ids = Tensor::from_vec((0..n as u32).collect::<Vec<_>>(), &[n], &cpu).unwrap();
+    (TensorDataset::new(vec![xs, ids]).unwrap(), x)
+}
+
+#[test]
+fn batches_are_the_rows_in_seeded_order_on_every_device() {
+    let n = 23;
+    for dev in devices() {
+        for drop_last in [false, true] {
+            let (ds, x) = dataset(n);
+            let mut loader = DataLoader::new(ds, 5, &dev)
+                .unwrap()
+                .shuffle(1234)
+                .drop_last(drop_last);
+            assert_eq!(loader.len(), if drop_last { 4 } else { 5 });
+            for epoch in 0..2 {
+                let order = loader.indices(epoch);
+                let mut seen = Vec::new();
+                let mut sizes = Vec::new();
+                for batch in loader.iter() {
+                    let batch = batch.unwrap();
+                    assert_eq!(batch[0].device(), &dev, "batch placed on {dev}");
+                    let ids = batch[1].to_vec::<u32>().unwrap();
+                    let rows = values(&batch[0]);
+                    assert_eq!(batch[0].shape(), &[ids.len(), 3]);
+                    for (k, &id) in ids.iter().enumerate() {
+                        let i = id as usize;
+                        assert_eq!(&rows[k * 3..k * 3 + 3], &x[i * 3..i * 3 + 3], "row {i}");
+                    }
+                    sizes.push(ids.len());
+                    seen.extend(ids.into_iter().map(|i| i as usize));
+                }
+                let kept = if drop_last { 20 } else { 23 };
+                assert_eq!(
+                    seen,
+                    order[..kept],
+                    "epoch {epoch} follows indices({epoch})"
+                );
+                let mut want = vec![5; 4];
+                if !drop_last {
+                    want.push(3);
+                }
+                assert_eq!(sizes, want);
+            }
+            assert_eq!(loader.stats().batches, 2 * loader.len() as u64);
+        }
+    }
+}
+
+#[test]
+fn shuffling_is_deterministic_for_a_seed() {
+    let make = |seed| {
+        DataLoader::new(dataset(50).0, 8, &Device::cpu())
+            .unwrap()
+            .shuffle(seed)
+    };
+    let (a, b, c) = (make(7), make(7), make(8));
+    let sorted = |mut v: Vec<usize>| {
+        v.sort();
+        v
+    };
+    assert_eq!(a.indices(0), b.indices(0));
+    assert_eq!(a.indices(3), b.indices(3));
+    assert_ne!(a.indices(0), a.indices(1), "a new order every epoch");
+    assert_ne!(a.indices(0), c.indices(0), "another seed, another order");
+    assert_eq!(
+        sorted(a.indices(0)),
+        (0..50).collect::<Vec<_>>(),
+        "a permutation"
+    );
+    let plain = DataLoader::new(dataset(5).0, 2, &Device::cpu()).unwrap();
+    assert_eq!(
+        plain.indices(9),
+        vec![0, 1, 2, 3, 4],
+        "no shuffle without a seed"
+    );
+    // Two loaders with one seed yield the same batches, epoch after epoch.
+    let (mut a, mut b) = (make(7), make(7));
+    for _ in 0..2 {
+        let ids = |l: &mut DataLoader<TensorDataset, Vec<Tensor>>| -> Vec<u32> {
+            l.iter()
+                .flat_map(|b| b.unwrap()[1].to_vec::<u32>().unwrap())
+                .collect()
+        };
+        assert_eq!(ids(&mut a), ids(&mut b));
+    }
+}
+
+/// Samples that take `delay` to produce (decoding, augmentation).
+struct Slow {
+    n: usize,
+    delay: Duration,
+    fail_at: Option<usize>,
+}
+
+impl Dataset for Slow {
+    type Item = Vec<f32>;
+    fn len(&self) -> usize {
+        self.n
+    }
+    fn get(&self, i: usize) -> Result<Vec<f32>> {
+        if Some(i) == self.fail_at {
+            return Err(Error::InvalidArgument {
+                op: "Slow::get",
+                message: format!("sample {i} is corrupt"),
+            });
+        }
+        std::thread::sleep(self.delay);
+        Ok(data(1024, i as u64, 1.0))
+    }
+}
+
+fn slow_loader(dev: &Device, n: usize, fail_at: Option<usize>) -> DataLoader<Slow, Tensor> {
+    let ds = Slow {
+        n,
+        delay: Duration::from_millis(5),
+        fail_at,
+    };
+    DataLoader::with_collate(ds, 4, dev, |items, dev| {
+        let rows = items.len();
+        let flat: Vec<f32> = items.into_iter().flatten().collect();
+        Tensor::from_vec(flat, &[rows, 1024], dev)
+    })
+    .unwrap()
+}
+
+#[test]
+fn next_returns_a_batch_prepared_while_the_step_computed() {
+    for dev in devices() {
+        let mut loader = slow_loader(&dev, 24, None);
+        let mut batches = loader.iter();
+        let first = batches.next().unwrap().unwrap(); // nothing was prepared before this one
+        assert_eq!(first.device(), &dev);
+        let after_first = loader.stats();
+        let mut checked = 0;
+        for (k, batch) in batches.by_ref().enumerate() {
+            let batch = batch.unwrap();
+            assert_eq!(batch.device(), &dev);
+            assert_eq!(batch.shape(), &[4, 1024]);
+            // The step: longer than preparing a batch (4 samples x 5 ms + the upload).
+            std::thread::sleep(Duration::from_millis(80));
+            let want = data(1024, 4 * (k as u64 + 1), 1.0);
+            assert_eq!(values(&batch.narrow(0, 0, 1).unwrap()), want);
+            checked += 1;
+        }
+        drop(batches);
+        assert_eq!(checked, 5);
+        let s = loader.stats();
+        let (wait, prepare) = (
+            s.wait_time - after_first.wait_time,
+            s.prepare_time - after_first.prepare_time,
+        );
+        eprintln!(
+            "data loader on {dev}: 5 batches after the first: next() waited {:.2} ms in all \
+             (max {:.2} ms); preparing and uploading them took {:.2} ms on the worker",
+            wait.as_secs_f64() * 1e3,
+            s.max_wait.as_secs_f64() * 1e3,
+            prepare.as_secs_f64() * 1e3
+        );
+        assert!(
+            prepare >= Duration::from_millis(100),
+            "5 x 4 samples x 5 ms"
+        );
+        assert!(
+            wait * 4 < prepare,
+            "on {dev} next() waited {wait:?} for batches whose preparation took {prepare:?}"
+        );
+    }
+}
+
+#[test]
+fn errors_end_the_epoch_and_bad_arguments_are_errors() {
+    let cpu = Device::cpu();
+    let mut loader = slow_loader(&cpu, 12, Some(6)); // batch 1 holds sample 6
+    let results: Vec<Result<Tensor>> = loader.iter().collect();
+    assert_eq!(
+        results.len(),
+        2,
+        "a good batch, then the error, then the end"
+    );
+    assert!(results[0].is_ok());
+    match &results[1] {
+        Err(Error::InvalidArgument { message, .. }) => assert!(message.contains("sample 6")),
+        other => panic!("expected the dataset's error, got {other:?}"),
+    }
+    // Dropping an epoch half-way stops its worker (this returns instead of hanging).
+    let mut loader = slow_loader(&cpu, 400, None);
+    let mut it = loader.iter();
+    assert!(it.next().unwrap().is_ok());
+    drop(it);
+
+    assert!(DataLoader::new(dataset(4).0, 0, &cpu).is_err());
+    let a = Tensor::zeros(&[3, 2], wgtensor::DType::F32, &cpu).unwrap();
+    let b = Tensor::zeros(&[4], wgtensor::DType::F32, &cpu).unwrap();
+    match TensorDataset::new(vec![a, b]) {
+        Err(Error::InvalidArgument { message, .. }) => {
+            assert!(
+                message.contains("4 rows") && message.contains("has 3"),
+                "{message}"
+            )
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(TensorDataset::new(Vec::new()).is_err());
+    let (ds, _) = dataset(3);
+    assert!(ds.get(3).is_err());
+}
