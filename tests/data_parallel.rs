@@ -163,3 +163,174 @@ fn train_mode_and_loaded_weights_reach_every_replica() {
         "back in eval",
     );
 }
+
+/// The training model: no Dropout, so replicas and the single-device run see the same function.
+fn train_model() -> Sequential {
+    let cpu = Device::cpu();
+    Sequential::new()
+        .add(Linear::new(5, 16, true, &cpu).unwrap())
+        .add(LayerNorm::new(16, &cpu).unwrap())
+        .add(Tanh)
+        .add(Linear::new(16, 3, true, &cpu).unwrap())
+}
+
+/// A copy with its own parameter leaves: clones of a module share grad slots, as PyTorch
+/// parameters shared between modules do.
+fn fresh(m: &Sequential) -> Sequential {
+    let mut m = m.clone();
+    for (_, p) in m.named_parameters_mut() {
+        *p = wgtensor::nn::param(p.detach());
+    }
+    m
+}
+
+/// Mean squared error against `target`, computed on the loss's device.
+fn loss(y: &Tensor, target: &Tensor) -> Tensor {
+    y.sub(target)
+        .unwrap()
+        .pow_scalar(2.0)
+        .unwrap()
+        .mean_all()
+        .unwrap()
+}
+
+/// Device lists for training: [cpu, cpu] always; [cpu, gpu:0], [gpu:0, cpu] and [gpu:0, gl:0]
+/// (a Vulkan and a GL device) where they exist.
+fn training_sets() -> Vec<Vec<Device>> {
+    let cpu = Device::cpu();
+    let mut sets = vec![vec![cpu.clone(), cpu.clone()]];
+    if let Some(g) = common::gpus().into_iter().next() {
+        sets.push(vec![cpu.clone(), g.clone()]);
+        sets.push(vec![g.clone(), cpu.clone(), cpu.clone()]);
+        if let Some(gl) = common::gl_views().into_iter().find(|d| d != &g) {
+            sets.push(vec![g, gl]);
+        }
+    }
+    sets
+}
+
+/// The case: after one backward the primary holds the gradient of the whole batch (not
+/// of its own shard), equal to a single-device backward on all 8 rows.
+#[test]
+fn backward_reduces_every_replica_gradient_onto_the_primary() {
+    let cpu = Device::cpu();
+    let m = train_model();
+    let x = Tensor::from_vec(data(8 * 5, 11, 1.0), &[8, 5], &cpu).unwrap();
+    let t = Tensor::from_vec(data(8 * 3, 12, 1.0), &[8, 3], &cpu).unwrap();
+    let single = fresh(&m);
+    loss(&single.forward(&x).unwrap(), &t).backward().unwrap();
+    let want: Vec<Vec<f32>> = single
+        .parameters()
+        .iter()
+        .map(|p| values(&p.grad().expect("single-device grad")))
+        .collect();
+    for devices in training_sets() {
+        let dp = DataParallel::new(fresh(&m), &devices, &cpu).unwrap();
+        loss(&dp.forward(&x).unwrap(), &t).backward().unwrap();
+        for ((name, p), w) in dp.named_parameters().into_iter().zip(&want) {
+            let g = p
+                .grad()
+                .unwrap_or_else(|| panic!("{name} has no grad on {devices:?}"));
+            assert_eq!(
+                g.device(),
+                &devices[0],
+                "{name}: grad on the primary's device"
+            );
+            assert_close(
+                &values(&g),
+                w,
+                1e-5,
+                1e-6,
+                &format!("{devices:?} grad {name}"),
+            );
+        }
+        // A second forward/backward accumulates, as in PyTorch.
+        loss(&dp.forward(&x).unwrap(), &t).backward().unwrap();
+        let p0 = &dp.parameters()[0];
+        let doubled: Vec<f32> = want[0].iter().map(|v| 2.0 * v).collect();
+        assert_close(
+            &values(&p0.grad().unwrap()),
+            &doubled,
+            1e-5,
+            1e-6,
+            "accumulated",
+        );
+    }
+}
+
+/// 20 steps of SGD (momentum) and of Adam through DataParallel give the parameters of the
+/// single-device model trained on the whole batch, and the replicas follow the primary.
+#[test]
+fn training_through_data_parallel_equals_single_device_training() {
+    use wgtensor::optim::{Adam, Optimizer, Sgd};
+    let cpu = Device::cpu();
+    let x = Tensor::from_vec(data(9 * 5, 21, 1.0), &[9, 5], &cpu).unwrap();
+    let t = Tensor::from_vec(data(9 * 3, 22, 1.0), &[9, 3], &cpu).unwrap();
+    type MakeOptimizer = fn() -> Box<dyn Optimizer>;
+    let optimizers: Vec<(&str, MakeOptimizer)> = vec![
+        ("sgd", || Box::new(Sgd::new(0.05).momentum(0.9))),
+        ("adam", || Box::new(Adam::new(0.01))),
+    ];
+    for (opt_name, make) in optimizers {
+        let mut single = train_model();
+        let start = fresh(&single);
+        let mut opt = make();
+        let mut first_loss = 0.0;
+        for step in 0..20 {
+            opt.zero_grad(&single);
+            let l = loss(&single.forward(&x).unwrap(), &t);
+            if step == 0 {
+                first_loss = l.to_scalar::<f32>().unwrap();
+            }
+            l.backward().unwrap();
+            opt.step(&mut single).unwrap();
+        }
+        let last = loss(&single.forward(&x).unwrap(), &t)
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(last < first_loss, "{opt_name}: training lowers the loss");
+        for devices in training_sets() {
+            let mut dp = DataParallel::new(fresh(&start), &devices, &cpu).unwrap();
+            let mut opt = make();
+            for _ in 0..20 {
+                opt.zero_grad(&dp);
+                loss(&dp.forward(&x).unwrap(), &t).backward().unwrap();
+                opt.step(&mut dp).unwrap();
+            }
+            let ctx = format!("{opt_name} on {devices:?}");
+            for ((name, p), (_, w)) in dp
+                .named_parameters()
+                .into_iter()
+                .zip(single.named_parameters())
+            {
+                assert_eq!(
+                    p.device(),
+                    &devices[0],
+                    "{ctx}: {name} stays on the primary"
+                );
+                assert_close(
+                    &values(&p),
+                    &values(&w),
+                    1e-5,
+                    1e-6,
+                    &format!("{ctx}: {name}"),
+                );
+            }
+            // The next forward replicates the stepped parameters.
+            dp.forward(&x).unwrap();
+            for (i, d) in devices.iter().enumerate().skip(1) {
+                let r = dp.replica(i).unwrap();
+                for ((name, p), (_, w)) in
+                    r.named_parameters().into_iter().zip(dp.named_parameters())
+                {
+                    assert_eq!(p.device(), d);
+                    assert_eq!(
+                        values(&p),
+                        values(&w),
+                        "{ctx}: replica {i} {name} re-synced"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -4,6 +4,7 @@
 use super::Module;
 use crate::{Device, Error, Result, Tensor};
 use std::path::Path;
+use std::sync::Mutex;
 
 /// Runs a module on several devices at once: [`forward`](Module::forward) splits the batch
 /// (dim 0) into nearly equal shards (sizes differ by at most one; fewer devices are used when
@@ -11,12 +12,20 @@ use std::path::Path;
 /// on one thread each, moves the outputs to the output device and concatenates them. The result
 /// equals a single-device run up to float rounding.
 ///
+/// Training works as PyTorch's `nn.DataParallel`: the *primary* module lives on `devices()[0]`
+/// and every forward builds the other replicas from the primary's current parameters with the
+/// differentiable [`Tensor::to`]. A `backward` through the gathered output therefore sends each
+/// replica's gradient back to the primary's device, where autograd sums it into the primary's
+/// parameters (in an order fixed by the graph, so runs are deterministic): after `backward` the
+/// primary holds the gradient of the whole batch. An optimizer stepping the `DataParallel` (or
+/// the primary) updates the primary, and the next forward replicates the updated parameters.
+///
 /// Any mix of devices works: several adapters, the CPU next to a GPU, or two logical devices on
 /// one adapter ([`Device::gpu_logical`]). The same device may also appear twice.
 ///
-/// Parameters (for [`Module::named_parameters`], saving, counting) are the first replica's.
-/// Weights loaded with [`Module::load_weights`] reach every replica; parameters replaced by hand
-/// through `named_parameters_mut` reach only the first until [`DataParallel::sync_replicas`].
+/// Parameters (for [`Module::named_parameters`], optimizers, saving, counting) are the
+/// primary's. Parameters replaced by hand through `named_parameters_mut` reach the replicas at
+/// the next forward.
 ///
 /// ```
 /// use wgtensor::nn::{DataParallel, Linear, Module, ReLU, Sequential};
@@ -34,16 +43,55 @@ use std::path::Path;
 /// assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4));
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
+///
+/// Gradients of the whole batch reach the primary:
+///
+/// ```
+/// use wgtensor::nn::{DataParallel, Linear, Module};
+/// use wgtensor::{DType, Device, Tensor};
+/// let cpu = Device::cpu();
+/// let linear = Linear::new(2, 1, false, &cpu)?;
+/// let dp = DataParallel::new(linear, &[cpu.clone(), cpu.clone()], &cpu)?;
+/// let x = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &cpu)?;
+/// dp.forward(&x)?.sum_all()?.backward()?; // d(sum of x w^T)/dw = column sums of x
+/// let g = dp.module().weight().grad().unwrap();
+/// assert_eq!(g.to_vec::<f32>()?, vec![4.0, 6.0]);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct DataParallel<M> {
-    replicas: Vec<M>,
+    /// On `devices[0]`; the parameters optimizers see.
+    primary: M,
+    /// The replicas of the last forward on `devices[1..]`, detached from its graph (for
+    /// [`DataParallel::replica`]; forward rebuilds them from the primary every time).
+    others: Mutex<Vec<M>>,
     devices: Vec<Device>,
     output_device: Device,
 }
 
+/// A copy of `primary` whose parameters are `primary`'s moved to `device` with the recorded
+/// [`Tensor::to`]: under grad mode, gradients of the copy flow back to `primary`'s parameters.
+fn replicate<M: Module + Clone>(primary: &M, device: &Device) -> Result<M> {
+    let source = primary.named_parameters();
+    let mut r = primary.clone();
+    for ((_, p), (_, s)) in r.named_parameters_mut().into_iter().zip(&source) {
+        *p = s.to(device)?;
+    }
+    Ok(r)
+}
+
+/// `r` with every parameter a fresh leaf (no graph kept alive), as a stored replica.
+fn detached<M: Module + Clone>(r: &M) -> M {
+    let mut r = r.clone();
+    for (_, p) in r.named_parameters_mut() {
+        *p = super::param(p.detach());
+    }
+    r
+}
+
 impl<M: Module + Clone> DataParallel<M> {
-    /// Replicates `module` on every device of `devices` (moving its parameters there) and
-    /// gathers outputs on `output_device`.
+    /// Makes `module` the primary on `devices[0]` (moving its parameters there), replicates it
+    /// on the other devices, and gathers outputs on `output_device`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty device list; the errors of moving parameters.
@@ -57,23 +105,33 @@ impl<M: Module + Clone> DataParallel<M> {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn new(module: M, devices: &[Device], output_device: &Device) -> Result<DataParallel<M>> {
-        if devices.is_empty() {
+        let Some(first) = devices.first() else {
             return Err(Error::InvalidArgument {
                 op: "DataParallel::new",
                 message: "the device list is empty; pass at least one device".into(),
             });
-        }
-        let mut replicas = Vec::with_capacity(devices.len());
-        for d in devices {
-            let mut r = module.clone();
-            r.to(d)?;
-            replicas.push(r);
-        }
-        Ok(DataParallel {
-            replicas,
+        };
+        let mut primary = module;
+        primary.to(first)?;
+        let dp = DataParallel {
+            primary,
+            others: Mutex::new(Vec::new()),
             devices: devices.to_vec(),
             output_device: output_device.clone(),
-        })
+        };
+        dp.refresh_others()?;
+        Ok(dp)
+    }
+
+    /// Rebuilds the stored replicas from the primary (untracked).
+    fn refresh_others(&self) -> Result<()> {
+        let _no_grad = crate::no_grad();
+        let others = self.devices[1..]
+            .iter()
+            .map(|d| replicate(&self.primary, d).map(|r| detached(&r)))
+            .collect::<Result<Vec<M>>>()?;
+        *self.others.lock().unwrap_or_else(|p| p.into_inner()) = others;
+        Ok(())
     }
 
     /// The devices holding a replica, in shard order.
@@ -100,7 +158,7 @@ impl<M: Module + Clone> DataParallel<M> {
         &self.output_device
     }
 
-    /// The first replica (on `devices()[0]`).
+    /// The primary module (on `devices()[0]`): the parameters that receive the gradients.
     ///
     /// ```
     /// # use wgtensor::nn::{DataParallel, Linear, Module};
@@ -110,10 +168,11 @@ impl<M: Module + Clone> DataParallel<M> {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn module(&self) -> &M {
-        &self.replicas[0]
+        &self.primary
     }
 
-    /// The replica on `devices()[i]`.
+    /// A copy of the replica on `devices()[i]`: the primary for `i = 0`, otherwise the replica
+    /// the last forward used (or [`DataParallel::sync_replicas`] made), detached from any graph.
     ///
     /// ```
     /// # use wgtensor::nn::{DataParallel, Linear, Module};
@@ -123,11 +182,18 @@ impl<M: Module + Clone> DataParallel<M> {
     /// assert!(dp.replica(2).is_none());
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
-    pub fn replica(&self, i: usize) -> Option<&M> {
-        self.replicas.get(i)
+    pub fn replica(&self, i: usize) -> Option<M> {
+        if i == 0 {
+            return Some(self.primary.clone());
+        }
+        self.others
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(i - 1)
+            .cloned()
     }
 
-    /// The first replica, giving up the others.
+    /// The primary module, giving up the replicas.
     ///
     /// ```
     /// # use wgtensor::nn::{DataParallel, Linear};
@@ -136,12 +202,13 @@ impl<M: Module + Clone> DataParallel<M> {
     /// let linear: Linear = dp.into_inner();
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
-    pub fn into_inner(mut self) -> M {
-        self.replicas.swap_remove(0)
+    pub fn into_inner(self) -> M {
+        self.primary
     }
 
-    /// Copies the first replica's parameters to every other replica (each on its own device):
-    /// needed after changing them through `named_parameters_mut` (an optimizer step).
+    /// Copies the primary's parameters to the stored replicas now. Forward always replicates
+    /// the primary's current parameters, so this only matters for inspecting
+    /// [`DataParallel::replica`] between an optimizer step and the next forward.
     ///
     /// # Errors
     /// The errors of moving tensors between devices.
@@ -159,14 +226,7 @@ impl<M: Module + Clone> DataParallel<M> {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn sync_replicas(&mut self) -> Result<()> {
-        let (first, rest) = self.replicas.split_at_mut(1);
-        let source = first[0].named_parameters();
-        for (r, d) in rest.iter_mut().zip(&self.devices[1..]) {
-            for ((_, p), (_, s)) in r.named_parameters_mut().into_iter().zip(&source) {
-                *p = super::param(s.to(d)?);
-            }
-        }
-        Ok(())
+        self.refresh_others()
     }
 
     /// `[start, len)` of each shard of a batch of `n`: sizes differ by at most one, the larger
@@ -200,12 +260,21 @@ impl<M: Module + Clone> Module for DataParallel<M> {
             });
         }
         let shards = self.shards(x.shape()[0]);
-        let run = |i: usize, (start, len): (usize, usize)| -> Result<Tensor> {
+        // Grad mode is per thread: the shard threads record exactly when the caller does.
+        let grad = crate::is_grad_enabled();
+        let run = |i: usize, (start, len): (usize, usize)| -> Result<(Tensor, Option<M>)> {
+            let _mode = (!grad).then(crate::no_grad);
             let shard = x.narrow(0, start, len)?.to(&self.devices[i])?;
-            let y = self.replicas[i].forward(&shard)?;
-            y.to(&self.output_device)
+            if i == 0 {
+                let y = self.primary.forward(&shard)?;
+                return Ok((y.to(&self.output_device)?, None));
+            }
+            // Rebuilt from the primary every time, inside the graph, so gradients come back.
+            let replica = replicate(&self.primary, &self.devices[i])?;
+            let y = replica.forward(&shard)?;
+            Ok((y.to(&self.output_device)?, Some(detached(&replica))))
         };
-        let outputs: Vec<Result<Tensor>> = if shards.len() == 1 {
+        let outputs: Vec<Result<(Tensor, Option<M>)>> = if shards.len() == 1 {
             vec![run(0, shards[0])]
         } else {
             std::thread::scope(|s| {
@@ -228,7 +297,18 @@ impl<M: Module + Clone> Module for DataParallel<M> {
                     .collect()
             })
         };
-        let outputs = outputs.into_iter().collect::<Result<Vec<Tensor>>>()?;
+        let outputs = outputs
+            .into_iter()
+            .collect::<Result<Vec<(Tensor, Option<M>)>>>()?;
+        let (outputs, used): (Vec<Tensor>, Vec<Option<M>>) = outputs.into_iter().unzip();
+        {
+            let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+            for (slot, r) in others.iter_mut().zip(used.into_iter().skip(1)) {
+                if let Some(r) = r {
+                    *slot = r;
+                }
+            }
+        }
         if outputs.len() == 1 {
             return Ok(outputs.into_iter().next().expect("one output"));
         }
@@ -237,11 +317,11 @@ impl<M: Module + Clone> Module for DataParallel<M> {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.replicas[0].named_parameters()
+        self.primary.named_parameters()
     }
 
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        self.replicas[0].named_parameters_mut()
+        self.primary.named_parameters_mut()
     }
 
     /// Refused: a `DataParallel`'s placement is its device list. Build a new one (from
@@ -262,7 +342,8 @@ impl<M: Module + Clone> Module for DataParallel<M> {
     }
 
     fn set_training(&mut self, training: bool) {
-        for r in &mut self.replicas {
+        self.primary.set_training(training);
+        for r in self.others.get_mut().unwrap_or_else(|p| p.into_inner()) {
             r.set_training(training);
         }
     }
@@ -278,7 +359,7 @@ impl<M: Module + Clone> Module for DataParallel<M> {
                 ),
             });
         }
-        self.replicas[0].load_weights(path, &first)?;
+        self.primary.load_weights(path, &first)?;
         self.sync_replicas()
     }
 }
