@@ -21,7 +21,7 @@ fn temp(name: &str) -> PathBuf {
 }
 
 /// Writes `(name, dtype, shape, bytes)` tensors with the reference `safetensors` writer.
-fn write_raw(path: &PathBuf, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
+fn write_raw(path: &std::path::Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
     let views: Vec<(&str, TensorView<'_>)> = tensors
         .iter()
         .map(|(n, d, s, b)| (*n, TensorView::new(*d, s.clone(), b).unwrap()))

@@ -412,7 +412,7 @@ fn clip_grad_norm_child() {
         .unwrap();
         dev.synchronize().unwrap();
         let before = wgtensor::transfer_stats(&dev);
-        let norm = clip_grad_norm_(&[p.clone()], 0.1).unwrap();
+        let norm = clip_grad_norm_(std::slice::from_ref(&p), 0.1).unwrap();
         let after = wgtensor::transfer_stats(&dev);
         assert_eq!(
             (after.downloads, after.wait_time),
