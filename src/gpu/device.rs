@@ -68,6 +68,11 @@ pub(crate) struct Inner {
     /// `WGTENSOR_VALIDATE=1` when the device opened.
     pub validate: bool,
     timeout_ns: AtomicU64,
+    /// Held around each `device.poll` (a wait polls in short slices, holding it per slice):
+    /// wgpu-core 30 asserts ("If the queue is empty, the current submission index ...") when two
+    /// threads poll one device at once, so polls take turns. Nothing else takes this lock, so
+    /// recording and submitting never wait for it.
+    poll_lock: std::sync::Mutex<()>,
 }
 
 /// State written from wgpu's callbacks, which may run on any thread.
@@ -157,6 +162,7 @@ impl GpuDevice {
             param_align,
             validate: validate_each_op(),
             timeout_ns: AtomicU64::new(DEFAULT_TIMEOUT.as_nanos() as u64),
+            poll_lock: std::sync::Mutex::new(()),
         }))
     }
 
@@ -466,12 +472,15 @@ impl GpuDevice {
                 .min(POLL_SLICE);
             // wgpu 30 sends some poll failures (a device lost mid-wait) to a panicking handler,
             // and its GL layer panics when it cannot lock the adapter's context.
-            let polled = catch_unwind(AssertUnwindSafe(|| {
-                self.0.device.poll(wgpu::PollType::Wait {
-                    submission_index: index.clone(),
-                    timeout: Some(slice),
-                })
-            }));
+            let polled = {
+                let _turn = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
+                catch_unwind(AssertUnwindSafe(|| {
+                    self.0.device.poll(wgpu::PollType::Wait {
+                        submission_index: index.clone(),
+                        timeout: Some(slice),
+                    })
+                }))
+            };
             match polled {
                 Ok(Ok(_)) => return self.check(op),
                 Ok(Err(wgpu::PollError::Timeout)) if Instant::now() < deadline => {}
@@ -512,8 +521,12 @@ impl GpuDevice {
         self.lost_error(op)
     }
 
-    /// Runs ready callbacks without blocking (guarded like `wait`).
+    /// Runs ready callbacks without blocking (guarded like `wait`). When another thread is
+    /// polling right now, that poll runs the same callbacks: this one is skipped.
     pub(crate) fn poll_once(&self) {
+        let Ok(_turn) = self.0.poll_lock.try_lock() else {
+            return;
+        };
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| {
             self.0.device.poll(wgpu::PollType::Poll)
         })) {
@@ -536,6 +549,7 @@ impl GpuDevice {
     pub(crate) fn destroy(&self) {
         self.0.device.destroy();
         // Destroy fires the loss callback asynchronously; a poll delivers it promptly.
+        let _turn = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
         let _ = catch_unwind(AssertUnwindSafe(|| {
             self.0.device.poll(wgpu::PollType::Poll)
         }));

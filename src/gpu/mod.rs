@@ -31,6 +31,7 @@
 //! | `KernelCache` maps (one lock each) | modules, layouts, pipelines, bind groups |
 //! | `Health` | the device-lost reason, errors that escaped every scope |
 //! | `TransferCounters::last_read` | the churn fingerprint |
+//! | `Inner::poll_lock` | `device.poll`: wgpu-core 30 asserts when two threads poll one device at once |
 //!
 //! Order: the batch lock may be held while taking `Queue::retired`, a `KernelCache` map or
 //! `Health`; every other lock is taken alone and released before any other is taken. Nothing
@@ -38,7 +39,8 @@
 //! (it consults `Queue::open` and parks the buffer in `Queue::retired`), so a drop inside a
 //! recording cannot deadlock.
 //!
-//! **No lock is held across a GPU wait.** A submit holds the batch lock (recording and
+//! **No lock is held across a GPU wait** (except the poll lock, which only another poll takes, for
+//! at most one 50 ms slice). A submit holds the batch lock (recording and
 //! submitting are not waits); waits (`GpuDevice::wait`) and map callbacks are awaited with no
 //! lock held. A direct readback registers the buffers it maps in `Batch::mapped` and releases
 //! the lock; a submit while any buffer is mapped waits on a condition variable (which releases
