@@ -198,8 +198,10 @@ impl Device {
         }
     }
 
-    /// Waits for all work queued on this device; reports a lost device or captured wgpu errors.
-    /// (PyTorch's `torch.cuda.synchronize()`; a no-op on the CPU.)
+    /// Waits for all work queued on this device; reports a lost device, captured wgpu errors, or
+    /// an out-of-range id found by a kernel since the last readback
+    /// ([`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange)). (PyTorch's
+    /// `torch.cuda.synchronize()`; a no-op on the CPU.)
     ///
     /// ```
     /// wgtensor::Device::cpu().synchronize()?;
@@ -211,7 +213,10 @@ impl Device {
             DeviceInner::Gpu(g) => {
                 // Pending fused elementwise work is queued work too.
                 crate::tensor::materialize_pending(g)?;
-                g.wait("synchronize", None)
+                g.wait("synchronize", None)?;
+                // An id found out of range by a kernel surfaces here (a 16-byte read, only when
+                // such a kernel ran since the last readback).
+                g.read_many("synchronize", &[], |_, _| ()).map(|_| ())
             }
         }
     }

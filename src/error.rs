@@ -152,6 +152,24 @@ pub enum Error {
         message: String,
     },
 
+    /// An id was outside `0..bound` (`index_select`, `gather`, `scatter_add`, `index_add`,
+    /// `nn::Embedding`, `nn::cross_entropy`). On the CPU it is found before anything runs. On a
+    /// GPU the kernel finds it: it writes zeros where the bad id pointed (never reading or
+    /// writing outside a tensor), records the id in the device's error word, and the error
+    /// surfaces from the next call that synchronizes with that device (a readback such as
+    /// `to_vec`, or `Device::synchronize`), like CUDA's device-side asserts but recoverable:
+    /// earlier tensors stay intact and the device stays usable.
+    #[error(
+        "{op}: index {index} is out of range for a dim of size {bound}; ids must lie in \
+         0..{bound} (on a GPU this is found by the kernel and reported at the next readback or \
+         synchronize; the entries it touched are zeros)"
+    )]
+    IndexOutOfRange {
+        op: &'static str,
+        index: i64,
+        bound: usize,
+    },
+
     /// Any other error reported by wgpu (validation, internal), captured instead of panicking.
     #[error("wgpu error on {device} in {op}: {message}")]
     Wgpu {

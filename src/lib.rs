@@ -96,14 +96,16 @@ pub mod testing {
         crate::nn::load::bytes_read()
     }
 
-    /// Every hand-written shader file as embedded, by file name, without `common.wgsl`
-    /// (compared with `shaders/*.wgsl` on disk in the tests).
+    /// Every hand-written shader file as embedded, by file name, without `common.wgsl` (and
+    /// without `ids.wgsl`, which the library prepends to shaders that call `report_bad_id`);
+    /// compared with `shaders/*.wgsl` on disk in the tests.
     pub fn shader_files() -> Vec<(&'static str, &'static str)> {
         let mut v: Vec<_> = crate::gpu::kernels::Shader::ALL
             .iter()
-            .map(|s| (s.file(), s.body()))
+            .map(|s| (s.file(), s.raw()))
             .collect();
         v.push(("common.wgsl", crate::gpu::kernels::COMMON));
+        v.push(("ids.wgsl", crate::gpu::kernels::IDS));
         v
     }
 

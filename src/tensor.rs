@@ -13,6 +13,7 @@ mod join;
 mod matmul;
 mod norm;
 mod reduce;
+mod scatter;
 mod softmax;
 mod transfer;
 mod view;

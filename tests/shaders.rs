@@ -95,12 +95,20 @@ fn embedded_shaders_validate() {
 
 #[test]
 fn shader_files_on_disk_validate() {
-    // Each file is valid once common.wgsl is prepended, as the library does at embed time.
+    // Each file is valid once common.wgsl (and ids.wgsl, for shaders that report bad ids) is
+    // prepended, as the library does at embed time.
     let shaders = on_disk();
     assert!(!shaders.is_empty(), "shaders/ holds no .wgsl files");
     let common = &shaders["common.wgsl"];
+    let ids = &shaders["ids.wgsl"];
     for (name, source) in &shaders {
-        if name != "common.wgsl" {
+        // ids.wgsl is validated as part of every shader that includes it.
+        if name == "common.wgsl" || name == "ids.wgsl" {
+            continue;
+        }
+        if source.contains("report_bad_id(") {
+            validate(name, &format!("{common}\n{ids}\n{source}"));
+        } else {
             validate(name, &format!("{common}\n{source}"));
         }
     }

@@ -11,6 +11,7 @@
 
 mod api;
 pub(crate) mod elementwise;
+pub(crate) mod gather;
 pub(crate) mod linalg;
 pub(crate) mod norm;
 pub(crate) mod reduce;

@@ -1,4 +1,5 @@
-//! CPU `index_select`: the fallback device and the oracle for `shaders/gather.wgsl`.
+//! CPU `index_select`, `gather` and `scatter_add`/`index_add`: the fallback device and the
+//! oracle for `shaders/gather.wgsl` and `shaders/scatter.wgsl`.
 
 use crate::shape::Layout;
 use crate::Result;
@@ -57,4 +58,73 @@ pub(crate) fn index_select<T: Copy>(
         }
     }
     Ok(out)
+}
+
+/// `torch.gather`: output element `i` (of `index_shape`) is the view's element at `i`'s
+/// coordinates with the one of dim `d` replaced by `ids[i]` (validated `< layout.shape[d]`).
+pub(crate) fn gather_dim(
+    src: &[f32],
+    layout: &Layout,
+    d: usize,
+    ids: &[u32],
+    index_shape: &[usize],
+) -> Result<Vec<f32>> {
+    let mut out = super::strided::try_vec("gather", ids.len())?;
+    for (i, &id) in ids.iter().enumerate() {
+        let mut rem = i;
+        let mut at = layout.offset;
+        for k in (0..index_shape.len()).rev() {
+            let c = if k == d {
+                id as usize
+            } else {
+                rem % index_shape[k]
+            };
+            rem /= index_shape[k];
+            at += c * layout.strides[k];
+        }
+        out.push(src[at]);
+    }
+    Ok(out)
+}
+
+/// Adds `src` (`ids.len()` contributions of `r` floats, packed) into `base` (packed rows of
+/// `r`): contribution `k`, at coordinates `k` unravelled over `shape` with the one of dim `d`
+/// replaced by `ids[k]` (validated), goes to row `sum c * out_strides`. Each target's
+/// contributions are summed in position order first and then added to `base`: the order of
+/// `shaders/scatter.wgsl`, so CPU and GPU agree bit for bit.
+pub(crate) fn scatter_add_into(
+    base: &mut [f32],
+    ids: &[u32],
+    shape: &[usize],
+    d: usize,
+    out_strides: &[usize],
+    src: &[f32],
+    r: usize,
+) -> Result<()> {
+    let mut keyed: Vec<(usize, usize)> = super::strided::try_vec("scatter_add", ids.len())?;
+    for (k, &id) in ids.iter().enumerate() {
+        let mut rem = k;
+        let mut key = 0;
+        for q in (0..shape.len()).rev() {
+            let c = if q == d { id as usize } else { rem % shape[q] };
+            rem /= shape[q];
+            key += c * out_strides[q];
+        }
+        keyed.push((key, k));
+    }
+    keyed.sort_unstable();
+    let mut acc = vec![0f32; r];
+    for run in keyed.chunk_by(|a, b| a.0 == b.0) {
+        acc.fill(0.0);
+        for &(_, k) in run {
+            for (a, v) in acc.iter_mut().zip(&src[k * r..(k + 1) * r]) {
+                *a += v;
+            }
+        }
+        let key = run[0].0;
+        for (b, a) in base[key * r..(key + 1) * r].iter_mut().zip(&acc) {
+            *b += a;
+        }
+    }
+    Ok(())
 }

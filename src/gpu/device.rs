@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// The params ring: each batch's kernel params, written just before its submit and read by
     /// its dispatches at dynamic offsets.
     pub ring: wgpu::Buffer,
+    /// Where kernels that read ids record an out-of-range id (`ids.rs`).
+    pub errors: super::ids::ErrorWord,
     /// `min_storage_buffer_offset_alignment`: where params windows may start.
     pub param_align: usize,
     /// `WGTENSOR_VALIDATE=1` when the device opened.
@@ -144,7 +146,9 @@ impl GpuDevice {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        let errors = super::ids::ErrorWord::new(&device, param_align as u64);
         GpuDevice(Arc::new(Inner {
+            errors,
             label,
             info,
             device,

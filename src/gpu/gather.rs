@@ -1,30 +1,63 @@
-//! GPU `index_select` by `shaders/gather.wgsl`: one thread per output element.
+//! GPU `index_select` and `gather` by `shaders/gather.wgsl`: one thread per output element. Ids
+//! are not checked on the host: the kernel writes zeros for an out-of-range id and reports it
+//! to the device's error word (`ids.rs`), so no launch waits for the ids' producer.
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
+use super::ids;
 use super::kernels::{Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
 use crate::Result;
 
+/// Packed ids on the device: `(buffer, first element, count, signed)`.
+pub(crate) type Ids<'a> = (&'a GpuBuffer, usize, usize, bool);
+
 impl GpuDevice {
-    /// Rows of dim `d` of the f32 view `layout` of `src` picked by `(ids, offset, count)`:
-    /// `count` u32 or i32 words (validated by the caller to lie in `0..layout.shape[d]`)
-    /// starting at element `offset` of the `ids` buffer.
+    /// Rows of dim `d` of the f32 view `layout` of `src` picked by the ids (index_select).
     pub(crate) fn index_select(
         &self,
         op: &'static str,
         src: &GpuBuffer,
         layout: &Layout,
         d: usize,
-        (ids, ids_offset, nids): (&GpuBuffer, usize, usize),
+        ids: Ids<'_>,
+    ) -> Result<GpuBuffer> {
+        let mut out_shape = layout.shape.clone();
+        out_shape[d] = ids.2;
+        self.gather_kernel(op, src, layout, d, ids, &out_shape, 0)
+    }
+
+    /// `torch.gather`: element `i` of the output (shape `index_shape`) is the view's element at
+    /// `i`'s coordinates with the one of dim `d` replaced by `ids[i]`.
+    pub(crate) fn gather_dim(
+        &self,
+        op: &'static str,
+        src: &GpuBuffer,
+        layout: &Layout,
+        d: usize,
+        ids: Ids<'_>,
+        index_shape: &[usize],
+    ) -> Result<GpuBuffer> {
+        self.gather_kernel(op, src, layout, d, ids, index_shape, 1)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gather_kernel(
+        &self,
+        op: &'static str,
+        src: &GpuBuffer,
+        layout: &Layout,
+        d: usize,
+        (ids, ids_offset, _, signed): Ids<'_>,
+        out_shape: &[usize],
+        mode: u32,
     ) -> Result<GpuBuffer> {
         check_u32(op, layout)?;
-        let mut out_shape = layout.shape.clone();
-        out_shape[d] = nids;
-        check_u32(op, &Layout::contiguous(&out_shape))?;
+        check_u32(op, &Layout::contiguous(out_shape))?;
         let n: usize = out_shape.iter().product();
-        let out = self.alloc(op, n as u64 * 4)?;
+        // Every element is written (a value or zero).
+        let out = self.alloc_uninit(op, n as u64 * 4)?;
         let mut params = vec![
             w(n),
             w(layout.shape.len()),
@@ -32,8 +65,10 @@ impl GpuDevice {
             w(d),
             w(ids_offset),
             w(layout.shape[d]),
+            ids::code(op, signed),
+            mode,
         ];
-        extend(&mut params, &out_shape);
+        extend(&mut params, out_shape);
         extend(&mut params, &layout.strides);
         self.launch(
             op,

@@ -35,6 +35,10 @@ pub(crate) enum Shader {
     Matmul,
     MatmulVec4,
     Gather,
+    /// scatter_add / index_add: key building, a bitonic sort and ordered segment sums.
+    Scatter,
+    /// Fused log-softmax + negative log-likelihood, forward and backward.
+    CrossEntropy,
     /// A generated elementwise kernel (one per op chain, dtypes and input packing).
     Generated(GeneratedRef),
 }
@@ -61,6 +65,10 @@ impl std::hash::Hash for GeneratedRef {
 /// The helpers every shader shares (`is_nan`, f16 packing, `pow_c`, ...).
 pub(crate) const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
+/// The error word's binding and helpers, prepended to the shaders that read ids.
+#[allow(dead_code)]
+pub(crate) const IDS: &str = include_str!("../../shaders/ids.wgsl");
+
 /// `common.wgsl` followed by `body`; `enable` directives of `body` (which WGSL wants before
 /// any declaration) go first.
 pub(crate) fn compose(body: &str) -> String {
@@ -73,7 +81,7 @@ pub(crate) fn compose(body: &str) -> String {
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 7] = [
+    pub(crate) const ALL: [Shader; 9] = [
         Shader::Reduce,
         Shader::Softmax,
         Shader::LayerNorm,
@@ -81,6 +89,8 @@ impl Shader {
         Shader::Matmul,
         Shader::MatmulVec4,
         Shader::Gather,
+        Shader::Scatter,
+        Shader::CrossEntropy,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -92,11 +102,24 @@ impl Shader {
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
             Shader::Gather => "gather.wgsl",
+            Shader::Scatter => "scatter.wgsl",
+            Shader::CrossEntropy => "cross_entropy.wgsl",
             Shader::Generated(g) => &g.0.label,
         }
     }
 
-    /// The file as written (without `common.wgsl`).
+    /// The file as written on disk (checked shaders without `ids.wgsl`).
+    #[allow(dead_code)]
+    pub(crate) fn raw(self) -> &'static str {
+        match self {
+            Shader::Gather => include_str!("../../shaders/gather.wgsl"),
+            Shader::Scatter => include_str!("../../shaders/scatter.wgsl"),
+            Shader::CrossEntropy => include_str!("../../shaders/cross_entropy.wgsl"),
+            other => other.body(),
+        }
+    }
+
+    /// The shader as compiled, without `common.wgsl` (checked shaders start with `ids.wgsl`).
     pub(crate) fn body(self) -> &'static str {
         match self {
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
@@ -105,7 +128,19 @@ impl Shader {
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
-            Shader::Gather => include_str!("../../shaders/gather.wgsl"),
+            // Shaders that read ids start with the error word's binding and `report_bad_id`.
+            Shader::Gather => concat!(
+                include_str!("../../shaders/ids.wgsl"),
+                include_str!("../../shaders/gather.wgsl")
+            ),
+            Shader::Scatter => concat!(
+                include_str!("../../shaders/ids.wgsl"),
+                include_str!("../../shaders/scatter.wgsl")
+            ),
+            Shader::CrossEntropy => concat!(
+                include_str!("../../shaders/ids.wgsl"),
+                include_str!("../../shaders/cross_entropy.wgsl")
+            ),
             Shader::Generated(g) => &g.0.source,
         }
     }
@@ -113,6 +148,14 @@ impl Shader {
     /// The source handed to wgpu: `common.wgsl` + the shader.
     pub(crate) fn source(self) -> String {
         compose(self.body())
+    }
+
+    /// Whether the shader reads ids and so binds the device's error word as `@group(1)`.
+    pub(crate) fn checked(self) -> bool {
+        matches!(
+            self,
+            Shader::Gather | Shader::Scatter | Shader::CrossEntropy
+        )
     }
 
     /// Read-only input bindings before the output.
@@ -127,6 +170,10 @@ impl Shader {
             Shader::Join => 1,
             // The table and the ids.
             Shader::Gather => 2,
+            // Ids or sorted pairs, and the values to add.
+            Shader::Scatter => 2,
+            // Logits, targets, per-row log-sum-exp and per-row gradient scale.
+            Shader::CrossEntropy => 4,
             Shader::Generated(g) => g.0.inputs,
         }
     }
@@ -174,7 +221,9 @@ impl KernelCounters {
 /// that may wait).
 pub(crate) struct KernelCache {
     modules: Mutex<HashMap<Shader, wgpu::ShaderModule>>,
-    layouts: Mutex<HashMap<usize, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
+    layouts: Mutex<HashMap<(usize, bool), (wgpu::BindGroupLayout, wgpu::PipelineLayout)>>,
+    /// The layout of `@group(1)`, the error word of shaders that read ids.
+    error_layout: std::sync::OnceLock<wgpu::BindGroupLayout>,
     pipelines: Mutex<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     binds: Mutex<HashMap<BindKey, wgpu::BindGroup>>,
     pub(crate) counters: KernelCounters,
@@ -188,6 +237,7 @@ impl Default for KernelCache {
         KernelCache {
             modules: Mutex::default(),
             layouts: Mutex::default(),
+            error_layout: std::sync::OnceLock::new(),
             pipelines: Mutex::default(),
             binds: Mutex::default(),
             counters: KernelCounters::default(),
@@ -205,14 +255,53 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl KernelCache {
-    /// The bind-group and pipeline layout for kernels with `inputs` read-only inputs.
+    /// The layout of the error word's bind group (`@group(1) @binding(0)`, read-write).
+    pub(crate) fn error_layout(&self, dev: &wgpu::Device) -> &wgpu::BindGroupLayout {
+        self.error_layout.get_or_init(|| {
+            dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some("wgtensor::id_errors"),
+                entries: &[wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    // One word per thread, chosen by the dynamic offset.
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: false },
+                        has_dynamic_offset: true,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                }],
+            })
+        })
+    }
+
+    /// The bind-group and pipeline layout for kernels with `inputs` read-only inputs (and the
+    /// error word as a second group when `checked`).
     pub(crate) fn layout(
         &self,
         dev: &wgpu::Device,
         inputs: usize,
+        checked: bool,
     ) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+        if checked {
+            // The same group-0 layout as unchecked kernels (so the cached bind groups fit
+            // both), plus the error word.
+            let (bgl, _) = self.layout(dev, inputs, false);
+            let errors = self.error_layout(dev).clone();
+            return lock(&self.layouts)
+                .entry((inputs, true))
+                .or_insert_with(|| {
+                    let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                        label: Some("wgtensor::layout_checked"),
+                        bind_group_layouts: &[Some(&bgl), Some(&errors)],
+                        immediate_size: 0,
+                    });
+                    (bgl.clone(), pl)
+                })
+                .clone();
+        }
         lock(&self.layouts)
-            .entry(inputs)
+            .entry((inputs, false))
             .or_insert_with(|| {
                 let storage =
                     |binding: u32, read_only: bool, dynamic: bool| wgpu::BindGroupLayoutEntry {
@@ -256,7 +345,7 @@ impl KernelCache {
             return Ok(p.clone());
         }
         let (shader, entry, op_code) = key;
-        let (_, layout) = self.layout(dev, shader.inputs());
+        let (_, layout) = self.layout(dev, shader.inputs(), shader.checked());
         let label = format!("{}::{}", shader.file(), entry);
         let built = catch_unwind(AssertUnwindSafe(|| {
             let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -324,7 +413,7 @@ impl KernelCache {
                 return b.clone();
             }
         }
-        let (bgl, _) = self.layout(dev, inputs);
+        let (bgl, _) = self.layout(dev, inputs, false);
         let (params, data) = buffers.split_last().expect("output and params");
         let mut entries: Vec<wgpu::BindGroupEntry> = data
             .iter()

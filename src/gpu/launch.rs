@@ -115,6 +115,12 @@ impl GpuDevice {
             }
             bind
         };
+        let errors = l.shader.checked().then(|| {
+            self.0
+                .errors
+                .bind_group(dev, kernels.error_layout(dev))
+                .clone()
+        });
         let align = self.0.param_align;
         let ring_size = self.0.ring.size();
         let [x, y, z] = workgroups;
@@ -137,9 +143,16 @@ impl GpuDevice {
             let pass = b.pass(dev);
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[offset]);
+            if let Some(e) = &errors {
+                pass.set_bind_group(1, e, &[self.0.errors.offset()]);
+            }
             pass.dispatch_workgroups(x, y, z);
             Ok(())
         })??;
+        if errors.is_some() {
+            // The next readback copies the error word along with its data.
+            self.0.errors.arm();
+        }
         let n = &self.0.kernels.counters.dispatches;
         n.fetch_add(1, Ordering::Relaxed);
         Ok(())

@@ -58,9 +58,11 @@
 
 pub(crate) mod buffer;
 pub(crate) mod codegen;
+pub(crate) mod cross_entropy;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
+pub(crate) mod ids;
 pub(crate) mod join;
 pub(crate) mod kernels;
 pub(crate) mod launch;
@@ -71,6 +73,7 @@ pub(crate) mod params;
 pub(crate) mod queue;
 pub(crate) mod reduce;
 pub(crate) mod registry;
+pub(crate) mod scatter;
 pub(crate) mod softmax;
 pub(crate) mod staging;
 pub(crate) mod sync;

@@ -186,11 +186,18 @@ impl GpuDevice {
             slots.push((start, size, total));
             total += size;
         }
-        if total == 0 {
+        // A kernel that reads ids ran since the last readback: its error word travels back
+        // behind the data (the same submit and wait), and a recorded bad id fails this call.
+        let armed = self.0.errors.take_armed();
+        if total == 0 && !armed {
             return Ok((0..parts.len()).map(|i| consume(i, &[])).collect());
         }
         let began = Instant::now();
-        if self.0.unified && parts.len() <= DIRECT_READ_MAX_PARTS && distinct_buffers(parts) {
+        if !armed
+            && self.0.unified
+            && parts.len() <= DIRECT_READ_MAX_PARTS
+            && distinct_buffers(parts)
+        {
             let result = self.read_direct(op, parts, &mut consume);
             self.count_reads(began, parts);
             if result.is_ok() {
@@ -199,28 +206,44 @@ impl GpuDevice {
             }
             return result;
         }
-        let capacity = super::memory::bucket(total, &self.0.limits).max(total);
+        let word = if armed { super::ids::BYTES } else { 0 };
+        let needed = total + word;
+        let capacity = super::memory::bucket(needed, &self.0.limits).max(needed);
         let staging = self.take_staging(op, capacity)?;
-        self.record(op, |enc| {
+        let recorded = self.record(op, |enc| {
             for (p, &(start, size, at)) in parts.iter().zip(&slots) {
                 if size > 0 {
                     enc.copy_buffer_to_buffer(&p.buffer.buffer, start, &staging, at, size);
                 }
             }
-        })?;
-        let index = self.flush(op)?;
-        let result = self.map_and_consume(op, &staging, total, index, |view| {
-            parts
-                .iter()
-                .zip(&slots)
-                .enumerate()
-                .map(|(i, (p, &(start, _, at)))| {
-                    let lo = (at + p.offset - start) as usize;
-                    consume(i, &view[lo..lo + p.len as usize])
-                })
-                .collect::<Vec<R>>()
+            if armed {
+                self.0.errors.copy_and_clear(enc, &staging, total);
+            }
         });
-        if result.is_ok() {
+        if let Err(e) = recorded {
+            if armed {
+                self.0.errors.arm();
+            }
+            return Err(e);
+        }
+        let index = self.flush(op)?;
+        let result = self
+            .map_and_consume(op, &staging, needed, index, |view| {
+                if armed {
+                    super::ids::decode(&view[total as usize..])?;
+                }
+                Ok(parts
+                    .iter()
+                    .zip(&slots)
+                    .enumerate()
+                    .map(|(i, (p, &(start, _, at)))| {
+                        let lo = (at + p.offset - start) as usize;
+                        consume(i, &view[lo..lo + p.len as usize])
+                    })
+                    .collect::<Vec<R>>())
+            })
+            .and_then(|r| r);
+        if !matches!(result, Err(ref e) if !matches!(e, Error::IndexOutOfRange { .. })) {
             self.0.staging.give(capacity, staging);
         }
         self.count_reads(began, parts);

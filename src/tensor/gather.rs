@@ -1,12 +1,39 @@
-//! index_select (the gather behind `nn::Embedding`): validate the ids, then dispatch to
-//! `cpu/gather.rs` or `gpu/gather.rs`.
+//! index_select (the gather behind `nn::Embedding`) and gather along a dim: validate shapes
+//! and dtypes, then dispatch to `cpu/gather.rs` or `gpu/gather.rs`. Ids are checked against
+//! their bound on the CPU before anything runs; on a GPU the kernel checks them and reports a
+//! bad id at the next synchronizing call (`Error::IndexOutOfRange`), so nothing waits for them.
 
 use super::Tensor;
+use crate::gpu::buffer::GpuBuffer;
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
 
 const OP: &str = "index_select";
+
+/// Ids on a GPU, packed: the tensor that owns them (kept alive by the caller) and the kernel's
+/// view of them.
+pub(crate) struct DeviceIds {
+    pub tensor: Tensor,
+    pub signed: bool,
+}
+
+impl DeviceIds {
+    pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
+        match self.tensor.storage()? {
+            Storage::Gpu(b) => Ok((
+                b,
+                self.tensor.layout().offset,
+                self.tensor.numel(),
+                self.signed,
+            )),
+            Storage::Cpu(_) => Err(Error::InvalidArgument {
+                op: "ids",
+                message: "ids on the CPU handed to a GPU kernel".into(),
+            }),
+        }
+    }
+}
 
 impl Tensor {
     /// The entries of `self` at positions `ids` along `dim` (PyTorch's `index_select`): the
@@ -15,19 +42,20 @@ impl Tensor {
     ///
     /// `ids` is a 1-D U32 or I32 tensor on the same device; `self` is f32 (any view).
     ///
-    /// Every id is checked before anything runs, so a bad id is an error, never garbage. For ids
-    /// on a GPU that check reads them back: one wait for the ids' producer and `4 * ids.len()`
-    /// bytes of transfer per call (token ids are small next to the rows they select).
+    /// On the CPU an out-of-range id is an error before anything runs. On a GPU the ids are
+    /// never read back: the kernel writes zeros where a bad id points and the error comes from
+    /// the next call that synchronizes with the device (a readback, `Device::synchronize`), as
+    /// CUDA's device-side asserts do, but recoverable: earlier tensors stay intact.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when an id is negative or `>= shape[dim]` (the message names the
-    /// id, its position and the size), when `ids` is not 1-D, when `dim` is out of range or
-    /// `self` is 0-d; [`Error::DeviceMismatch`] when `ids` lives on another device;
-    /// [`Error::InvalidArgument`] for ids that are not U32/I32 (the message says how to convert
-    /// them); [`Error::UnsupportedDType`] for a table that is not f32.
+    /// [`Error::IndexOutOfRange`] for an id `< 0` or `>= shape[dim]` (on a GPU, from the next
+    /// synchronizing call); [`Error::InvalidArgument`] when `ids` is not 1-D, when `dim` is out
+    /// of range or `self` is 0-d, or for ids that are not U32/I32 (the message says how to
+    /// convert them); [`Error::DeviceMismatch`] when `ids` lives on another device;
+    /// [`Error::UnsupportedDType`] for a table that is not f32.
     ///
     /// ```
-    /// use wgtensor::{Device, Tensor};
+    /// use wgtensor::{Device, Error, Tensor};
     /// let d = Device::best();
     /// let table = Tensor::from_vec(vec![0f32, 1.0, 10.0, 11.0, 20.0, 21.0], &[3, 2], &d)?;
     /// let ids = Tensor::from_vec(vec![2u32, 0, 2], &[3], &d)?;
@@ -36,33 +64,18 @@ impl Tensor {
     /// assert_eq!(rows.to_vec::<f32>()?, vec![20.0, 21.0, 0.0, 1.0, 20.0, 21.0]);
     /// let cols = table.index_select(-1, &Tensor::from_vec(vec![1i32], &[1], &d)?)?;
     /// assert_eq!(cols.to_vec::<f32>()?, vec![1.0, 11.0, 21.0]);
-    /// assert!(table.index_select(0, &Tensor::from_vec(vec![3u32], &[1], &d)?).is_err());
+    /// let bad = Tensor::from_vec(vec![3u32], &[1], &d)?;
+    /// let err = table.index_select(0, &bad).and_then(|t| t.to_vec::<f32>());
+    /// assert!(matches!(err, Err(Error::IndexOutOfRange { index: 3, bound: 3, .. })));
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn index_select(&self, dim: isize, ids: &Tensor) -> Result<Tensor> {
         let out = self.index_select_untracked(dim, ids)?;
-        Ok(crate::autograd::shape::index_select(self, dim, ids, out))
+        Ok(crate::autograd::gather::index_select(self, dim, ids, out))
     }
 
-    fn index_select_untracked(&self, dim: isize, ids: &Tensor) -> Result<Tensor> {
-        if self.device() != ids.device() {
-            return Err(Error::DeviceMismatch {
-                op: OP,
-                lhs: self.device().to_string(),
-                rhs: ids.device().to_string(),
-            });
-        }
-        if !matches!(ids.dtype(), DType::U32 | DType::I32) {
-            // Not the generic "convert to F32" advice: ids must become integers.
-            return Err(Error::InvalidArgument {
-                op: OP,
-                message: format!(
-                    "ids must be U32 or I32 class/row indices, got {}; convert them with \
-                     .to_dtype(DType::U32)",
-                    ids.dtype()
-                ),
-            });
-        }
+    pub(crate) fn index_select_untracked(&self, dim: isize, ids: &Tensor) -> Result<Tensor> {
+        self.check_ids(OP, ids)?;
         self.require_f32(OP)?;
         if self.ndim() == 0 {
             return Err(Error::InvalidArgument {
@@ -82,70 +95,187 @@ impl Tensor {
             });
         }
         let d = normalize_dim(OP, dim, self.ndim())?;
-        let host_ids = self.checked_ids(d, ids)?;
         let mut shape = self.shape().to_vec();
-        shape[d] = host_ids.len();
+        shape[d] = ids.numel();
+        let storage = match self.storage()? {
+            Storage::Cpu(_) => {
+                let host = host_ids(OP, ids, self.shape()[d])?;
+                if shape.contains(&0) {
+                    return Tensor::zeros(&shape, self.dtype(), self.device());
+                }
+                Storage::Cpu(CpuStorage::F32(cpu::gather::index_select(
+                    self.cpu_f32(OP)?,
+                    self.layout(),
+                    d,
+                    &host,
+                )?))
+            }
+            Storage::Gpu(b) => {
+                if shape.contains(&0) {
+                    return Tensor::zeros(&shape, self.dtype(), self.device());
+                }
+                let ids = device_ids(ids)?;
+                Storage::Gpu(
+                    b.device
+                        .index_select(OP, b, self.layout(), d, ids.parts()?)?,
+                )
+            }
+        };
+        Ok(self.derived(storage, &shape))
+    }
+
+    /// `torch.gather`: `out[i][j][k] = self[index[i][j][k]][j][k]` for `dim = 0` (and likewise
+    /// for other dims). `index` (U32 or I32, same device) has `self`'s number of dims, and no dim
+    /// other than `dim` larger than `self`'s; the result has `index`'s shape. Out-of-range ids
+    /// behave as in [`Tensor::index_select`]. Differentiable (the gradient scatter-adds back).
+    ///
+    /// # Errors
+    /// [`Error::IndexOutOfRange`] (on a GPU from the next synchronizing call);
+    /// [`Error::InvalidArgument`] for mismatched dims or sizes, or ids that are not U32/I32;
+    /// [`Error::DeviceMismatch`]; [`Error::UnsupportedDType`] for a tensor that is not f32.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &d)?;
+    /// let idx = Tensor::from_vec(vec![0u32, 0, 1, 0], &[2, 2], &d)?;
+    /// assert_eq!(t.gather(1, &idx)?.to_vec::<f32>()?, vec![1.0, 1.0, 4.0, 3.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let out = self.gather_untracked(dim, index)?;
+        Ok(crate::autograd::gather::gather(self, dim, index, out))
+    }
+
+    fn gather_untracked(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        const G: &str = "gather";
+        self.check_ids(G, index)?;
+        self.require_f32(G)?;
+        let d = normalize_dim(G, dim, self.ndim().max(1))?;
+        same_dims_within(G, index, self, Some(d))?;
+        let shape = index.shape().to_vec();
         if shape.contains(&0) {
             return Tensor::zeros(&shape, self.dtype(), self.device());
         }
-        let storage = match (self.storage()?, ids.storage()?) {
-            (Storage::Cpu(_), _) => Storage::Cpu(CpuStorage::F32(cpu::gather::index_select(
-                self.cpu_f32(OP)?,
-                self.layout(),
-                d,
-                &host_ids,
-            )?)),
-            (Storage::Gpu(b), Storage::Gpu(i)) if ids.is_contiguous() => {
-                Storage::Gpu(b.device.index_select(
-                    OP,
-                    b,
-                    self.layout(),
+        let this = if self.ndim() == 0 {
+            self.reshape(&[1])?
+        } else {
+            self.clone()
+        };
+        let storage = match this.storage()? {
+            Storage::Cpu(_) => {
+                let host = host_ids(G, index, this.shape()[d])?;
+                Storage::Cpu(CpuStorage::F32(cpu::gather::gather_dim(
+                    this.cpu_f32(G)?,
+                    this.layout(),
                     d,
-                    (i, ids.layout().offset, host_ids.len()),
-                )?)
+                    &host,
+                    &shape_or_one(&shape),
+                )?))
             }
-            (Storage::Gpu(b), _) => {
-                // A strided view of ids: upload the packed copy already on the host.
-                let packed = b.device.upload(OP, bytemuck::cast_slice(&host_ids))?;
-                Storage::Gpu(b.device.index_select(
-                    OP,
+            Storage::Gpu(b) => {
+                let ids = device_ids(index)?;
+                Storage::Gpu(b.device.gather_dim(
+                    G,
                     b,
-                    self.layout(),
+                    this.layout(),
                     d,
-                    (&packed, 0, host_ids.len()),
+                    ids.parts()?,
+                    &shape_or_one(&shape),
                 )?)
             }
         };
         Ok(self.derived(storage, &shape))
     }
 
-    /// The ids on the host as u32, each checked against `shape[d]`.
-    fn checked_ids(&self, d: usize, ids: &Tensor) -> Result<Vec<u32>> {
-        let size = self.shape()[d];
-        let bad = |k: usize, id: i64| Error::InvalidArgument {
-            op: OP,
-            message: format!(
-                "id {id} at position {k} is out of range for dim {d} of size {size} \
-                 (tensor shape {:?}); ids must lie in 0..{size}",
-                self.shape()
-            ),
-        };
-        let host: Vec<u32> = match ids.dtype() {
-            DType::I32 => ids
-                .to_vec::<i32>()?
-                .into_iter()
-                .enumerate()
-                .map(|(k, id)| u32::try_from(id).map_err(|_| bad(k, id as i64)))
-                .collect::<Result<_>>()?,
-            _ => ids.to_vec::<u32>()?,
-        };
-        if let Some((k, &id)) = host
-            .iter()
-            .enumerate()
-            .find(|&(_, &id)| id as usize >= size)
-        {
-            return Err(bad(k, id as i64));
+    /// Device and dtype rules shared by every op that takes ids.
+    pub(crate) fn check_ids(&self, op: &'static str, ids: &Tensor) -> Result<()> {
+        if self.device() != ids.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device().to_string(),
+                rhs: ids.device().to_string(),
+            });
         }
-        Ok(host)
+        if !matches!(ids.dtype(), DType::U32 | DType::I32) {
+            // Not the generic "convert to F32" advice: ids must become integers.
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "ids must be U32 or I32 class/row indices, got {}; convert them with \
+                     .to_dtype(DType::U32)",
+                    ids.dtype()
+                ),
+            });
+        }
+        Ok(())
     }
+}
+
+/// `[1]` for a 0-d shape (kernels index at least one dim).
+fn shape_or_one(shape: &[usize]) -> Vec<usize> {
+    if shape.is_empty() {
+        vec![1]
+    } else {
+        shape.to_vec()
+    }
+}
+
+/// PyTorch's gather/scatter rule: `index` has `other`'s number of dims and no dim (other than
+/// `skip`) larger than `other`'s.
+pub(crate) fn same_dims_within(
+    op: &'static str,
+    index: &Tensor,
+    other: &Tensor,
+    skip: Option<usize>,
+) -> Result<()> {
+    let fits = index.ndim() == other.ndim()
+        && index
+            .shape()
+            .iter()
+            .zip(other.shape())
+            .enumerate()
+            .all(|(k, (i, o))| Some(k) == skip || i <= o);
+    if fits {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        message: format!(
+            "index shape {:?} must have the {} dims of {:?} and be no larger in any dim{}",
+            index.shape(),
+            other.ndim(),
+            other.shape(),
+            skip.map_or(String::new(), |d| format!(" but dim {d}"))
+        ),
+    })
+}
+
+/// Ids on the host as u32, each checked against `bound` (the CPU path).
+pub(crate) fn host_ids(op: &'static str, ids: &Tensor, bound: usize) -> Result<Vec<u32>> {
+    let bad = |id: i64| Error::IndexOutOfRange {
+        op,
+        index: id,
+        bound,
+    };
+    let host: Vec<u32> = match ids.dtype() {
+        DType::I32 => ids
+            .to_vec::<i32>()?
+            .into_iter()
+            .map(|id| u32::try_from(id).map_err(|_| bad(i64::from(id))))
+            .collect::<Result<_>>()?,
+        _ => ids.to_vec::<u32>()?,
+    };
+    if let Some(&id) = host.iter().find(|&&id| id as usize >= bound) {
+        return Err(bad(i64::from(id)));
+    }
+    Ok(host)
+}
+
+/// Ids on a GPU, packed (a copy kernel only for strided ids).
+pub(crate) fn device_ids(ids: &Tensor) -> Result<DeviceIds> {
+    Ok(DeviceIds {
+        tensor: ids.contiguous()?,
+        signed: ids.dtype() == DType::I32,
+    })
 }

@@ -1,0 +1,151 @@
+// cross_entropy.wgsl: log-softmax + negative log-likelihood over class ids in one pass per row
+// (PyTorch's F.cross_entropy with ignore_index and label_smoothing), and its gradient.
+//
+// Computes   ce_forward, one workgroup per row i of the packed logits x [N, C]:
+//              lse_i = log Σ_j exp(x_ij) (online max/sum, merged by a fixed tree as softmax.wgsl)
+//              loss_i = (1 - ε)(lse_i - x_i,t) + ε (lse_i - Σ_j x_ij / C)   (ε term only if ε > 0)
+//              valid_i = 1, or loss_i = valid_i = 0 when t = targets[i] is ignore_index;
+//              a NaN or +inf in the row makes loss_i NaN (as log_softmax does).
+//            A target outside 0..C is reported to the error word (ids.wgsl); its row gets 0.
+//            dst = [loss[N], valid[N], lse[N]].
+//            ce_backward, one thread per element: dst_ij = g_i (exp(x_ij - lse_i)
+//              - (1 - ε)[j == t_i] - ε / C), and 0 in ignored or invalid rows; g_i is the
+//              upstream gradient of row i (already scaled by the reduction).
+// Bindings   @group(0) @binding(0) x      : array<f32>, read-only, packed [N, C] from x_offset
+//            @group(0) @binding(1) t      : array<u32>, read-only, u32 or i32 bits from t_offset
+//            @group(0) @binding(2) lse    : array<f32>, read-only (backward: forward's dst)
+//            @group(0) @binding(3) g      : array<f32>, read-only (backward: [N])
+//            @group(0) @binding(4) dst    : array<f32>, read-write
+//            @group(0) @binding(5) params : array<u32>, read-only:
+//                [n, C, x_offset, t_offset, ignore bits, flags (1: has ignore), code, ε bits,
+//                 lse_offset, g_offset]; n = N (forward) or N * C (backward)
+// Dispatch   forward: 256 threads per row, N workgroups on the 2-D grid (row = wid.y * nwg.x +
+//            wid.x); backward: 256 threads per workgroup, one element each.
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> t: array<u32>;
+@group(0) @binding(2) var<storage, read> lse: array<f32>;
+@group(0) @binding(3) var<storage, read> g: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(5) var<storage, read> params: array<u32>;
+
+var<workgroup> wmax: array<f32, 256>;
+var<workgroup> wsum: array<f32, 256>;
+var<workgroup> wx: array<f32, 256>;
+var<workgroup> wbad: array<u32, 256>;
+
+const NEG_INF: u32 = 0xff800000u;
+
+fn merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
+    if (s2 == 0.0) {
+        return vec2<f32>(m, s);
+    }
+    if (s == 0.0) {
+        return vec2<f32>(m2, s2);
+    }
+    let mm = max(m, m2);
+    return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
+}
+
+// 0: an id in range; 1: ignored; 2: out of range.
+fn target_kind(id: u32, classes: u32) -> u32 {
+    if ((params[5] & 1u) != 0u && id == params[4]) {
+        return 1u;
+    }
+    if (bad_id(params[6], id, classes)) {
+        return 2u;
+    }
+    return 0u;
+}
+
+@compute @workgroup_size(256)
+fn ce_forward(inv: Invocation) {
+    let lid = inv.lid;
+    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
+    let nrows = params[0];
+    let classes = params[1];
+    var count = 0u;
+    if (row < nrows) {
+        count = classes;
+    }
+    let base = params[2] + row * classes;
+    var m = bitcast<f32>(NEG_INF);
+    var s = 0.0;
+    var sx = 0.0;
+    var bad = 0u;
+    for (var k = lid; k < count; k = k + 256u) {
+        let v = x[base + k];
+        sx = sx + v;
+        if (is_nan(v) || bitcast<u32>(v) == INF_BITS) {
+            bad = 1u;
+        } else if (bitcast<u32>(v) != NEG_INF) {
+            let r = merge(m, s, v, 1.0);
+            m = r.x;
+            s = r.y;
+        }
+    }
+    wmax[lid] = m;
+    wsum[lid] = s;
+    wx[lid] = sx;
+    wbad[lid] = bad;
+    workgroupBarrier();
+    // Fixed tree: the same order on every run and device.
+    for (var h = 128u; h > 0u; h = h >> 1u) {
+        if (lid < h) {
+            let r = merge(wmax[lid], wsum[lid], wmax[lid + h], wsum[lid + h]);
+            wmax[lid] = r.x;
+            wsum[lid] = r.y;
+            wx[lid] = wx[lid] + wx[lid + h];
+            wbad[lid] = wbad[lid] | wbad[lid + h];
+        }
+        workgroupBarrier();
+    }
+    if (lid != 0u || row >= nrows) {
+        return;
+    }
+    var l = wmax[0] + log(wsum[0]);
+    if (wbad[0] != 0u) {
+        l = bitcast<f32>(NAN_BITS);
+    }
+    let id = t[params[3] + row];
+    let kind = target_kind(id, classes);
+    var loss = 0.0;
+    var valid = 0.0;
+    if (kind == 2u) {
+        report_bad_id(params[6], id, classes);
+    } else if (kind == 0u) {
+        valid = 1.0;
+        let eps = bitcast<f32>(params[7]);
+        loss = l - x[base + id];
+        if (eps > 0.0) {
+            loss = (1.0 - eps) * loss + eps * (l - wx[0] / f32(classes));
+        }
+    }
+    dst[row] = loss;
+    dst[nrows + row] = valid;
+    dst[2u * nrows + row] = l;
+}
+
+@compute @workgroup_size(256)
+fn ce_backward(inv: Invocation) {
+    let i = item(inv);
+    if (i >= params[0]) {
+        return;
+    }
+    let classes = params[1];
+    let row = i / classes;
+    let j = i % classes;
+    let id = t[params[3] + row];
+    // Reported by the forward pass; here the row only gets zeros.
+    if (target_kind(id, classes) != 0u) {
+        dst[i] = 0.0;
+        return;
+    }
+    let eps = bitcast<f32>(params[7]);
+    let gi = g[params[9] + row];
+    var d = exp(x[params[2] + i] - lse[params[8] + row]) - eps / f32(classes);
+    if (j == id) {
+        d = d - (1.0 - eps);
+    }
+    dst[i] = gi * d;
+}

@@ -1,0 +1,207 @@
+// scatter.wgsl: scatter_add and index_add (and so the Embedding backward) without float
+// atomics, deterministic on every device: each contribution becomes a (key, position) pair, the
+// pairs are sorted (bitonic network), and one thread per (key run, column) adds its run in
+// position order, the order the CPU oracle uses.
+//
+// Pairs      `pairs` holds P = 2^m >= 512 pairs as [key, position] words; key = the flat target
+//            (index_add: the target row; scatter_add: the element of the output), position = the
+//            contribution's packed index. Padding and out-of-range ids get key NONE, sorted last.
+// Entries    scatter_keys   (a = index/ids, output = pairs)
+//                params [P, count, ndim, d, ids_offset, bound, code, 0, shape[ndim],
+//                        out_strides[ndim]]: pair k < count takes c = unravel(k, shape) with
+//                c[d] = ids[ids_offset + k]; key = sum c * out_strides (packed strides of the
+//                target); an id outside 0..bound is reported (ids.wgsl) and keyed NONE.
+//            sort_block     (output = pairs) params [k_max, P]: each workgroup sorts its block
+//                of 512 pairs through stages k = 2..min(k_max, 512) in workgroup memory.
+//            sort_step      (output = pairs) params [k, j, P / 2] (j >= 512): one
+//                compare-exchange of the global network per thread.
+//            sort_merge     (output = pairs) params [k, P]: the steps j = 256..1 of stage k
+//                inside each block of 512.
+//            segment_sum    (a = sorted pairs, b = values, output = dst as u32 bits of f32)
+//                params [threads = P * r, P, r, src_offset]: thread (s, col), s the first
+//                pair of a run of equal keys, adds src[pos * r + col] over the run (in position
+//                order) and then adds that sum to dst[key * r + col].
+// Bindings   @group(0) @binding(0) a      : array<u32>, read-only
+//            @group(0) @binding(1) b      : array<f32>, read-only
+//            @group(0) @binding(2) out    : array<u32>, read-write
+//            @group(0) @binding(3) params : array<u32>, read-only
+// Dispatch   256 threads per workgroup on the 2-D grid; sort_block and sort_merge: P / 512
+//            workgroups (two pairs per thread).
+
+const NONE: u32 = 0xffffffffu;
+
+@group(0) @binding(0) var<storage, read> a: array<u32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@group(0) @binding(3) var<storage, read> params: array<u32>;
+
+var<workgroup> wkey: array<u32, 512>;
+var<workgroup> wpos: array<u32, 512>;
+
+@compute @workgroup_size(256)
+fn scatter_keys(inv: Invocation) {
+    let k = item(inv);
+    if (k >= params[0]) {
+        return;
+    }
+    var key = NONE;
+    var pos = NONE;
+    if (k < params[1]) {
+        let nd = params[2];
+        let d = params[3];
+        let bound = params[5];
+        let code = params[6];
+        let id = a[params[4] + k];
+        pos = k;
+        if (bad_id(code, id, bound)) {
+            report_bad_id(code, id, bound);
+        } else {
+            key = 0u;
+            var rem = k;
+            // At most ndim iterations.
+            for (var q = nd; q > 0u; q = q - 1u) {
+                let j = q - 1u;
+                let size = params[8u + j];
+                var c = rem % size;
+                rem = rem / size;
+                if (j == d) {
+                    c = id;
+                }
+                key = key + c * params[8u + nd + j];
+            }
+        }
+    }
+    out[2u * k] = key;
+    out[2u * k + 1u] = pos;
+}
+
+// Whether pair (k1, p1) sorts after (k2, p2).
+fn after(k1: u32, p1: u32, k2: u32, p2: u32) -> bool {
+    return k1 > k2 || (k1 == k2 && p1 > p2);
+}
+
+// Compare-exchange of workgroup slots i < l, ascending when `up`.
+fn exchange_local(i: u32, l: u32, up: bool) {
+    let swap = after(wkey[i], wpos[i], wkey[l], wpos[l]) == up;
+    if (swap) {
+        let k = wkey[i];
+        let p = wpos[i];
+        wkey[i] = wkey[l];
+        wpos[i] = wpos[l];
+        wkey[l] = k;
+        wpos[l] = p;
+    }
+}
+
+// Workgroups past the last block (a rounded-up 2-D grid) load nothing and store nothing, but
+// still reach every barrier.
+fn load_block(base: u32, t: u32, npairs: u32) {
+    if (base < npairs) {
+        wkey[t] = out[2u * (base + t)];
+        wpos[t] = out[2u * (base + t) + 1u];
+        wkey[t + 256u] = out[2u * (base + t + 256u)];
+        wpos[t + 256u] = out[2u * (base + t + 256u) + 1u];
+    }
+}
+
+fn store_block(base: u32, t: u32, npairs: u32) {
+    if (base < npairs) {
+        out[2u * (base + t)] = wkey[t];
+        out[2u * (base + t) + 1u] = wpos[t];
+        out[2u * (base + t + 256u)] = wkey[t + 256u];
+        out[2u * (base + t + 256u) + 1u] = wpos[t + 256u];
+    }
+}
+
+// Thread t's pair for step j: i = the t-th index with bit j clear, l = i + j.
+fn low_of(t: u32, j: u32) -> u32 {
+    return (t / j) * 2u * j + (t % j);
+}
+
+@compute @workgroup_size(256)
+fn sort_block(inv: Invocation) {
+    let base = (inv.wid.y * inv.nwg.x + inv.wid.x) * 512u;
+    let t = inv.lid;
+    load_block(base, t, params[1]);
+    workgroupBarrier();
+    let kmax = min(params[0], 512u);
+    for (var k = 2u; k <= kmax; k = k << 1u) {
+        for (var j = k >> 1u; j > 0u; j = j >> 1u) {
+            let i = low_of(t, j);
+            exchange_local(i, i + j, ((base + i) & k) == 0u);
+            workgroupBarrier();
+        }
+    }
+    store_block(base, t, params[1]);
+}
+
+@compute @workgroup_size(256)
+fn sort_merge(inv: Invocation) {
+    let base = (inv.wid.y * inv.nwg.x + inv.wid.x) * 512u;
+    let t = inv.lid;
+    load_block(base, t, params[1]);
+    workgroupBarrier();
+    let k = params[0];
+    for (var j = 256u; j > 0u; j = j >> 1u) {
+        let i = low_of(t, j);
+        exchange_local(i, i + j, ((base + i) & k) == 0u);
+        workgroupBarrier();
+    }
+    store_block(base, t, params[1]);
+}
+
+@compute @workgroup_size(256)
+fn sort_step(inv: Invocation) {
+    let t = item(inv);
+    if (t >= params[2]) {
+        return;
+    }
+    let k = params[0];
+    let j = params[1];
+    let i = low_of(t, j);
+    let l = i + j;
+    let ki = out[2u * i];
+    let pi = out[2u * i + 1u];
+    let kl = out[2u * l];
+    let pl = out[2u * l + 1u];
+    if (after(ki, pi, kl, pl) == ((i & k) == 0u)) {
+        out[2u * i] = kl;
+        out[2u * i + 1u] = pl;
+        out[2u * l] = ki;
+        out[2u * l + 1u] = pi;
+    }
+}
+
+@compute @workgroup_size(256)
+fn segment_sum(inv: Invocation) {
+    let i = item(inv);
+    if (i >= params[0]) {
+        return;
+    }
+    let npairs = params[1];
+    let r = params[2];
+    let off = params[3];
+    let s = i / r;
+    let col = i % r;
+    let key = a[2u * s];
+    if (key == NONE || (s > 0u && a[2u * s - 2u] == key)) {
+        return;
+    }
+    var acc = 0.0;
+    var t = s;
+    var done = false;
+    // Two nested loops so neither passes lavapipe's 65,535-iteration cap (a run is at most the
+    // number of contributions).
+    for (var c = 0u; c < 65535u && !done; c = c + 1u) {
+        for (var q = 0u; q < 4096u; q = q + 1u) {
+            if (t >= npairs || a[2u * t] != key) {
+                done = true;
+                break;
+            }
+            acc = acc + b[off + a[2u * t + 1u] * r + col];
+            t = t + 1u;
+        }
+    }
+    let at = key * r + col;
+    out[at] = bitcast<u32>(bitcast<f32>(out[at]) + acc);
+}
