@@ -4,6 +4,7 @@
 mod chunked;
 mod compare;
 mod convert;
+mod cross_entropy;
 mod create;
 mod display;
 mod elementwise;

@@ -2,6 +2,7 @@
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
 pub(crate) mod compare;
+pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fast_exp;
 pub(crate) mod gather;

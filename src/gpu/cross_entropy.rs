@@ -14,14 +14,15 @@ use crate::Result;
 
 /// The options the kernels read, as words: `[ignore bits, flags, code, ε bits]`.
 pub(crate) struct CeWords {
-    pub ignore: Option<i32>,
+    /// The ignored class as the targets' bits (`None` when no target can equal it).
+    pub ignore: Option<u32>,
     pub smoothing: f32,
 }
 
 impl CeWords {
     fn words(&self, op: &'static str, signed: bool) -> [u32; 4] {
         [
-            self.ignore.map_or(0, |i| i as u32),
+            self.ignore.unwrap_or(0),
             u32::from(self.ignore.is_some()),
             ids::code(op, signed),
             self.smoothing.to_bits(),

@@ -465,10 +465,17 @@ impl GpuDevice {
         index: Option<wgpu::SubmissionIndex>,
     ) -> Result<()> {
         let index = match index {
-            Some(i) => Some(i),
-            // "Everything" includes work still in the pending batch.
-            None => self.flush(op)?,
+            Some(i) => i,
+            // "Everything" includes work still in the pending batch. With nothing pending, an
+            // empty submit gives an index behind all earlier work: a wait for "the last
+            // submission" (`submission_index: None`) races with another thread's submit in
+            // wgpu-core 30 (it may find the queue empty while the fence is behind, and assert).
+            None => match self.flush(op)? {
+                Some(i) => i,
+                None => self.0.queue.submit([]),
+            },
         };
+        let index = Some(index);
         let deadline = Instant::now() + self.timeout();
         loop {
             let slice = deadline

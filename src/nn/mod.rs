@@ -43,7 +43,7 @@ pub use embedding::Embedding;
 pub use io::save_safetensors;
 pub use linear::Linear;
 pub use load::{load_safetensors, load_sharded, load_tensor};
-pub use loss::{cross_entropy, mse_loss};
+pub use loss::{cross_entropy, cross_entropy_with, mse_loss, CrossEntropyOptions, Reduction};
 pub use norm::LayerNorm;
 pub use parallel::DataParallel;
 pub use sequential::Sequential;
