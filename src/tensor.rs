@@ -4,8 +4,8 @@
 mod chunked;
 mod compare;
 mod convert;
-mod cross_entropy;
 mod create;
+mod cross_entropy;
 mod display;
 mod elementwise;
 mod fuse;

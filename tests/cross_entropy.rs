@@ -57,7 +57,9 @@ fn every_option_matches_the_reference_on_every_device() {
             } else {
                 // u32 targets with ignore_index = 7 (the -100 row becomes class 7, ignored).
                 Tensor::from_vec(
-                    t.iter().map(|&v| if v < 0 { 7 } else { v as u32 }).collect(),
+                    t.iter()
+                        .map(|&v| if v < 0 { 7 } else { v as u32 })
+                        .collect(),
                     &[n],
                     &device,
                 )
@@ -144,7 +146,11 @@ fn the_gradient_matches_the_composed_formulation_and_finite_differences() {
         let h = 1e-2;
         let x0 = x[2 * c + 3];
         let fd = (loss_at(x0 + h) - loss_at(x0 - h)) / (2.0 * h as f64);
-        assert!((got[2 * c + 3] as f64 - fd).abs() < 2e-3, "{device}: {} vs {fd}", got[2 * c + 3]);
+        assert!(
+            (got[2 * c + 3] as f64 - fd).abs() < 2e-3,
+            "{device}: {} vs {fd}",
+            got[2 * c + 3]
+        );
     }
 }
 
@@ -157,7 +163,11 @@ fn f16_logits_give_an_f16_loss_and_gradient() {
         let h = x.to_dtype(DType::F16).unwrap().requires_grad_(true);
         let loss = cross_entropy(&h, &ids).unwrap();
         assert_eq!(loss.dtype(), DType::F16);
-        let got = loss.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap();
+        let got = loss
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!((got - full).abs() < 1e-2, "{device}: {got} vs {full}");
         loss.backward().unwrap();
         assert_eq!(h.grad().unwrap().dtype(), DType::F16);
@@ -179,10 +189,18 @@ fn a_bad_target_surfaces_at_the_next_sync_and_nothing_else_breaks() {
         // The logits and the device are fine; a good batch works.
         assert_eq!(x.to_vec::<f32>().unwrap(), logits(3, 4), "{device}");
         let ok = Tensor::from_vec(vec![0i32, 3, 2], &[3], &device).unwrap();
-        assert!(cross_entropy(&x, &ok).unwrap().to_scalar::<f32>().unwrap().is_finite());
+        assert!(cross_entropy(&x, &ok)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            .is_finite());
         // Every target ignored: the mean is NaN (0 / 0), as in PyTorch.
         let none = Tensor::from_vec(vec![-100i32; 3], &[3], &device).unwrap();
-        assert!(cross_entropy(&x, &none).unwrap().to_scalar::<f32>().unwrap().is_nan());
+        assert!(cross_entropy(&x, &none)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            .is_nan());
         let bad_eps = CrossEntropyOptions {
             label_smoothing: 1.5,
             ..Default::default()

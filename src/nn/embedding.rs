@@ -8,8 +8,10 @@ use crate::{DType, Device, Error, Result, Tensor};
 /// generator.
 ///
 /// `forward` takes U32 or I32 ids of any shape, on the table's device, and returns
-/// `ids.shape + [embedding_dim]`. An id outside `0..num_embeddings` is an
-/// [`Error::InvalidArgument`] (see [`Tensor::index_select`] for the cost of that check on a GPU).
+/// `ids.shape + [embedding_dim]`. On a GPU the ids are never read back: the lookup and its
+/// gradient (a deterministic on-device `index_add`) run as kernels, and an id outside
+/// `0..num_embeddings` is an [`Error::IndexOutOfRange`] from the next synchronizing call (see
+/// [`Tensor::index_select`]); on the CPU it is that error at once.
 ///
 /// ```
 /// use wgtensor::nn::{Embedding, Module};
@@ -114,8 +116,8 @@ impl Module for Embedding {
     /// Rows of the table for every id: `ids.shape + [embedding_dim]`.
     ///
     /// # Errors
-    /// As [`Tensor::index_select`]: out-of-range ids, ids that are not U32/I32, ids on another
-    /// device.
+    /// As [`Tensor::index_select`]: out-of-range ids ([`Error::IndexOutOfRange`], on a GPU from
+    /// the next synchronizing call), ids that are not U32/I32, ids on another device.
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let flat = ids.contiguous()?.reshape(&[ids.numel()])?;
         let rows = self.weight.index_select(0, &flat)?;

@@ -114,8 +114,16 @@ fn words(targets: &Tensor, spec: &CeSpec) -> CeWords {
 /// The targets on the host, each a class in `0..c` or the ignored one (the CPU path).
 fn host_targets(targets: &Tensor, c: usize, spec: &CeSpec) -> Result<Vec<i64>> {
     let t: Vec<i64> = match targets.dtype() {
-        DType::I32 => targets.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
-        _ => targets.to_vec::<u32>()?.into_iter().map(i64::from).collect(),
+        DType::I32 => targets
+            .to_vec::<i32>()?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
+        _ => targets
+            .to_vec::<u32>()?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
     };
     if let Some(&bad) = t
         .iter()
