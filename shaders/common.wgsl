@@ -277,9 +277,4 @@ fn uniform_of(w: u32) -> f32 {
     return f32(w & 0xffffffu) * 5.9604644775390625e-8;
 }
 
-// Box-Muller, cosine branch: two words as a standard normal f32.
-fn normal_of(w0: u32, w1: u32) -> f32 {
-    let u1 = 1.0 - uniform_of(w0);
-    let u2 = uniform_of(w1);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
+// normal_of (standard normals) lives in normal.wgsl, prepended to the kernels that draw them.

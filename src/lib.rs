@@ -106,6 +106,7 @@ pub mod testing {
             .collect();
         v.push(("common.wgsl", crate::gpu::kernels::COMMON));
         v.push(("ids.wgsl", crate::gpu::kernels::IDS));
+        v.push(("normal.wgsl", crate::gpu::kernels::NORMAL));
         v
     }
 

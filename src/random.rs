@@ -93,12 +93,11 @@ pub(crate) fn uniform(w: u32) -> f32 {
     (w & 0xFF_FFFF) as f32 * (1.0 / 16_777_216.0)
 }
 
-/// Two words as a standard normal f32 (Box-Muller, cosine branch), the shader's formula.
+/// Two words as a standard normal f32: Box-Muller in integer fixed point
+/// (`cpu/normal.rs`, the twin of `shaders/normal.wgsl`), the same bits on every device.
 #[inline]
 pub(crate) fn normal(w0: u32, w1: u32) -> f32 {
-    let u1 = 1.0 - uniform(w0); // (0, 1]: ln is finite
-    let u2 = uniform(w1);
-    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+    crate::cpu::normal::normal(w0, w1)
 }
 
 /// Which distribution a random node draws.

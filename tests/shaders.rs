@@ -102,8 +102,8 @@ fn shader_files_on_disk_validate() {
     let common = &shaders["common.wgsl"];
     let ids = &shaders["ids.wgsl"];
     for (name, source) in &shaders {
-        // ids.wgsl is validated as part of every shader that includes it.
-        if name == "common.wgsl" || name == "ids.wgsl" {
+        // ids.wgsl and normal.wgsl are validated as part of every shader that includes them.
+        if name == "common.wgsl" || name == "ids.wgsl" || name == "normal.wgsl" {
             continue;
         }
         if source.contains("report_bad_id(") {

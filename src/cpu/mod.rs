@@ -9,6 +9,7 @@ pub(crate) mod gather;
 pub(crate) mod join;
 pub(crate) mod matmul;
 pub(crate) mod norm;
+pub(crate) mod normal;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod strided;

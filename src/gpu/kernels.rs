@@ -72,11 +72,21 @@ pub(crate) const IDS: &str = include_str!("../../shaders/ids.wgsl");
 /// `common.wgsl` followed by `body`; `enable` directives of `body` (which WGSL wants before
 /// any declaration) go first.
 pub(crate) fn compose(body: &str) -> String {
+    // Normals are drawn in integer fixed point (bit-identical on every device); its tables
+    // only go into the kernels that use them.
+    let normal = if body.contains("normal_of(") {
+        NORMAL
+    } else {
+        ""
+    };
     match body.strip_prefix("enable f16;\n") {
-        Some(rest) => format!("enable f16;\n{COMMON}\n{rest}"),
-        None => format!("{COMMON}\n{body}"),
+        Some(rest) => format!("enable f16;\n{COMMON}\n{normal}\n{rest}"),
+        None => format!("{COMMON}\n{normal}\n{body}"),
     }
 }
+
+/// `normal_of`: standard normals from Philox words in integer fixed point.
+pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
