@@ -236,3 +236,47 @@ fn a_pending_result_read_through_a_reshape_stays_correct() {
         );
     }
 }
+
+#[test]
+fn four_wide_kernels_handle_tails_and_offsets() {
+    // Packed 32-bit inputs at offsets that are multiples of 4 take the vec4 kernels; other
+    // offsets the scalar ones. Every length mod 4, every adapter, against the CPU.
+    let cpu = Device::cpu();
+    for device in common::gpus() {
+        for n in [1usize, 3, 4, 5, 8, 1023, 1025, 4099] {
+            for start in [0usize, 4, 1] {
+                let a: Vec<f32> = (0..n + 8).map(|i| i as f32 * 0.5 - 3.0).collect();
+                let b: Vec<f32> = (0..n + 8).map(|i| (i % 7) as f32 + 0.25).collect();
+                let run = |d: &Device| {
+                    let ta = Tensor::from_vec(a.clone(), &[n + 8], d)
+                        .unwrap()
+                        .narrow(0, start, n)
+                        .unwrap();
+                    let tb = Tensor::from_vec(b.clone(), &[n + 8], d)
+                        .unwrap()
+                        .narrow(0, start, n)
+                        .unwrap();
+                    let i = Tensor::from_vec((0..n as i32).collect::<Vec<_>>(), &[n], d).unwrap();
+                    let f = ta
+                        .mul(&tb)
+                        .unwrap()
+                        .add_scalar(1.0)
+                        .unwrap()
+                        .sqrt()
+                        .unwrap();
+                    let g = i.add(&i).unwrap().mul(&i).unwrap();
+                    (f.to_vec::<f32>().unwrap(), g.to_vec::<i32>().unwrap())
+                };
+                let (want_f, want_i) = run(&cpu);
+                let (got_f, got_i) = run(&device);
+                assert_eq!(got_i, want_i, "{device} n={n} start={start}");
+                for (g, w) in got_f.iter().zip(&want_f) {
+                    assert!(
+                        (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                        "{device} n={n} start={start}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -517,3 +517,47 @@ fn gl_views_agree_with_cpu() {
         }
     }
 }
+
+#[test]
+fn long_packed_f32_sums_take_the_four_wide_pass_and_match_the_cpu() {
+    // Rows of 16,384 elements and more: lengths with every remainder mod 4, offsets that are
+    // and are not multiples of 4, NaN, a row of -0.0, and the mean.
+    for device in common::gpus() {
+        for n in [16384usize, 16385, 16387, 100_003] {
+            let v: Vec<f32> = (0..n + 8)
+                .map(|i| ((i * 37) % 101) as f32 * 0.01 - 0.5)
+                .collect();
+            for start in [0usize, 4, 3] {
+                let host = &v[start..start + n];
+                let want: f64 = host.iter().map(|&x| x as f64).sum();
+                let t = Tensor::from_vec(v.clone(), &[n + 8], &device)
+                    .unwrap()
+                    .narrow(0, start, n)
+                    .unwrap();
+                let got = t.sum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
+                assert!(
+                    (got - want).abs() < 1e-3,
+                    "{device} n={n} start={start}: {got} vs {want}"
+                );
+                let mean = t.mean_all().unwrap().to_scalar::<f32>().unwrap() as f64;
+                assert!((mean - want / n as f64).abs() < 1e-6, "{device} mean n={n}");
+            }
+            let mut with_nan = v.clone();
+            with_nan[n - 1] = f32::NAN;
+            let t = Tensor::from_vec(with_nan, &[n + 8], &device)
+                .unwrap()
+                .narrow(0, 0, n)
+                .unwrap();
+            assert!(
+                t.sum_all().unwrap().to_scalar::<f32>().unwrap().is_nan(),
+                "{device} NaN"
+            );
+            let z = Tensor::from_vec(vec![-0.0f32; n], &[n], &device).unwrap();
+            let s = z.sum_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(
+                s == 0.0 && s.is_sign_negative(),
+                "{device}: sum of -0.0 is {s}"
+            );
+        }
+    }
+}

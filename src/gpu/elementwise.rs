@@ -45,7 +45,19 @@ impl GpuDevice {
         // The size first: an output past the adapter's limits is `BufferTooLarge` (as any
         // allocation), not an indexing error.
         let out_dtype = program.out_dtype();
-        let out = self.alloc_uninit(name, (n * out_dtype.size_in_bytes()) as u64)?;
+        let word = |d: DType| matches!(d, DType::F32 | DType::I32 | DType::U32);
+        // Whole vec4 loads and stores: packed 32-bit data aligned to 4 elements, in buffers of
+        // whole vectors (pool buckets are), so no vector read reaches past a buffer's end.
+        let wide = word(out_dtype)
+            && program.inputs.iter().all(|&d| word(d))
+            && views
+                .iter()
+                .all(|(b, l)| l.is_contiguous() && l.offset % 4 == 0 && b.buffer.size() % 16 == 0);
+        let bytes = (n * out_dtype.size_in_bytes()) as u64;
+        let out = self.alloc_uninit(name, bytes)?;
+        // The last vector is stored whole: it must lie inside the (bucket-sized) buffer.
+        let wide =
+            wide && out.buffer.size() % 16 == 0 && out.buffer.size() >= bytes.next_multiple_of(16);
         check_u32(name, &Layout::contiguous(&[n]))?;
         for (_, l) in views {
             check_u32(name, l)?;
@@ -66,7 +78,7 @@ impl GpuDevice {
                 extend(&mut params, &l.strides);
             }
         }
-        let kernel = codegen::kernel(program, packed, self.native_f16(), name);
+        let kernel = codegen::kernel(program, packed, self.native_f16(), wide, name);
         let inputs: Vec<&wgpu::Buffer> = views.iter().map(|(b, _)| &b.buffer).collect();
         self.launch(
             name,
@@ -77,7 +89,11 @@ impl GpuDevice {
                 inputs: &inputs,
                 output: &out.buffer,
                 meta: &params,
-                threads: n.div_ceil(per_word(out_dtype)) as u64,
+                threads: if wide {
+                    n.div_ceil(4) as u64
+                } else {
+                    n.div_ceil(per_word(out_dtype)) as u64
+                },
             },
         )?;
         Ok(out)

@@ -35,6 +35,8 @@ pub(crate) enum Shader {
     Matmul,
     MatmulVec4,
     Gather,
+    /// The first pass of an f32 sum over a packed row, four elements per load.
+    Sum,
     /// scatter_add / index_add: key building, a bitonic sort and ordered segment sums.
     Scatter,
     /// Fused log-softmax + negative log-likelihood, forward and backward.
@@ -91,7 +93,7 @@ pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 9] = [
+    pub(crate) const ALL: [Shader; 10] = [
         Shader::Reduce,
         Shader::Softmax,
         Shader::LayerNorm,
@@ -101,6 +103,7 @@ impl Shader {
         Shader::Gather,
         Shader::Scatter,
         Shader::CrossEntropy,
+        Shader::Sum,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -113,6 +116,7 @@ impl Shader {
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
             Shader::Gather => "gather.wgsl",
             Shader::Scatter => "scatter.wgsl",
+            Shader::Sum => "sum.wgsl",
             Shader::CrossEntropy => "cross_entropy.wgsl",
             Shader::Generated(g) => &g.0.label,
         }
@@ -139,6 +143,7 @@ impl Shader {
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
             // Shaders that read ids start with the error word's binding and `report_bad_id`.
+            Shader::Sum => include_str!("../../shaders/sum.wgsl"),
             Shader::Gather => concat!(
                 include_str!("../../shaders/ids.wgsl"),
                 include_str!("../../shaders/gather.wgsl")
@@ -182,6 +187,7 @@ impl Shader {
             Shader::Gather => 2,
             // Ids or sorted pairs, and the values to add.
             Shader::Scatter => 2,
+            Shader::Sum => 1,
             // Logits, targets, per-row log-sum-exp and per-row gradient scale.
             Shader::CrossEntropy => 4,
             Shader::Generated(g) => g.0.inputs,

@@ -67,6 +67,37 @@ impl GpuDevice {
             DType::U32 => 2,
             _ => 0,
         };
+        // One long packed f32 row summed: a first pass with vec4 loads, then the partials.
+        let packed = rows.outputs() == 1 && rows.stride == 1 && rows.offset.is_multiple_of(4);
+        if matches!(op, ReduceOp::Sum | ReduceOp::Mean)
+            && dtype == DType::F32
+            && packed
+            && rows.len >= WG_CHUNK
+            && src.buffer.size().is_multiple_of(16)
+        {
+            let chunks = rows.len.div_ceil(WG_CHUNK);
+            let partials = self.alloc_uninit(name, chunks as u64 * 4)?;
+            self.launch(
+                name,
+                Launch {
+                    shader: Shader::Sum,
+                    entry: "sum_wide",
+                    op_code: None,
+                    inputs: &[&src.buffer],
+                    output: &partials.buffer,
+                    meta: &[w(chunks), w(rows.len), w(rows.offset / 4)],
+                    threads: chunks as u64 * WORKGROUP,
+                },
+            )?;
+            let rest = Rows {
+                out_shape: vec![1],
+                out_strides: vec![chunks],
+                offset: 0,
+                len: chunks,
+                stride: 1,
+            };
+            return self.passes(name, op.code(), false, mean, &partials, None, &rest);
+        }
         self.passes(
             name,
             op.code() | kind << 8,

@@ -1,0 +1,58 @@
+// sum.wgsl: the first pass of an f32 sum (or mean) over one packed row, four elements per load.
+//
+// Computes   partial c = the sum of elements [c * 16384, min(n, (c + 1) * 16384)) of the row
+//            starting at element `offset` (a multiple of 4). Each of 256 threads adds 16
+//            vec4s (consecutive threads, consecutive vectors: coalesced 16-byte loads), its four
+//            lanes are added, then a fixed tree in workgroup memory: the order depends on the
+//            sizes only, so the same input gives the same bits. The last vector of the row is
+//            masked past n (the buffer holds whole vectors). The partials are reduced by
+//            reduce.wgsl. Sums start at -0.0, so a row of -0.0 sums to -0.0; NaN propagates.
+// Bindings   @group(0) @binding(0) src    : array<vec4<f32>>, read-only
+//            @group(0) @binding(1) dst    : array<f32>, read-write, one partial per workgroup
+//            @group(0) @binding(2) params : array<u32>, read-only: [chunks, n, offset / 4]
+// Dispatch   one 256-thread workgroup per chunk on the 2-D grid (wid.y * nwg.x + wid.x).
+
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(2) var<storage, read> params: array<u32>;
+
+const VECS_PER_THREAD: u32 = 16u;
+
+var<workgroup> tree: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn sum_wide(inv: Invocation) {
+    let lid = inv.lid;
+    let chunk = inv.wid.y * inv.nwg.x + inv.wid.x;
+    // Uniform per workgroup, so the barriers below stay uniform.
+    if (chunk >= params[0]) {
+        return;
+    }
+    let n = params[1];
+    let base = params[2];
+    let neg0 = bitcast<f32>(0x80000000u);
+    var acc = vec4<f32>(neg0);
+    for (var k = 0u; k < VECS_PER_THREAD; k = k + 1u) {
+        let v = (chunk * VECS_PER_THREAD + k) * 256u + lid;
+        let e = v * 4u;
+        if (e + 4u <= n) {
+            acc = acc + src[base + v];
+        } else if (e < n) {
+            let q = src[base + v];
+            for (var j = 0u; j < n - e; j = j + 1u) {
+                acc[j] = acc[j] + q[j];
+            }
+        }
+    }
+    tree[lid] = (acc.x + acc.y) + (acc.z + acc.w);
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            tree[lid] = tree[lid] + tree[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        dst[chunk] = tree[0];
+    }
+}
