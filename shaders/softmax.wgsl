@@ -5,8 +5,9 @@
 //            OP 1 (log_softmax): dst[e] = (x - m) - log(s)
 //            with m the row max and s = Σ exp(x - m). Online softmax: each thread walks its
 //            elements k = lid, lid + 256, ... once, keeping a running max and a sum rescaled
-//            whenever the max grows; the 256 (max, sum) pairs are merged by a fixed binary tree
-//            in workgroup memory (deterministic), then the row is read a second time and
+//            whenever the max grows; the 256 (max, sum) pairs are merged (row_tree.wgsl: a fixed
+//            tree in workgroup memory; row_subgroup.wgsl: subgroup operations and one barrier,
+//            where the adapter has SUBGROUP), then the row is read a second time and
 //            written. So a row costs one read pass + one write pass whatever its length (short
 //            rows are not a separate path: the same loop runs once per thread).
 //            Row semantics as the CPU oracle: a NaN or +inf in the row makes the whole row NaN
@@ -29,9 +30,13 @@ override OP: u32 = 0u;
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(2) var<storage, read> params: array<u32>;
 
-var<workgroup> wmax: array<f32, 256>;
-var<workgroup> wsum: array<f32, 256>;
-var<workgroup> wbad: array<u32, 256>;
+// A row's merged statistics (see row_tree.wgsl / row_subgroup.wgsl, one of which is
+// prepended: they define RowInv and row_merge).
+struct RowStat {
+    m: f32,
+    s: f32,
+    bad: u32,
+}
 
 // Merges the running pair (m, s) with (m2, s2); an empty pair has s = 0 and m = -inf (skipped,
 // since exp(-inf - -inf) would be NaN).
@@ -62,7 +67,7 @@ fn address(p: u32) -> u32 {
 }
 
 @compute @workgroup_size(256)
-fn softmax(inv: Invocation) {
+fn softmax(inv: RowInv) {
     let lid = inv.lid;
     let row = inv.wid.y * inv.nwg.x + inv.wid.x;
     let nrows = params[0];
@@ -93,24 +98,11 @@ fn softmax(inv: Invocation) {
             s = r.y;
         }
     }
-    wmax[lid] = m;
-    wsum[lid] = s;
-    wbad[lid] = bad;
-    workgroupBarrier();
-    // Fixed tree: 128, 64, ..., 1 (the same order on every run and device).
-    for (var h = 128u; h > 0u; h = h >> 1u) {
-        if (lid < h) {
-            let r = merge(wmax[lid], wsum[lid], wmax[lid + h], wsum[lid + h]);
-            wmax[lid] = r.x;
-            wsum[lid] = r.y;
-            wbad[lid] = wbad[lid] | wbad[lid + h];
-        }
-        workgroupBarrier();
-    }
-    let rm = wmax[0];
-    let rs = wsum[0];
+    let st = row_merge(inv, m, s, bad);
+    let rm = st.m;
+    let rs = st.s;
     // NaN / +inf anywhere, or nothing but -inf (s = 0): the whole row is NaN.
-    let nan_row = wbad[0] != 0u || rs == 0.0;
+    let nan_row = st.bad != 0u || rs == 0.0;
     let ls = log(rs);
     for (var k = lid; k < count; k = k + 256u) {
         let at = out + k * inner;

@@ -102,8 +102,11 @@ pub mod testing {
     pub fn shader_files() -> Vec<(&'static str, &'static str)> {
         let mut v: Vec<_> = crate::gpu::kernels::Shader::ALL
             .iter()
+            .filter(|s| s.file().ends_with(".wgsl"))
             .map(|s| (s.file(), s.raw()))
             .collect();
+        v.push(("row_tree.wgsl", crate::gpu::kernels::ROW_TREE));
+        v.push(("row_subgroup.wgsl", crate::gpu::kernels::ROW_SUBGROUP));
         v.push(("common.wgsl", crate::gpu::kernels::COMMON));
         v.push(("ids.wgsl", crate::gpu::kernels::IDS));
         v.push(("normal.wgsl", crate::gpu::kernels::NORMAL));

@@ -102,15 +102,26 @@ fn shader_files_on_disk_validate() {
     let common = &shaders["common.wgsl"];
     let ids = &shaders["ids.wgsl"];
     for (name, source) in &shaders {
-        // ids.wgsl and normal.wgsl are validated as part of every shader that includes them.
-        if name == "common.wgsl" || name == "ids.wgsl" || name == "normal.wgsl" {
+        // Snippets are validated as part of every shader that includes them (the embedded
+        // list covers both row merges).
+        let snippets = [
+            "common.wgsl",
+            "ids.wgsl",
+            "normal.wgsl",
+            "row_tree.wgsl",
+            "row_subgroup.wgsl",
+        ];
+        if snippets.contains(&name.as_str()) {
             continue;
         }
-        if source.contains("report_bad_id(") {
-            validate(name, &format!("{common}\n{ids}\n{source}"));
-        } else {
-            validate(name, &format!("{common}\n{source}"));
+        let mut full = String::new();
+        if source.contains("row_merge(") {
+            full.push_str(&shaders["row_tree.wgsl"]);
         }
+        if source.contains("report_bad_id(") {
+            full.push_str(ids);
+        }
+        validate(name, &format!("{common}\n{full}\n{source}"));
     }
 }
 

@@ -545,6 +545,13 @@ impl GpuDevice {
         }
     }
 
+    /// Whether row kernels merge with subgroup operations (`SUBGROUP` enabled on this device,
+    /// unless `WGTENSOR_DISABLE_SUBGROUPS=1`, which tests the workgroup-tree path anywhere).
+    pub(crate) fn subgroups(&self) -> bool {
+        self.0.device.features().contains(wgpu::Features::SUBGROUP)
+            && !std::env::var("WGTENSOR_DISABLE_SUBGROUPS").is_ok_and(|v| v == "1")
+    }
+
     /// Whether f16 elementwise kernels run natively (`SHADER_F16` enabled on this device and
     /// not disabled by `WGTENSOR_DISABLE_SHADER_F16=1`).
     pub(crate) fn native_f16(&self) -> bool {

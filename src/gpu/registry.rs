@@ -382,7 +382,8 @@ impl Registry {
         // On unified memory (integrated GPUs, software adapters) tensor buffers can be mapped
         // directly, so uploads skip the staging copy.
         let unified = is_unified(&e.info);
-        let mut wanted = wgpu::Features::SHADER_F16 & e.features;
+        // Subgroup operations merge row statistics with one barrier instead of a tree.
+        let mut wanted = (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP) & e.features;
         if unified {
             wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS & e.features;
         }

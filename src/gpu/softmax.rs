@@ -56,7 +56,11 @@ impl GpuDevice {
         self.launch(
             op,
             Launch {
-                shader: Shader::Softmax,
+                shader: if self.subgroups() {
+                    Shader::SoftmaxSubgroup
+                } else {
+                    Shader::Softmax
+                },
                 entry: "softmax",
                 op_code: Some(u32::from(log)),
                 inputs: &[&src.buffer],
