@@ -235,14 +235,27 @@ fn cross_entropy_value_gradient_and_errors() -> Result<()> {
             "i32 ids",
         );
         let bad = Tensor::from_vec(vec![0u32, 3, 1, 0], &[n], &dev)?;
-        let err = nn::cross_entropy(&logits, &bad).unwrap_err().to_string();
-        assert!(err.contains("target 3 at position 1"), "{err}");
+        // On a GPU the kernel finds the bad target: it surfaces at the readback.
+        let err = nn::cross_entropy(&logits, &bad)
+            .and_then(|l| l.to_vec::<f32>())
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::IndexOutOfRange {
+                    op: "cross_entropy",
+                    index: 3,
+                    bound: 3
+                }
+            ),
+            "{err}"
+        );
         let short = Tensor::from_vec(vec![0u32; 3], &[3], &dev)?;
         assert!(nn::cross_entropy(&logits, &short).is_err());
         let float_ids = Tensor::zeros(&[n], DType::F32, &dev)?;
         assert!(matches!(
             nn::cross_entropy(&logits, &float_ids),
-            Err(Error::UnsupportedDType { .. })
+            Err(Error::InvalidArgument { .. })
         ));
         assert!(nn::cross_entropy(&logits.reshape(&[12])?, &targets).is_err());
     }

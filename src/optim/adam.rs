@@ -2,6 +2,7 @@
 
 use super::{check_hyper, state, update_params, Optimizer};
 use crate::nn::Module;
+use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
@@ -11,6 +12,118 @@ struct Moments {
     m: Tensor,
     v: Tensor,
     step: i32,
+}
+
+/// The packed f32 data of a CPU tensor, if it is one.
+fn cpu_f32(t: &Tensor) -> Option<&[f32]> {
+    if t.dtype() != DType::F32 || !t.is_contiguous() {
+        return None;
+    }
+    match t.storage().ok()? {
+        Storage::Cpu(CpuStorage::F32(v)) => {
+            let at = t.layout().offset;
+            v.get(at..at + t.numel())
+        }
+        _ => None,
+    }
+}
+
+/// One Adam update of a CPU parameter in a single pass (new parameter, moments, step), or
+/// `None` when the tensors are not packed f32 CPU data (the op-by-op path then runs: on a GPU
+/// it fuses into one kernel). The same f32 operations in the same order as that path, so the
+/// results are the same bits; one pass instead of a dozen allocating ones.
+fn cpu_step(
+    p: &Tensor,
+    g: &Tensor,
+    prev: Option<&Moments>,
+    (b1, b2): (f32, f32),
+    lr: f32,
+    eps: f32,
+) -> Result<Option<(Tensor, Tensor, Tensor, i32)>> {
+    if !p.device().is_cpu() {
+        return Ok(None);
+    }
+    // Weight gradients often arrive as transposed views of a matmul: pack them once.
+    let g = if g.is_contiguous() {
+        g.clone()
+    } else {
+        g.contiguous()?
+    };
+    let (Some(ps), Some(gs)) = (cpu_f32(p), cpu_f32(&g)) else {
+        return Ok(None);
+    };
+    let old = match prev {
+        Some(s) => match (cpu_f32(&s.m), cpu_f32(&s.v)) {
+            (Some(m), Some(v)) => Some((m, v, s.step)),
+            _ => return Ok(None),
+        },
+        None => None,
+    };
+    if gs.len() != ps.len() {
+        return Ok(None);
+    }
+    let step = old.map_or(1, |o| o.2 + 1);
+    let bc1 = 1.0 - b1.powi(step);
+    let bc2 = 1.0 - b2.powi(step);
+    let (sq2, scale) = (bc2.sqrt(), lr / bc1);
+    let n = ps.len();
+    let mut np = crate::cpu::strided::try_vec::<f32>("Adam::step", n)?;
+    let mut nm = crate::cpu::strided::try_vec::<f32>("Adam::step", n)?;
+    let mut nv = crate::cpu::strided::try_vec::<f32>("Adam::step", n)?;
+    np.resize(n, 0.0);
+    nm.resize(n, 0.0);
+    nv.resize(n, 0.0);
+    // Plain zipped slices (no indexing) so the loop vectorises, sqrt and division included.
+    let zeros;
+    let (m0, v0, keep) = match old {
+        Some((m, v, _)) => (m, v, 1.0f32),
+        None => {
+            zeros = vec![0f32; n];
+            (&zeros[..], &zeros[..], 0.0)
+        }
+    };
+    let chunk = |at: usize, np: &mut [f32], nm: &mut [f32], nv: &mut [f32]| {
+        let end = at + np.len();
+        let ins = ps[at..end]
+            .iter()
+            .zip(&gs[at..end])
+            .zip(m0[at..end].iter().zip(&v0[at..end]));
+        let outs = np.iter_mut().zip(nm.iter_mut().zip(nv.iter_mut()));
+        for ((op, (om, ov)), ((&p, &g), (&m, &v))) in outs.zip(ins) {
+            // On the first step there is no m or v: keep = 0 drops them exactly as the
+            // op-by-op path, which starts from (1 - β1) g and (1 - β2) g².
+            let m = if keep == 0.0 {
+                g * (1.0 - b1)
+            } else {
+                m * b1 + g * (1.0 - b1)
+            };
+            let v = if keep == 0.0 {
+                g * g * (1.0 - b2)
+            } else {
+                v * b2 + g * g * (1.0 - b2)
+            };
+            *op = p - m / (v.sqrt() / sq2 + eps) * scale;
+            *om = m;
+            *ov = v;
+        }
+    };
+    const CHUNK: usize = 1 << 14;
+    if n >= crate::cpu::strided::PAR_THRESHOLD {
+        use rayon::prelude::*;
+        np.par_chunks_mut(CHUNK)
+            .zip(nm.par_chunks_mut(CHUNK).zip(nv.par_chunks_mut(CHUNK)))
+            .enumerate()
+            .for_each(|(k, (a, (b, c)))| chunk(k * CHUNK, a, b, c));
+    } else {
+        chunk(0, &mut np, &mut nm, &mut nv);
+    }
+    let (shape, cpu) = (p.shape(), p.device());
+    Ok(Some((
+        Tensor::from_vec(np, shape, cpu)?,
+        Tensor::from_vec(nm, shape, cpu)?,
+        Tensor::from_vec(nv, shape, cpu)?,
+        step,
+    )))
 }
 
 /// Adam (`torch.optim.Adam`): with `g = grad + weight_decay * p` (L2),
@@ -107,6 +220,10 @@ impl Optimizer for Adam {
             let prev = state
                 .get(name)
                 .filter(|s| s.m.shape() == g.shape() && s.m.device() == g.device());
+            if let Some((new, m, v, step)) = cpu_step(&p, &g, prev, (b1, b2), lr, eps)? {
+                state.insert(name.to_string(), Moments { m, v, step });
+                return Ok(new);
+            }
             let (m, v, step) = match prev {
                 Some(s) => (
                     s.m.mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?,
