@@ -8,6 +8,10 @@
 //            loop here may depend on the full K. A and B are read through their strides, so
 //            transposed, permuted, narrowed and broadcast (stride 0) views need no copy.
 // Entries    naive    one output per invocation: the baseline the benchmarks compare against.
+//            gemv_m1, gemv_n1
+//                     the naive loop in 256 × 1 (rows of few outputs: M = 1, a row vector
+//                     times a matrix) or 1 × 256 workgroups (N = 1, a matrix times a vector),
+//                     so no invocation of a 16 × 16 workgroup idles on a missing row or column.
 //            register_tile
 //                     8×8 outputs per invocation kept in registers, no workgroup memory and no
 //                     barriers: the variant for software adapters. lavapipe runs an invocation
@@ -32,6 +36,8 @@
 //              [13] first batch of this dispatch  [14] batch ndim = nd
 //              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
 // Dispatch   naive: @workgroup_size(16, 16), grid (ceil(N/16), ceil(M/16), batches);
+//            gemv_m1: (256, 1), grid (ceil(N/256), M, batches); gemv_n1: (1, 256), grid
+//            (N, ceil(M/256), batches);
 //            register_tile: @workgroup_size(8, 8), grid (ceil(N/64), ceil(M/64), batches);
 //            tiled: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
 //            x/y count from the row/column origin, z from the first batch; every store guarded.
@@ -98,6 +104,19 @@ fn store4(p: Problem, row: u32, col: u32, v: vec4<f32>) {
     store(p, row, col + 3u, v.w);
 }
 
+// Σ over this chunk of A[row, k] * B[k, col], one k at a time (k1 - k0 <= 16,384 iterations).
+fn dot(p: Problem, row: u32, col: u32) -> f32 {
+    var ia = p.a + row * p.a_rs;
+    var ib = p.b + col * p.b_cs;
+    var acc = 0.0;
+    for (var k = p.k0; k < p.k1; k = k + 1u) {
+        acc = acc + lhs[ia] * rhs[ib];
+        ia = ia + p.a_ks;
+        ib = ib + p.b_ks;
+    }
+    return acc;
+}
+
 @compute @workgroup_size(16, 16)
 fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
     let p = problem(gid.z);
@@ -106,16 +125,29 @@ fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (row >= p.m || col >= p.n) {
         return;
     }
-    var ia = p.a + row * p.a_rs;
-    var ib = p.b + col * p.b_cs;
-    var acc = 0.0;
-    // k1 - k0 <= 16,384 iterations.
-    for (var k = p.k0; k < p.k1; k = k + 1u) {
-        acc = acc + lhs[ia] * rhs[ib];
-        ia = ia + p.a_ks;
-        ib = ib + p.b_ks;
+    store(p, row, col, dot(p, row, col));
+}
+
+@compute @workgroup_size(256, 1)
+fn gemv_m1(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let p = problem(gid.z);
+    let row = params[2] + gid.y;
+    let col = params[3] + gid.x;
+    if (row >= p.m || col >= p.n) {
+        return;
     }
-    store(p, row, col, acc);
+    store(p, row, col, dot(p, row, col));
+}
+
+@compute @workgroup_size(1, 256)
+fn gemv_n1(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let p = problem(gid.z);
+    let row = params[2] + gid.y;
+    let col = params[3] + gid.x;
+    if (row >= p.m || col >= p.n) {
+        return;
+    }
+    store(p, row, col, dot(p, row, col));
 }
 
 @compute @workgroup_size(8, 8)

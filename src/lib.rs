@@ -27,6 +27,7 @@
 //! error handler is replaced on every device wgtensor opens or wraps.
 
 mod autograd;
+mod autotune;
 mod cpu;
 pub mod data;
 mod device;
@@ -43,6 +44,7 @@ mod storage;
 mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad, no_grad_scope, NoGradGuard};
+pub use autotune::{autotune_report, AutotuneEntry, AutotuneReport};
 pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
@@ -63,6 +65,13 @@ pub use wgpu;
 #[doc(hidden)]
 pub mod testing {
     use crate::Device;
+
+    /// Makes "autotuning off" the default of this process when `WGTENSOR_AUTOTUNE` is unset
+    /// (the test harness calls it, so test binaries keep kernel choices fixed; the autotuning
+    /// tests set the variable).
+    pub fn autotune_off_by_default() {
+        crate::gpu::autotune::DEFAULT_OFF.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 
     /// Destroys a GPU device as a driver reset would; later calls must report `DeviceLost`.
     pub fn destroy_device(device: &Device) {

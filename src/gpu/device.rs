@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     pub ring: wgpu::Buffer,
     /// Where kernels that read ids record an out-of-range id (`ids.rs`).
     pub errors: super::ids::ErrorWord,
+    /// Kernel variants chosen by timing them on this adapter (`autotune.rs`).
+    pub tuner: super::autotune::Tuner,
     /// `min_storage_buffer_offset_alignment`: where params windows may start.
     pub param_align: usize,
     /// `WGTENSOR_VALIDATE=1` when the device opened.
@@ -147,8 +149,10 @@ impl GpuDevice {
             mapped_at_creation: false,
         });
         let errors = super::ids::ErrorWord::new(&device, param_align as u64);
+        let tuner = super::autotune::Tuner::new(&info);
         GpuDevice(Arc::new(Inner {
             errors,
+            tuner,
             label,
             info,
             device,

@@ -23,6 +23,9 @@ use crate::{Error, Result};
 /// lavapipe's 65,535, and a multiple of every kernel's K step (4 and 16).
 pub(crate) const K_CHUNK: usize = 16_384;
 
+/// The largest problem (multiply-adds) the autotuner times; larger classes keep the heuristic.
+const TUNE_BUDGET: u64 = 1 << 31;
+
 /// The matmul kernels, in the order the benchmarks report them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MatmulKernel {
@@ -34,14 +37,20 @@ pub(crate) enum MatmulKernel {
     RegisterVec4,
     /// 64×64 workgroup-memory tiles with 4×4 register tiles: hardware GPUs.
     Tiled,
+    /// One output per invocation in 256×1 workgroups: a row vector times a matrix (M = 1).
+    GemvM1,
+    /// One output per invocation in 1×256 workgroups: a matrix times a vector (N = 1).
+    GemvN1,
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 4] = [
+    pub(crate) const ALL: [MatmulKernel; 6] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
         MatmulKernel::Tiled,
+        MatmulKernel::GemvM1,
+        MatmulKernel::GemvN1,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -50,6 +59,8 @@ impl MatmulKernel {
             MatmulKernel::Register => "register",
             MatmulKernel::RegisterVec4 => "register_vec4",
             MatmulKernel::Tiled => "tiled",
+            MatmulKernel::GemvM1 => "gemv_m1",
+            MatmulKernel::GemvN1 => "gemv_n1",
         }
     }
 
@@ -60,7 +71,7 @@ impl MatmulKernel {
     fn shader(self) -> Shader {
         match self {
             MatmulKernel::RegisterVec4 => Shader::MatmulVec4,
-            MatmulKernel::Naive | MatmulKernel::Register | MatmulKernel::Tiled => Shader::Matmul,
+            _ => Shader::Matmul,
         }
     }
 
@@ -69,6 +80,8 @@ impl MatmulKernel {
             MatmulKernel::Naive => "naive",
             MatmulKernel::Register | MatmulKernel::RegisterVec4 => "register_tile",
             MatmulKernel::Tiled => "tiled",
+            MatmulKernel::GemvM1 => "gemv_m1",
+            MatmulKernel::GemvN1 => "gemv_n1",
         }
     }
 
@@ -78,6 +91,8 @@ impl MatmulKernel {
             MatmulKernel::Naive => (16, 16),
             MatmulKernel::Register | MatmulKernel::RegisterVec4 => (64, 64),
             MatmulKernel::Tiled => (64, 64),
+            MatmulKernel::GemvM1 => (1, 256),
+            MatmulKernel::GemvN1 => (256, 1),
         }
     }
 }
@@ -128,6 +143,24 @@ impl Problem {
             }
         }
         p
+    }
+
+    /// The autotuning class: each size bucketed to a power of two (1 kept apart, the GEMV
+    /// shapes), batched or not, and whether the vec4 kernel's layout holds.
+    fn class(&self) -> String {
+        let b = |x: usize| if x <= 1 { x } else { x.next_power_of_two() };
+        format!(
+            "m{} n{} k{}{}{}",
+            b(self.m),
+            b(self.n),
+            b(self.k),
+            if self.batches() > 1 { " batched" } else { "" },
+            if self.vec4_layout().is_some() {
+                " vec4"
+            } else {
+                ""
+            }
+        )
     }
 
     fn batches(&self) -> usize {
@@ -203,6 +236,77 @@ impl GpuDevice {
         }
     }
 
+    /// The autotuned kernel for this problem's shape class: a tuned or cached choice, or the
+    /// heuristic ([`GpuDevice::matmul_kernel`]) on a class's first call; the second call of a
+    /// class times every candidate (`autotune.rs`).
+    fn tuned_matmul_kernel(
+        &self,
+        (a, la): (&GpuBuffer, &Layout),
+        (b, lb): (&GpuBuffer, &Layout),
+        p: &Problem,
+    ) -> Result<MatmulKernel> {
+        let heuristic = self.matmul_kernel(la, lb);
+        let key = format!("matmul/{}", p.class());
+        let (chosen, tune_now) = self.0.tuner.lookup(&key);
+        let fits = |k: MatmulKernel| k != MatmulKernel::RegisterVec4 || p.vec4_layout().is_some();
+        if let Some(k) = chosen
+            .and_then(|n| MatmulKernel::from_name(&n))
+            .filter(|&k| fits(k))
+        {
+            return Ok(k);
+        }
+        // Searching costs a few runs of every candidate: classes past ~2^31 multiply-adds
+        // keep the heuristic.
+        let work = p.batches() as u64 * p.m as u64 * p.n as u64 * p.k as u64;
+        if !tune_now || work > TUNE_BUDGET {
+            self.0.tuner.note_heuristic(&key, heuristic.name());
+            return Ok(heuristic);
+        }
+        let op = "matmul autotune";
+        // Drain the queue first, so each timing covers only its own runs.
+        self.wait(op, None)?;
+        let mut candidates: Vec<MatmulKernel> = vec![heuristic];
+        candidates.extend(
+            MatmulKernel::ALL
+                .into_iter()
+                .filter(|&k| k != heuristic && fits(k)),
+        );
+        let mut best: Option<(MatmulKernel, f64)> = None;
+        let mut timings = Vec::new();
+        for k in candidates {
+            let time = |runs: usize| -> Result<f64> {
+                let mut fastest = f64::INFINITY;
+                for _ in 0..runs {
+                    let t = std::time::Instant::now();
+                    drop(self.matmul(a, la, b, lb, Some(k))?);
+                    self.wait(op, None)?;
+                    fastest = fastest.min(t.elapsed().as_secs_f64() * 1e3);
+                }
+                Ok(fastest)
+            };
+            // A warm-up (pipeline compiled, buffers pooled); a candidate four times slower than
+            // the best so far is not timed further.
+            let Ok(first) = time(1) else { continue };
+            let ms = if best.is_some_and(|(_, b)| first > 4.0 * b) {
+                first
+            } else {
+                first.min(time(3)?)
+            };
+            timings.push((k.name().to_string(), ms));
+            if best.is_none_or(|(_, b)| ms < b) {
+                best = Some((k, ms));
+            }
+        }
+        let winner = best.map_or(heuristic, |(k, _)| k);
+        log::debug!(
+            "wgtensor: autotuned {key} on {}: {} ({timings:?})",
+            self.label(),
+            winner.name()
+        );
+        self.0.tuner.record(&key, winner.name(), timings);
+        Ok(winner)
+    }
+
     /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b`
     /// (`[..batch, K, N]`, same batch dims) into a new packed `[..batch, M, N]` buffer, with
     /// `kernel` or the adapter's choice ([`GpuDevice::matmul_kernel`]).
@@ -228,7 +332,10 @@ impl GpuDevice {
         if out_elems == 0 || p.k == 0 {
             return Ok(out);
         }
-        let kernel = kernel.unwrap_or_else(|| self.matmul_kernel(la, lb));
+        let kernel = match kernel {
+            Some(k) => k,
+            None => self.tuned_matmul_kernel((a, la), (b, lb), &p)?,
+        };
         let op_code = match kernel {
             MatmulKernel::RegisterVec4 => {
                 Some(p.vec4_layout().ok_or_else(|| Error::InvalidArgument {
@@ -241,7 +348,7 @@ impl GpuDevice {
                     ),
                 })?)
             }
-            MatmulKernel::Naive | MatmulKernel::Register | MatmulKernel::Tiled => None,
+            _ => None,
         };
         let max = self.0.limits.max_compute_workgroups_per_dimension.max(1) as usize;
         let (tile_rows, tile_cols) = kernel.tile();

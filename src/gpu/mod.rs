@@ -56,6 +56,7 @@
 //! by that launch before it is recorded. `WGTENSOR_VALIDATE=1` scopes every op, so an error
 //! inside a batch names its op exactly.
 
+pub(crate) mod autotune;
 pub(crate) mod buffer;
 pub(crate) mod codegen;
 pub(crate) mod cross_entropy;
