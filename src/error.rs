@@ -170,6 +170,16 @@ pub enum Error {
         bound: usize,
     },
 
+    /// A collective of [`crate::distributed`] failed on this process (`rank`): a peer did not
+    /// take part before the timeout (`WGTENSOR_DIST_TIMEOUT`), the ranks disagreed on the
+    /// operands, or MPI reported an error. The process group cannot be trusted afterwards.
+    #[error("distributed {op} failed on rank {rank}: {message}")]
+    Distributed {
+        op: &'static str,
+        rank: usize,
+        message: String,
+    },
+
     /// Any other error reported by wgpu (validation, internal), captured instead of panicking.
     #[error("wgpu error on {device} in {op}: {message}")]
     Wgpu {

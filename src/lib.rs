@@ -31,6 +31,7 @@ mod autotune;
 mod cpu;
 pub mod data;
 mod device;
+pub mod distributed;
 mod dtype;
 mod error;
 mod gpu;

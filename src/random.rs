@@ -100,6 +100,22 @@ pub(crate) fn normal(w0: u32, w1: u32) -> f32 {
     crate::cpu::normal::normal(w0, w1)
 }
 
+/// `0..len` shuffled (Fisher-Yates) by Philox keyed with `seed`, counter starting at `epoch`'s
+/// block: the same order on every machine, independent of the global generator (so data
+/// loading and sharding never shift `rand` streams).
+pub(crate) fn permutation(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..len).collect();
+    let base = epoch << 40;
+    for i in (1..len).rev() {
+        let w = words(seed, base, i as u64);
+        let r = (u64::from(w[1]) << 32) | u64::from(w[0]);
+        // Multiply-shift maps 64 random bits onto 0..=i without modulo bias to speak of.
+        let j = ((u128::from(r) * (i as u128 + 1)) >> 64) as usize;
+        idx.swap(i, j);
+    }
+    idx
+}
+
 /// Which distribution a random node draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Dist {

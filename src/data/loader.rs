@@ -191,18 +191,10 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
     /// driven by wgtensor's Philox generator keyed with `seed`, counter starting at `epoch`'s
     /// block (independent of the global generator, so loading never shifts `rand` streams).
     pub fn indices(&self, epoch: u64) -> Vec<usize> {
-        let mut idx: Vec<usize> = (0..self.dataset.len()).collect();
-        if let Some(seed) = self.seed {
-            let base = epoch << 40;
-            for i in (1..idx.len()).rev() {
-                let w = crate::random::words(seed, base, i as u64);
-                let r = (u64::from(w[1]) << 32) | u64::from(w[0]);
-                // Multiply-shift maps 64 random bits onto 0..=i without modulo bias to speak of.
-                let j = ((u128::from(r) * (i as u128 + 1)) >> 64) as usize;
-                idx.swap(i, j);
-            }
+        match self.seed {
+            Some(seed) => crate::random::permutation(self.dataset.len(), seed, epoch),
+            None => (0..self.dataset.len()).collect(),
         }
-        idx
     }
 
     /// Time spent preparing and waiting for batches so far.

@@ -26,6 +26,8 @@
 
 mod activation;
 mod checkpoint;
+#[cfg(feature = "mpi")]
+mod ddp;
 mod dropout;
 mod embedding;
 mod io;
@@ -38,6 +40,8 @@ mod sequential;
 
 pub use activation::{Identity, ReLU, Sigmoid, Softmax, Tanh, GELU};
 pub use checkpoint::Checkpoint;
+#[cfg(feature = "mpi")]
+pub use ddp::{DistributedDataParallel, DEFAULT_BUCKET_BYTES};
 pub use dropout::Dropout;
 pub use embedding::Embedding;
 pub use io::save_safetensors;

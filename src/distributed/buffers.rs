@@ -1,0 +1,207 @@
+//! The host buffers MPI reads and writes for `group.rs`: f16 travels as f32, a contiguous CPU
+//! tensor is sent from its own memory, and empty buffers never look like `MPI_IN_PLACE`.
+
+use super::ReduceOp;
+use crate::storage::Storage;
+use crate::{DType, Device, Result, Tensor};
+use half::f16;
+use mpi::ffi;
+use std::os::raw::c_void;
+
+/// Host elements in the MPI type used for a dtype (f16 travels as f32, so reductions are exact
+/// to f32 and the result is rounded once).
+pub(super) enum HostBuf {
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    U8(Vec<u8>),
+}
+
+/// What a collective sends: a host copy, or (zero-copy) a contiguous CPU tensor's own memory.
+pub(super) enum SendBuf {
+    Host(HostBuf),
+    Tensor(Tensor),
+    None,
+}
+
+impl HostBuf {
+    pub(super) fn zeros(dtype: DType, n: usize) -> HostBuf {
+        match dtype {
+            DType::F32 | DType::F16 => HostBuf::F32(vec![0.0; n]),
+            DType::I32 => HostBuf::I32(vec![0; n]),
+            DType::U32 => HostBuf::U32(vec![0; n]),
+            DType::U8 => HostBuf::U8(vec![0; n]),
+        }
+    }
+
+    pub(super) fn read(t: &Tensor) -> Result<HostBuf> {
+        Ok(match t.dtype() {
+            DType::F32 => HostBuf::F32(t.to_vec()?),
+            DType::F16 => HostBuf::F32(t.to_vec::<f16>()?.into_iter().map(f32::from).collect()),
+            DType::I32 => HostBuf::I32(t.to_vec()?),
+            DType::U32 => HostBuf::U32(t.to_vec()?),
+            DType::U8 => HostBuf::U8(t.to_vec()?),
+        })
+    }
+
+    pub(super) fn ptr(&self) -> *const c_void {
+        if self.is_empty() {
+            return EMPTY.as_ptr().cast();
+        }
+        match self {
+            HostBuf::F32(v) => v.as_ptr().cast(),
+            HostBuf::I32(v) => v.as_ptr().cast(),
+            HostBuf::U32(v) => v.as_ptr().cast(),
+            HostBuf::U8(v) => v.as_ptr().cast(),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        match self {
+            HostBuf::F32(v) => v.is_empty(),
+            HostBuf::I32(v) => v.is_empty(),
+            HostBuf::U32(v) => v.is_empty(),
+            HostBuf::U8(v) => v.is_empty(),
+        }
+    }
+
+    pub(super) fn ptr_mut(&mut self) -> *mut c_void {
+        if self.is_empty() {
+            // MPI writes nothing to an empty buffer; it only must not look like MPI_IN_PLACE.
+            return EMPTY.as_ptr().cast_mut().cast();
+        }
+        match self {
+            HostBuf::F32(v) => v.as_mut_ptr().cast(),
+            HostBuf::I32(v) => v.as_mut_ptr().cast(),
+            HostBuf::U32(v) => v.as_mut_ptr().cast(),
+            HostBuf::U8(v) => v.as_mut_ptr().cast(),
+        }
+    }
+
+    /// Elements `range` as a tensor of `dtype` and `shape` on `device`.
+    pub(super) fn tensor(
+        &self,
+        range: std::ops::Range<usize>,
+        dtype: DType,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        match (self, dtype) {
+            (HostBuf::F32(v), DType::F16) => Tensor::from_vec(
+                v[range].iter().map(|&x| f16::from_f32(x)).collect(),
+                shape,
+                device,
+            ),
+            (HostBuf::F32(v), _) => Tensor::from_vec(v[range].to_vec(), shape, device),
+            (HostBuf::I32(v), _) => Tensor::from_vec(v[range].to_vec(), shape, device),
+            (HostBuf::U32(v), _) => Tensor::from_vec(v[range].to_vec(), shape, device),
+            (HostBuf::U8(v), _) => Tensor::from_vec(v[range].to_vec(), shape, device),
+        }
+    }
+
+    /// The whole buffer as a tensor, without copying when it already has the tensor's type.
+    pub(super) fn into_tensor(
+        self,
+        dtype: DType,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        match (self, dtype) {
+            (HostBuf::F32(v), DType::F32) => Tensor::from_vec(v, shape, device),
+            (HostBuf::I32(v), _) => Tensor::from_vec(v, shape, device),
+            (HostBuf::U32(v), _) => Tensor::from_vec(v, shape, device),
+            (HostBuf::U8(v), _) => Tensor::from_vec(v, shape, device),
+            (h, _) => {
+                let n = shape.iter().product();
+                h.tensor(0..n, dtype, shape, device)
+            }
+        }
+    }
+
+    pub(super) fn divide(&mut self, by: usize) {
+        if let HostBuf::F32(v) = self {
+            let inv = 1.0 / by as f32;
+            v.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
+}
+
+impl SendBuf {
+    /// A contiguous CPU tensor whose MPI type is its own is sent from its memory; anything
+    /// else is read to the host once.
+    pub(super) fn of(t: &Tensor) -> Result<SendBuf> {
+        if t.is_cpu() && t.is_contiguous() && t.dtype() != DType::F16 {
+            return Ok(SendBuf::Tensor(t.clone()));
+        }
+        Ok(SendBuf::Host(HostBuf::read(t)?))
+    }
+
+    pub(super) fn ptr(&self) -> *const c_void {
+        match self {
+            SendBuf::Host(h) => h.ptr(),
+            SendBuf::Tensor(t) if t.numel() == 0 => EMPTY.as_ptr().cast(),
+            SendBuf::Tensor(t) => match t.storage().expect("kept only when materialised") {
+                Storage::Cpu(s) => {
+                    let start = t.layout().offset * t.dtype().size_in_bytes();
+                    s.as_bytes()[start..].as_ptr().cast()
+                }
+                Storage::Gpu(_) => unreachable!("SendBuf::of keeps CPU tensors only"),
+            },
+            SendBuf::None => std::ptr::null(),
+        }
+    }
+}
+
+/// dtype and shape of one rank's operand, as exchanged before a collective.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Meta {
+    pub(super) dtype: DType,
+    pub(super) shape: Vec<usize>,
+}
+
+pub(super) const META_DIMS: usize = 8;
+pub(super) const META_LEN: usize = 2 + META_DIMS;
+
+pub(super) fn dtype_code(d: DType) -> i64 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::I32 => 2,
+        DType::U32 => 3,
+        DType::U8 => 4,
+    }
+}
+
+pub(super) fn code_dtype(c: i64) -> Option<DType> {
+    [DType::F32, DType::F16, DType::I32, DType::U32, DType::U8]
+        .get(usize::try_from(c).ok()?)
+        .copied()
+}
+
+/// What an empty buffer points at. An empty `Vec<u8>`'s dangling pointer is 0x1, which is
+/// Open MPI's `MPI_IN_PLACE`: handing it over as a receive buffer is `MPI_ERR_ARG`.
+pub(super) static EMPTY: [u64; 2] = [0; 2];
+
+pub(super) fn mpi_type(d: DType) -> ffi::MPI_Datatype {
+    // SAFETY: reading MPI's predefined handles, valid after MPI_Init.
+    unsafe {
+        match d {
+            DType::F32 | DType::F16 => ffi::RSMPI_FLOAT,
+            DType::I32 => ffi::RSMPI_INT32_T,
+            DType::U32 => ffi::RSMPI_UINT32_T,
+            DType::U8 => ffi::RSMPI_UINT8_T,
+        }
+    }
+}
+
+pub(super) fn mpi_op(op: ReduceOp) -> ffi::MPI_Op {
+    // SAFETY: reading MPI's predefined handles, valid after MPI_Init.
+    unsafe {
+        match op {
+            ReduceOp::Sum | ReduceOp::Mean => ffi::RSMPI_SUM,
+            ReduceOp::Max => ffi::RSMPI_MAX,
+            ReduceOp::Min => ffi::RSMPI_MIN,
+            ReduceOp::Product => ffi::RSMPI_PROD,
+        }
+    }
+}
