@@ -243,6 +243,8 @@ pub(crate) fn prepare_assign<M: Module + ?Sized>(
 ) -> Result<Vec<Tensor>> {
     let op = "load_weights";
     let mut by_name: std::collections::HashMap<String, Tensor> = loaded.into_iter().collect();
+    // Every key of the file, for the missing-key message (matched keys leave `by_name`).
+    let all_keys: Vec<String> = by_name.keys().cloned().collect();
     let mut ready = Vec::new();
     for (name, p) in module.named_parameters() {
         let t = by_name
@@ -250,9 +252,11 @@ pub(crate) fn prepare_assign<M: Module + ?Sized>(
             .ok_or_else(|| Error::InvalidArgument {
                 op,
                 message: format!(
-                "missing key {name:?} (a parameter of shape {:?}) in {source}; the file holds {}",
+                "missing key {name:?} (a parameter of shape {:?}) in {source}; the file holds \
+                 {} tensor(s): {}",
                 p.shape(),
-                list_keys(by_name.keys())
+                all_keys.len(),
+                list_keys(all_keys.iter())
             ),
             })?;
         if t.shape() != p.shape() {
@@ -303,7 +307,7 @@ pub(crate) fn commit_assign<M: Module + ?Sized>(module: &mut M, ready: Vec<Tenso
 fn list_keys<'a>(keys: impl Iterator<Item = &'a String>) -> String {
     let mut v: Vec<&String> = keys.collect();
     if v.is_empty() {
-        return "no other keys".into();
+        return "none".into();
     }
     v.sort();
     let more = v.len().saturating_sub(10);
