@@ -402,3 +402,66 @@ fn a_view_that_cannot_be_bound_where_it_starts_says_so() {
         );
     }
 }
+
+#[test]
+fn from_wgpu_buffer_adopts_the_applications_buffer_without_a_copy() {
+    if gpus().is_empty() {
+        return;
+    }
+    let Some((adapter, device, queue)) = app_device() else {
+        panic!("wgtensor found a GPU but wgpu::Instance::request_adapter did not");
+    };
+    let dev = Device::from_wgpu(&adapter, device.clone(), queue.clone());
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let make = |size: u64, usage| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("app data"),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let vals: Vec<f32> = (0..12).map(|i| i as f32 - 4.5).collect();
+    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let app = make(48, usage);
+    queue.write_buffer(&app, 0, &bytes);
+    {
+        let t = Tensor::from_wgpu_buffer(&app, &[3, 4], DType::F32, &dev).unwrap();
+        assert_eq!(t.shape(), &[3, 4]);
+        assert_eq!(values(&t), vals, "the tensor reads the application's data");
+        let doubled = values(&t.mul_scalar(2.0).unwrap());
+        assert_eq!(doubled, vals.iter().map(|v| v * 2.0).collect::<Vec<_>>());
+        // The tensor is the buffer: wgpu_buffer hands the same buffer back.
+        assert_eq!(t.wgpu_buffer().unwrap().buffer, &app);
+    }
+    // Dropped: the buffer is the application's again and is never reused by wgtensor.
+    let others: Vec<Tensor> = (0..8)
+        .map(|_| Tensor::full(&[12], 7.0, DType::F32, &dev).unwrap())
+        .collect();
+    dev.synchronize().unwrap();
+    assert!(others.iter().all(|t| values(t) == vec![7.0; 12]));
+    let back = read_with_own_encoder(&device, &queue, &app, 0, 48);
+    assert_eq!(back, bytes, "the application's buffer was left untouched");
+    // Typed errors: a missing usage, a buffer too small, the CPU as device.
+    let bare = make(48, wgpu::BufferUsages::STORAGE);
+    match Tensor::from_wgpu_buffer(&bare, &[12], DType::F32, &dev) {
+        Err(Error::InvalidArgument { message, .. }) => {
+            assert!(message.contains("COPY_SRC"), "{message}")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(matches!(
+        Tensor::from_wgpu_buffer(&app, &[13], DType::F32, &dev),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Tensor::from_wgpu_buffer(&app, &[4], DType::F32, &Device::cpu()),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // f16 and u8 views of the same bytes.
+    let h = Tensor::from_wgpu_buffer(&app, &[24], DType::F16, &dev).unwrap();
+    assert_eq!(h.numel(), 24);
+    let u = Tensor::from_wgpu_buffer(&app, &[48], DType::U8, &dev).unwrap();
+    assert_eq!(u.to_vec::<u8>().unwrap(), bytes);
+}

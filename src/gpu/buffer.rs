@@ -22,10 +22,20 @@ pub(crate) struct GpuBuffer {
     /// Bytes of the underlying buffer (its pool bucket): what `memory_reserved` counts.
     pub(crate) capacity: u64,
     pub(crate) device: GpuDevice,
+    /// The application's buffer (`Tensor::from_wgpu_buffer`): never pooled or reused.
+    pub(crate) adopted: bool,
 }
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
+        if self.adopted {
+            self.device
+                .0
+                .mem
+                .allocated
+                .fetch_sub(self.size, Ordering::Relaxed);
+            return;
+        }
         // Takes no batch lock: a drop may happen while a recording holds it.
         self.device.release(self.size, self.capacity, &self.buffer);
     }
@@ -91,9 +101,24 @@ impl GpuDevice {
                 size,
                 capacity,
                 device: self.clone(),
+                adopted: false,
             },
             fresh,
         ))
+    }
+
+    /// The application's `buffer` as a tensor buffer of `bytes` bytes (checked by the caller):
+    /// counted as allocated while the tensor lives, never returned to the pool.
+    pub(crate) fn adopt(&self, buffer: &wgpu::Buffer, bytes: u64) -> GpuBuffer {
+        let size = pad4(bytes);
+        self.count_alloc(size);
+        GpuBuffer {
+            buffer: buffer.clone(),
+            size,
+            capacity: 0,
+            device: self.clone(),
+            adopted: true,
+        }
     }
 
     /// The largest tensor buffer a kernel can bind whole.

@@ -252,12 +252,12 @@ pub(crate) fn prepare_assign<M: Module + ?Sized>(
             .ok_or_else(|| Error::InvalidArgument {
                 op,
                 message: format!(
-                "missing key {name:?} (a parameter of shape {:?}) in {source}; the file holds \
+                    "missing key {name:?} (a parameter of shape {:?}) in {source}; the file holds \
                  {} tensor(s): {}",
-                p.shape(),
-                all_keys.len(),
-                list_keys(all_keys.iter())
-            ),
+                    p.shape(),
+                    all_keys.len(),
+                    list_keys(all_keys.iter())
+                ),
             })?;
         if t.shape() != p.shape() {
             return Err(Error::InvalidArgument {

@@ -314,6 +314,87 @@ impl Tensor {
         }
     }
 
+    /// A tensor over the application's own wgpu `buffer` (no copy), read as `shape` packed
+    /// row-major elements of `dtype` from its start: the inverse of [`Tensor::wgpu_buffer`].
+    /// `device` must be the GPU that owns the buffer (`Device::from_wgpu` over the
+    /// application's device). The tensor reads the buffer's contents as they are when an op
+    /// reading it runs: ops that read it are submitted at once, so they stay ordered with the
+    /// application's own submissions; write to the buffer only after `device.synchronize()`
+    /// if earlier wgtensor work must see the old contents. wgtensor never writes to it, and
+    /// never reuses it after the tensor is dropped.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `device` is the CPU, when the buffer lacks a usage
+    /// wgtensor needs (`STORAGE | COPY_SRC | COPY_DST`; the message names the missing ones), or
+    /// is smaller than `shape` needs; [`Error::ShapeOverflow`] for a shape whose byte size
+    /// overflows. A buffer of another device is a wgpu validation error, reported as
+    /// [`Error::Wgpu`] by the first op that uses it.
+    ///
+    /// ```
+    /// use wgtensor::wgpu::{BufferDescriptor, BufferUsages as U};
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let device = Device::best();
+    /// if let Some((dev, queue)) = device.wgpu() {
+    ///     let desc = |usage| BufferDescriptor { label: None, size: 16, usage, mapped_at_creation: false };
+    ///     let buffer = dev.create_buffer(&desc(U::STORAGE | U::COPY_SRC | U::COPY_DST));
+    ///     queue.write_buffer(&buffer, 0, bytemuck_free(&[1f32, 2.0, 3.0, 4.0]));
+    ///     let t = Tensor::from_wgpu_buffer(&buffer, &[2, 2], DType::F32, &device)?;
+    ///     assert_eq!(t.mul_scalar(2.0)?.to_vec::<f32>()?, vec![2.0, 4.0, 6.0, 8.0]);
+    ///     // STORAGE alone is not enough: wgtensor copies in and out of its tensors.
+    ///     let bare = dev.create_buffer(&desc(U::STORAGE));
+    ///     assert!(Tensor::from_wgpu_buffer(&bare, &[4], DType::F32, &device).is_err());
+    /// }
+    /// # fn bytemuck_free(v: &[f32]) -> &[u8] {
+    /// #     unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), v.len() * 4) }
+    /// # }
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn from_wgpu_buffer(
+        buffer: &wgpu::Buffer,
+        shape: &[usize],
+        dtype: crate::DType,
+        device: &crate::Device,
+    ) -> Result<Tensor> {
+        const OP: &str = "from_wgpu_buffer";
+        let bad = |message: String| Error::InvalidArgument { op: OP, message };
+        let Some(g) = device.as_gpu() else {
+            return Err(bad(
+                "the device is the cpu; pass the GPU that owns the buffer (Device::from_wgpu)"
+                    .into(),
+            ));
+        };
+        let numel = crate::shape::numel_checked(shape)?;
+        let bytes = (numel as u64)
+            .checked_mul(dtype.size_in_bytes() as u64)
+            .ok_or_else(|| Error::ShapeOverflow {
+                shape: shape.to_vec(),
+            })?;
+        use wgpu::BufferUsages as U;
+        let needed = U::STORAGE | U::COPY_SRC | U::COPY_DST;
+        let missing = needed - buffer.usage();
+        if !missing.is_empty() {
+            return Err(bad(format!(
+                "the buffer lacks the usage(s) {missing:?} (it has {:?}); create it with \
+                 STORAGE | COPY_SRC | COPY_DST",
+                buffer.usage()
+            )));
+        }
+        if buffer.size() < bytes {
+            return Err(bad(format!(
+                "the buffer holds {} bytes but shape {shape:?} of {dtype} needs {bytes}",
+                buffer.size()
+            )));
+        }
+        let t = Tensor::from_parts(
+            Storage::Gpu(g.adopt(buffer, bytes)),
+            shape,
+            dtype,
+            device.clone(),
+        );
+        t.0.storage.mark_exported();
+        Ok(t)
+    }
+
     /// The elements, packed row-major, on the host.
     pub(crate) fn host_contiguous(&self, op: &'static str) -> Result<CpuStorage> {
         Ok(host_many(op, &[self])?
