@@ -162,8 +162,13 @@ impl Device {
     /// Wraps a wgpu device and queue the application already owns (a renderer, bevy, egui), so
     /// tensors and the application's own passes share buffers without copies.
     ///
-    /// wgtensor installs its own uncaptured-error handler and device-lost callback on `device`
-    /// (wgpu's default handler panics); errors then surface from wgtensor calls as `Err`.
+    /// wgpu has one uncaptured-error handler per device (its default panics), so wgtensor
+    /// installs its own and a device-lost callback on `device`. Errors are sorted by who made
+    /// the call: those of wgtensor's calls surface from wgtensor as `Err`; the application's
+    /// own (its passes, buffers, pipelines) never fail a wgtensor call and go to a `log` error
+    /// line. To keep receiving them, pass your handler to
+    /// [`Device::from_wgpu_with_error_handler`] instead (a handler set on the device earlier
+    /// is replaced: wgpu has no way to chain to it).
     ///
     /// ```no_run
     /// # async fn demo(adapter: wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue) {
@@ -173,7 +178,36 @@ impl Device {
     /// # }
     /// ```
     pub fn from_wgpu(adapter: &wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue) -> Device {
-        Device(DeviceInner::Gpu(gpu::wrap(adapter, device, queue)))
+        Device(DeviceInner::Gpu(gpu::wrap(adapter, device, queue, None)))
+    }
+
+    /// [`Device::from_wgpu`], with `handler` receiving the wgpu errors of the application's own
+    /// calls on the device (what `device.on_uncaptured_error(handler)` would have received);
+    /// wgtensor's own errors still surface from wgtensor calls as `Err`.
+    ///
+    /// ```no_run
+    /// # async fn demo(adapter: wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue) {
+    /// use std::sync::Arc;
+    /// let dev = wgtensor::Device::from_wgpu_with_error_handler(
+    ///     &adapter,
+    ///     device,
+    ///     queue,
+    ///     Arc::new(|e: wgpu::Error| eprintln!("my renderer: {e}")),
+    /// );
+    /// # }
+    /// ```
+    pub fn from_wgpu_with_error_handler(
+        adapter: &wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        handler: std::sync::Arc<dyn Fn(wgpu::Error) + Send + Sync>,
+    ) -> Device {
+        Device(DeviceInner::Gpu(gpu::wrap(
+            adapter,
+            device,
+            queue,
+            Some(handler),
+        )))
     }
 
     /// Whether this is the CPU.

@@ -465,3 +465,64 @@ fn from_wgpu_buffer_adopts_the_applications_buffer_without_a_copy() {
     let u = Tensor::from_wgpu_buffer(&app, &[48], DType::U8, &dev).unwrap();
     assert_eq!(u.to_vec::<u8>().unwrap(), bytes);
 }
+
+#[test]
+fn the_applications_wgpu_errors_stay_the_applications() {
+    if gpus().is_empty() {
+        return;
+    }
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // A buffer wgpu refuses: MAP_READ with STORAGE needs a feature the app did not request.
+    let invalid = |device: &wgpu::Device| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("the application's mistake"),
+            size: 16,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
+    // With a handler: the application's error reaches it, and wgtensor is not disturbed.
+    let Some((adapter, device, queue)) = app_device() else {
+        panic!("wgtensor found a GPU but wgpu::Instance::request_adapter did not");
+    };
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let dev = Device::from_wgpu_with_error_handler(
+        &adapter,
+        device.clone(),
+        queue,
+        Arc::new(move |_e: wgpu::Error| {
+            s2.fetch_add(1, Ordering::SeqCst);
+        }),
+    );
+    let t = Tensor::from_slice(&[1f32, 2.0, 3.0], &[3], &dev).unwrap();
+    assert_eq!(values(&t.mul_scalar(2.0).unwrap()), vec![2.0, 4.0, 6.0]);
+    let _bad = invalid(&device);
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "the application's handler fired"
+    );
+    let next = t.add_scalar(1.0).unwrap();
+    assert_eq!(
+        values(&next),
+        vec![2.0, 3.0, 4.0],
+        "wgtensor's next call is unaffected"
+    );
+    dev.synchronize().unwrap();
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "wgtensor's own work raised nothing"
+    );
+    // Without one: the application's error is logged, and wgtensor's next call still works.
+    let Some((adapter, device, queue)) = app_device() else {
+        unreachable!()
+    };
+    let dev = Device::from_wgpu(&adapter, device.clone(), queue);
+    let t = Tensor::from_slice(&[5f32], &[1], &dev).unwrap();
+    let _bad = invalid(&device);
+    assert_eq!(values(&t.neg().unwrap()), vec![-5.0]);
+    dev.synchronize().unwrap();
+}

@@ -76,6 +76,8 @@ impl GpuDevice {
     }
 
     fn alloc_inner(&self, op: &'static str, bytes: u64) -> Result<(GpuBuffer, bool)> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = super::device::Inside::enter();
         self.check(op)?;
         let size = pad4(bytes);
         let limits = &self.0.limits;

@@ -101,18 +101,61 @@ impl Health {
     }
 }
 
+/// An application's handler for the wgpu errors of its own calls on a device it shares with
+/// wgtensor (`Device::from_wgpu_with_error_handler`).
+pub(crate) type AppErrorHandler = Arc<dyn Fn(wgpu::Error) + Send + Sync>;
+
+thread_local! {
+    /// Depth of wgtensor calls on this thread that use wgpu: wgpu reports a call's uncaptured
+    /// errors synchronously, on the calling thread, so an error seen while this is non-zero is
+    /// wgtensor's own.
+    static IN_WGTENSOR: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the calling thread as inside a wgtensor call until dropped.
+pub(crate) struct Inside;
+
+impl Inside {
+    pub(crate) fn enter() -> Inside {
+        IN_WGTENSOR.with(|d| d.set(d.get() + 1));
+        Inside
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        IN_WGTENSOR.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
 impl GpuDevice {
-    /// Wraps an opened device: installs the error handler and the loss callback.
+    /// Wraps an opened device: installs the error handler and the loss callback. `app` is
+    /// `Some` for a device the application shares (`Device::from_wgpu*`): its errors stay its
+    /// own (`app` handler, or a log line), and only errors of wgtensor's calls are recorded.
     pub(crate) fn new(
         label: String,
         info: wgpu::AdapterInfo,
         device: wgpu::Device,
         queue: wgpu::Queue,
+        app: Option<Option<AppErrorHandler>>,
     ) -> GpuDevice {
         let health = Arc::new(Health::default());
-        // The default handler panics; ours records the error so the next call returns it.
+        // The default handler panics; ours records wgtensor's errors so its next call returns
+        // them, and hands the application's to the application.
         let h = health.clone();
+        let shared_label = label.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let ours = IN_WGTENSOR.with(|d| d.get() > 0);
+            match &app {
+                Some(Some(handler)) if !ours => return handler(e),
+                Some(None) if !ours => {
+                    return log::error!(
+                        "wgpu error from the application's own work on {shared_label} (not \
+                         wgtensor's; pass a handler to Device::from_wgpu_with_error_handler): {e}"
+                    )
+                }
+                _ => {}
+            }
             if let Ok(mut v) = h.uncaptured.lock() {
                 v.push(e.to_string());
             }
@@ -282,6 +325,8 @@ impl GpuDevice {
     /// `scoped` without the check of earlier errors first (a submit runs even when an unrelated
     /// error is waiting to be reported, so valid work is not dropped).
     fn capture<T>(&self, op: &'static str, requested: u64, f: impl FnOnce() -> T) -> Result<T> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = Inside::enter();
         let dev = &self.0.device;
         // Scopes are thread-local guards and must be popped in reverse order.
         let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -322,6 +367,8 @@ impl GpuDevice {
         op: &'static str,
         f: impl FnOnce(&mut Batch) -> R,
     ) -> Result<R> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = Inside::enter();
         let q = &self.0.batch;
         let (r, due) = {
             let mut b = q.lock();
@@ -350,12 +397,16 @@ impl GpuDevice {
         op: &'static str,
         f: impl FnOnce(&mut wgpu::CommandEncoder),
     ) -> Result<()> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = Inside::enter();
         let dev = &self.0.device;
         self.with_batch(op, |b| f(b.encoder(dev)))
     }
 
     /// Submits the pending batch, if any; returns the index of that submission.
     pub(crate) fn flush(&self, op: &'static str) -> Result<Option<wgpu::SubmissionIndex>> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = Inside::enter();
         // The batch lock is held until the submit is done. Otherwise another thread could find
         // nothing pending while this batch is taken but not yet submitted, and then map a
         // readback buffer this batch copies into, or pool a buffer this batch still reads.
@@ -468,6 +519,8 @@ impl GpuDevice {
         op: &'static str,
         index: Option<wgpu::SubmissionIndex>,
     ) -> Result<()> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = Inside::enter();
         let index = match index {
             Some(i) => i,
             // "Everything" includes work still in the pending batch. With nothing pending, an
@@ -584,6 +637,8 @@ impl GpuDevice {
     /// whose size is not a multiple of 4, invalid on every adapter), which the default handler
     /// would turn into a panic.
     pub(crate) fn inject_uncaptured_error(&self) {
+        // An error of wgtensor's own work that escaped every scope.
+        let _inside = Inside::enter();
         let _ = self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgtensor::invalid-on-purpose"),
             size: 3,

@@ -43,6 +43,8 @@ impl GpuDevice {
         l: Launch<'_>,
         workgroups: [u32; 3],
     ) -> Result<()> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = super::device::Inside::enter();
         if l.threads == 0 || workgroups.contains(&0) {
             return Ok(());
         }

@@ -83,10 +83,16 @@ pub(crate) mod transfer;
 pub(crate) use buffer::GpuBuffer;
 pub(crate) use device::GpuDevice;
 
-/// Wraps a device and queue that the application opened itself.
-pub(crate) fn wrap(adapter: &wgpu::Adapter, device: wgpu::Device, queue: wgpu::Queue) -> GpuDevice {
+/// Wraps a device and queue that the application opened itself; `handler` receives the wgpu
+/// errors of the application's own calls on it.
+pub(crate) fn wrap(
+    adapter: &wgpu::Adapter,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    handler: Option<device::AppErrorHandler>,
+) -> GpuDevice {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let label = format!("wgpu:{}", NEXT.fetch_add(1, Ordering::Relaxed));
-    GpuDevice::new(label, adapter.get_info(), device, queue)
+    GpuDevice::new(label, adapter.get_info(), device, queue, Some(handler))
 }

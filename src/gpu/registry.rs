@@ -412,6 +412,6 @@ impl Registry {
                 })
             }
         };
-        Ok(GpuDevice::new(label, e.info.clone(), device, queue))
+        Ok(GpuDevice::new(label, e.info.clone(), device, queue, None))
     }
 }

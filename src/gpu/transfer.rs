@@ -47,6 +47,8 @@ impl GpuDevice {
     /// Uploads `bytes` into a new buffer (`.to(&gpu)`). Returns once the bytes are staged: the
     /// GPU receives them with the next submitted batch, so the host can go on preparing work.
     pub(crate) fn upload(&self, op: &'static str, bytes: &[u8]) -> Result<GpuBuffer> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = super::device::Inside::enter();
         // Transfers are where a device the application destroyed is noticed: one non-blocking
         // poll runs its lost callback (cheap next to the copy; per-op calls do not poll).
         self.poll_once();
@@ -171,6 +173,8 @@ impl GpuDevice {
         parts: &[ReadPart<'_>],
         mut consume: impl FnMut(usize, &[u8]) -> R,
     ) -> Result<Vec<R>> {
+        // wgpu errors raised from here on are wgtensor's (see `Inside`).
+        let _inside = super::device::Inside::enter();
         self.poll_once();
         self.check(op)?;
         // Each region is copied as whole words to its own 4-aligned slot of one staging buffer.
