@@ -224,3 +224,36 @@ fn to_dtype_of_tensors_larger_than_one_binding() {
         );
     }
 }
+
+#[test]
+fn comparisons_clamp_and_where_past_one_binding() {
+    for d in gpus() {
+        let n = 136 * MIB / 4;
+        let cols = 32768;
+        let a = ramp(n, 0.25);
+        let ta = Tensor::from_vec(a.clone(), &[n / cols, cols], &d).unwrap();
+        // A comparison against a scalar and against a broadcast row (U8 masks).
+        let gt = ta.gt_scalar(0.0).unwrap();
+        assert_eq!(gt.shape(), ta.shape());
+        let m = gt.to_vec::<u8>().unwrap();
+        let want: Vec<u8> = a.iter().map(|&x| u8::from(x > 0.0)).collect();
+        assert_eq!(m, want, "136 MiB gt_scalar on {d}");
+        let row = Tensor::from_vec(ramp(cols, 0.3), &[cols], &d).unwrap();
+        let le = ta.le(&row).unwrap().to_vec::<u8>().unwrap();
+        let rowv = ramp(cols, 0.3);
+        let want: Vec<u8> = a
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| u8::from(x <= rowv[i % cols]))
+            .collect();
+        assert_eq!(le, want, "136 MiB broadcast le on {d}");
+        // clamp, and where over the mask (the values broadcast from a scalar-like tensor).
+        let c = ta.clamp(-1.0, 2.0).unwrap().to_vec::<f32>().unwrap();
+        let want: Vec<f32> = a.iter().map(|&x| x.clamp(-1.0, 2.0)).collect();
+        assert_eq!(c, want, "136 MiB clamp on {d}");
+        let zero = Tensor::zeros(&[1], DType::F32, &d).unwrap();
+        let relu = gt.where_cond(&ta, &zero).unwrap().to_vec::<f32>().unwrap();
+        let want: Vec<f32> = a.iter().map(|&x| if x > 0.0 { x } else { 0.0 }).collect();
+        assert_eq!(relu, want, "136 MiB where_cond on {d}");
+    }
+}

@@ -1,6 +1,7 @@
 //! Comparisons into U8 masks, `where_cond` and `clamp`: validate, then dispatch to
 //! `cpu/compare.rs` or `gpu/compare.rs`.
 
+use super::chunked::{blocks_needed, map_row_blocks};
 use super::Tensor;
 use crate::cpu::compare::CmpOp;
 use crate::shape::broadcast_shapes;
@@ -11,6 +12,12 @@ impl Tensor {
         let name = op.name();
         self.check_pair(name, rhs)?;
         let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
+        // Past one storage binding: in row blocks (`chunked.rs`), as the arithmetic ops.
+        if let Some(g) = blocks_needed(&[self, rhs], shape.iter().product()) {
+            return map_row_blocks(name, g, &shape, &[self, rhs], &|b| {
+                b[0].compare_op(&b[1], op)
+            });
+        }
         let (la, lb) = (
             self.layout().broadcast_to(&shape),
             rhs.layout().broadcast_to(&shape),
@@ -19,6 +26,11 @@ impl Tensor {
     }
 
     fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
+        if let Some(g) = blocks_needed(&[self], self.numel()) {
+            return map_row_blocks(op.scalar_name(), g, self.shape(), &[self], &|b| {
+                b[0].compare_scalar_op(s, op)
+            });
+        }
         self.typed_compare(op, Err(s), self.layout())
     }
 
@@ -68,6 +80,13 @@ impl Tensor {
         on_true.check_pair(name, on_false)?;
         let values = broadcast_shapes(name, on_true.shape(), on_false.shape())?;
         let shape = broadcast_shapes(name, self.shape(), &values)?;
+        // The values first: blocks are sized by the first operand's dtype (the mask's is the
+        // smallest).
+        if let Some(g) = blocks_needed(&[on_true, on_false, self], shape.iter().product()) {
+            return map_row_blocks(name, g, &shape, &[on_true, on_false, self], &|b| {
+                b[2].where_cond_untracked(&b[0], &b[1])
+            });
+        }
         let lm = self.layout().broadcast_to(&shape);
         let lt = on_true.layout().broadcast_to(&shape);
         let lf = on_false.layout().broadcast_to(&shape);
@@ -95,6 +114,11 @@ impl Tensor {
 
     fn clamp_untracked(&self, min: f32, max: f32) -> Result<Tensor> {
         self.check_compute("clamp", false)?;
+        if let Some(g) = blocks_needed(&[self], self.numel()) {
+            return map_row_blocks("clamp", g, self.shape(), &[self], &|b| {
+                b[0].clamp_untracked(min, max)
+            });
+        }
         self.typed_clamp(min, max)
     }
 }
