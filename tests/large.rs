@@ -257,3 +257,38 @@ fn comparisons_clamp_and_where_past_one_binding() {
         assert_eq!(relu, want, "136 MiB where_cond on {d}");
     }
 }
+
+#[test]
+fn fills_and_arange_past_one_binding() {
+    for d in gpus() {
+        let n = 136 * MIB / 4 + 3;
+        let ones = Tensor::ones(&[n], DType::F32, &d).unwrap();
+        assert_eq!(
+            ones.to_vec::<f32>().unwrap(),
+            vec![1.0; n],
+            "136 MiB ones on {d}"
+        );
+        let sevens = Tensor::full(&[n], -7.0, DType::I32, &d).unwrap();
+        let v = sevens.to_vec::<i32>().unwrap();
+        assert!(
+            v.len() == n && v.iter().all(|&x| x == -7),
+            "136 MiB full i32 on {d}"
+        );
+        // f16 with an odd count: the last block ends mid-word.
+        let m = 2 * n + 1;
+        let halves = Tensor::full(&[m], 0.5, DType::F16, &d).unwrap();
+        let h = halves
+            .narrow(0, m - 3, 3)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        assert_eq!(h.to_vec::<f32>().unwrap(), vec![0.5; 3], "f16 tail on {d}");
+        // arange: the same values as the CPU's formula, across the block boundaries.
+        let r = Tensor::arange(0.0, n as f32 * 0.5, 0.5, &d).unwrap();
+        let cpu = Tensor::arange(0.0, n as f32 * 0.5, 0.5, &wgtensor::Device::cpu()).unwrap();
+        assert_eq!(r.shape(), cpu.shape());
+        let (got, want) = (r.to_vec::<f32>().unwrap(), cpu.to_vec::<f32>().unwrap());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&got) == bits(&want), "136 MiB arange on {d}");
+    }
+}

@@ -29,7 +29,36 @@ impl GpuDevice {
         let mut p = Program::default();
         let s = p.scalar(sd);
         p.push(Expr::Cast(s), dtype);
-        self.run_program(op, &p, &[], &[bits], n)
+        let esize = dtype.size_in_bytes();
+        let bytes = (n * esize) as u64;
+        if bytes <= self.binding_limit() {
+            return self.run_program(op, &p, &[], &[bits], n);
+        }
+        // Past one binding: one block is filled by the kernel, then copied over the whole
+        // buffer (copies have no binding limit). Blocks are whole words (a multiple of 4
+        // elements), so every copy is 4-byte aligned.
+        let out = self.alloc_uninit(op, bytes)?;
+        let per = {
+            let per = (self.binding_limit() / esize as u64) as usize;
+            per - per % 4
+        };
+        let block = self.run_program(op, &p, &[], &[bits], per)?;
+        let block_bytes = (per * esize) as u64;
+        self.record(op, |enc| {
+            let mut at = 0u64;
+            while at < bytes {
+                let len = block_bytes.min(bytes - at);
+                enc.copy_buffer_to_buffer(
+                    &block.buffer,
+                    0,
+                    &out.buffer,
+                    at,
+                    len.next_multiple_of(4),
+                );
+                at += len;
+            }
+        })?;
+        Ok(out)
     }
 
     /// Runs `program` over `views` (each already broadcast to the output shape) with the scalar

@@ -184,7 +184,7 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
 }
 
 /// Concatenates contiguous blocks along dim 0 by buffer copies.
-fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor]) -> Result<Tensor> {
+pub(crate) fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor]) -> Result<Tensor> {
     let first = &blocks[0];
     let mut shape = first.shape().to_vec();
     shape[0] = blocks.iter().map(|b| b.shape()[0]).sum();
@@ -249,4 +249,11 @@ fn gcd(a: usize, b: usize) -> usize {
     } else {
         gcd(b, a % b)
     }
+}
+
+/// Elements per block when a 1-D result of `esize`-byte elements is built in blocks that each
+/// fit one binding: a multiple of 4, so every block fills whole words.
+pub(crate) fn elems_per_block(device: &GpuDevice, esize: usize) -> usize {
+    let per = (device.binding_limit() / esize as u64) as usize;
+    (per - per % 4).max(4)
 }

@@ -231,6 +231,30 @@ impl Tensor {
             // A generated program (`start + f32(i) * step`, the CPU's formula) that fuses into
             // whatever consumes it.
             Backend::Gpu(g) => {
+                let per = super::chunked::elems_per_block(g, 4);
+                if n > per {
+                    // Past one binding: blocks of `start + f32(base + i) * step` (the same
+                    // formula, so the same values), joined by buffer copies.
+                    let blocks = (0..n)
+                        .step_by(per)
+                        .map(|base| {
+                            let len = per.min(n - base);
+                            let mut f = super::fuse::Fuser::new("arange", g, &[len])?;
+                            let (a, b) = (
+                                f.scalar(start.to_bits(), DType::F32),
+                                f.scalar(step.to_bits(), DType::F32),
+                            );
+                            let o = f.scalar(base as u32, DType::U32);
+                            let i = f.push(Expr::Index, DType::U32);
+                            let i = f.push(Expr::Binary(BinaryOp::Add, i, o), DType::U32);
+                            let x = f.push(Expr::Cast(i), DType::F32);
+                            let m = f.push(Expr::Binary(BinaryOp::Mul, x, b), DType::F32);
+                            let out = f.push(Expr::Binary(BinaryOp::Add, a, m), DType::F32);
+                            f.finish("arange", out, device)?.contiguous()
+                        })
+                        .collect::<Result<Vec<Tensor>>>()?;
+                    return super::chunked::join_rows("arange", g, &blocks);
+                }
                 let mut f = super::fuse::Fuser::new("arange", g, &[n])?;
                 let (a, b) = (
                     f.scalar(start.to_bits(), DType::F32),
