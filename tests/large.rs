@@ -292,3 +292,52 @@ fn fills_and_arange_past_one_binding() {
         assert!(bits(&got) == bits(&want), "136 MiB arange on {d}");
     }
 }
+
+#[test]
+fn argmax_softmax_and_sum_over_dim0_past_one_binding() {
+    for d in gpus() {
+        let n = 136 * MIB / 4;
+        let cols = 1024;
+        let mut a = ramp(n, 0.001);
+        // A unique maximum in the last block and a unique minimum in the first.
+        let (imax, imin) = (n - 1000, 17);
+        a[imax] = 1e6;
+        a[imin] = -1e6;
+        let flat = Tensor::from_vec(a.clone(), &[n], &d).unwrap();
+        assert_eq!(
+            flat.argmax_all().unwrap().to_scalar::<u32>().unwrap(),
+            imax as u32,
+            "{d}"
+        );
+        assert_eq!(
+            flat.argmin_all().unwrap().to_scalar::<u32>().unwrap(),
+            imin as u32,
+            "{d}"
+        );
+        let t = flat.reshape(&[n / cols, cols]).unwrap();
+        // softmax over the last dim, rows checked at both ends.
+        let s = t.softmax(-1).unwrap();
+        for r in [0usize, n / cols - 1] {
+            let got = s.narrow(0, r, 1).unwrap().to_vec::<f32>().unwrap();
+            let row = &a[r * cols..(r + 1) * cols];
+            let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let z: f32 = row.iter().map(|x| (x - m).exp()).sum();
+            for (g, x) in got.iter().zip(row) {
+                let w = (x - m).exp() / z;
+                assert!(
+                    (g - w).abs() <= 1e-6 + 1e-4 * w,
+                    "{d} softmax row {r}: {g} vs {w}"
+                );
+            }
+        }
+        // sum over dim 0 (blocks of rows, then the partials), checked against f64.
+        let s0 = t.sum(0, false).unwrap().to_vec::<f32>().unwrap();
+        for c in [0usize, 1, cols - 1] {
+            let want: f64 = (0..n / cols).map(|r| a[r * cols + c] as f64).sum();
+            assert!(
+                (s0[c] as f64 - want).abs() <= 1e-3 * want.abs().max(1e3),
+                "{d} sum(0)[{c}]"
+            );
+        }
+    }
+}

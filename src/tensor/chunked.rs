@@ -218,9 +218,7 @@ pub(crate) fn map_dim0_blocks(
     f: &dyn Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let limit = device.binding_limit();
-    let l = t.layout();
-    let esize = t.dtype().size_in_bytes() as u64;
-    let per_block = rows_per_block(l, esize, limit);
+    let per_block = dim0_block_rows(device, t);
     if per_block == 0 {
         return Err(Error::BufferTooLarge {
             op,
@@ -256,4 +254,10 @@ fn gcd(a: usize, b: usize) -> usize {
 pub(crate) fn elems_per_block(device: &GpuDevice, esize: usize) -> usize {
     let per = (device.binding_limit() / esize as u64) as usize;
     (per - per % 4).max(4)
+}
+
+/// Rows (dim 0) of `t` per block of [`map_dim0_blocks`] (0 when one row does not fit).
+pub(crate) fn dim0_block_rows(device: &GpuDevice, t: &Tensor) -> usize {
+    let esize = t.dtype().size_in_bytes() as u64;
+    rows_per_block(t.layout(), esize, device.binding_limit())
 }

@@ -29,10 +29,40 @@ impl Tensor {
     ) -> Result<Option<Tensor>> {
         let name = op.name();
         match dim {
+            None if self.ndim() > 0 && op.is_arg() => {
+                // Each block's extreme and its position; the first block holding the overall
+                // extreme (NaN first, as argmax itself) wins, and its position is offset by the
+                // block's start. All on the device: no readback.
+                let flat = self.contiguous()?.flatten()?;
+                let per = super::chunked::dim0_block_rows(g, &flat);
+                let value_op = if op == ReduceOp::ArgMax {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Min
+                };
+                let values = map_dim0_blocks(name, g, &flat, &|b| {
+                    b.reduce_op(value_op, None, false)?.reshape(&[1])
+                })?;
+                let local = map_dim0_blocks(name, g, &flat, &|b| {
+                    b.reduce_op(op, None, false)?.reshape(&[1])
+                })?;
+                let block = values.reduce_op(op, None, false)?;
+                // The winning block's local index: a one-hot pick (U32 stays exact).
+                let nb = local.numel();
+                let ids =
+                    Tensor::arange(0.0, nb as f32, 1.0, self.device())?.to_dtype(DType::U32)?;
+                let zero = Tensor::zeros(&[1], DType::U32, self.device())?;
+                let within = ids.eq(&block)?.where_cond(&local, &zero)?.reduce_op(
+                    ReduceOp::Sum,
+                    None,
+                    false,
+                )?;
+                let per = Tensor::full(&[], per as f64, DType::U32, self.device())?;
+                Ok(Some(block.mul(&per)?.add(&within)?))
+            }
             None if self.ndim() > 0 => {
                 let partial = match op {
                     ReduceOp::Mean => ReduceOp::Sum,
-                    ReduceOp::ArgMax | ReduceOp::ArgMin => return Ok(None),
                     other => other,
                 };
                 let flat = self.contiguous()?.flatten()?;
@@ -42,6 +72,23 @@ impl Tensor {
                 let total = partials.reduce_op(partial, None, false)?;
                 Ok(Some(if op == ReduceOp::Mean {
                     total.div_scalar(self.numel() as f32)?
+                } else {
+                    total
+                }))
+            }
+            Some(d)
+                if self.ndim() > 1 && normalize_dim(name, d, self.ndim())? == 0 && !op.is_arg() =>
+            {
+                // Over dim 0: each block of rows to one partial row, then the partials.
+                let partial = match op {
+                    ReduceOp::Mean => ReduceOp::Sum,
+                    other => other,
+                };
+                let partials =
+                    map_dim0_blocks(name, g, self, &|b| b.reduce_op(partial, Some(0), true))?;
+                let total = partials.reduce_op(partial, Some(0), keepdim)?;
+                Ok(Some(if op == ReduceOp::Mean {
+                    total.div_scalar(self.shape()[0] as f32)?
                 } else {
                     total
                 }))

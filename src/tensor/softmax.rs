@@ -23,6 +23,14 @@ impl Tensor {
         if self.numel() == 0 {
             return Tensor::zeros(self.shape(), self.dtype(), self.device());
         }
+        // Past one binding, rows along any dim but 0 stay whole in blocks of dim 0.
+        if d != 0 {
+            if let Some(g) = super::chunked::blocks_needed(&[self], self.numel()) {
+                return super::chunked::map_dim0_blocks(name, g, self, &|b| {
+                    b.softmax_op(d as isize, log)
+                });
+            }
+        }
         let storage = match self.storage()? {
             Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::softmax::softmax(
                 self.cpu_f32(name)?,
