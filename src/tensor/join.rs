@@ -80,6 +80,56 @@ impl Tensor {
                 }
                 Storage::Cpu(cpu::join::cat(&parts, d, &out_shape)?)
             }
+            // Past one storage binding along dim 0: the parts are joined by buffer copies (no
+            // binding limit), each packed first; every part but the last a whole number of
+            // 4-byte words.
+            Backend::Gpu(g)
+                if d == 0
+                    && (out_shape.iter().product::<usize>() * first.dtype().size_in_bytes())
+                        as u64
+                        > g.binding_limit()
+                    && tensors
+                        .iter()
+                        .rev()
+                        .skip(1)
+                        .all(|t| (t.numel() * t.dtype().size_in_bytes()).is_multiple_of(4)) =>
+            {
+                let esize = first.dtype().size_in_bytes() as u64;
+                let mut packed = Vec::with_capacity(tensors.len());
+                for t in tensors {
+                    if !t.is_gpu() {
+                        return Err(first.device_mismatch(op, t));
+                    }
+                    packed.push(t.contiguous()?);
+                }
+                let mut owned = Vec::with_capacity(packed.len());
+                for t in &packed {
+                    let Storage::Gpu(b) = t.storage()? else {
+                        return Err(first.device_mismatch(op, t));
+                    };
+                    let len = t.numel() as u64 * esize;
+                    // A packed view that starts inside its buffer is copied out first.
+                    let offset = t.layout().offset as u64 * esize;
+                    owned.push(if offset == 0 {
+                        None
+                    } else {
+                        Some(g.extract(op, b, offset, len)?)
+                    });
+                }
+                let parts: Vec<_> = packed
+                    .iter()
+                    .zip(&owned)
+                    .map(|(t, o)| {
+                        let len = t.numel() as u64 * esize;
+                        match (o, t.storage()) {
+                            (Some(b), _) => Ok((b, len)),
+                            (None, Ok(Storage::Gpu(b))) => Ok((b, len)),
+                            _ => Err(first.device_mismatch(op, t)),
+                        }
+                    })
+                    .collect::<Result<_>>()?;
+                Storage::Gpu(g.assemble(op, &parts)?)
+            }
             Backend::Gpu(g) if first.dtype().size_in_bytes() == 4 => {
                 let mut parts = Vec::with_capacity(tensors.len());
                 for t in tensors {
