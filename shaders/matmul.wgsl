@@ -117,8 +117,9 @@ fn dot(p: Problem, row: u32, col: u32) -> f32 {
     return acc;
 }
 
-@compute @workgroup_size(16, 16)
-fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
+// One output per invocation at (row origin + gid.y, column origin + gid.x): the body of the
+// naive and GEMV entries, which differ only in their workgroup shape.
+fn one_output(gid: vec3<u32>) {
     let p = problem(gid.z);
     let row = params[2] + gid.y;
     let col = params[3] + gid.x;
@@ -126,28 +127,21 @@ fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     store(p, row, col, dot(p, row, col));
+}
+
+@compute @workgroup_size(16, 16)
+fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
+    one_output(gid);
 }
 
 @compute @workgroup_size(256, 1)
 fn gemv_m1(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let p = problem(gid.z);
-    let row = params[2] + gid.y;
-    let col = params[3] + gid.x;
-    if (row >= p.m || col >= p.n) {
-        return;
-    }
-    store(p, row, col, dot(p, row, col));
+    one_output(gid);
 }
 
 @compute @workgroup_size(1, 256)
 fn gemv_n1(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let p = problem(gid.z);
-    let row = params[2] + gid.y;
-    let col = params[3] + gid.x;
-    if (row >= p.m || col >= p.n) {
-        return;
-    }
-    store(p, row, col, dot(p, row, col));
+    one_output(gid);
 }
 
 @compute @workgroup_size(8, 8)
