@@ -232,6 +232,19 @@ impl Tensor {
             // whatever consumes it.
             Backend::Gpu(g) => {
                 let per = super::chunked::elems_per_block(g, 4);
+                let max = g.0.limits.max_buffer_size;
+                if n as u64 * 4 > max {
+                    // Checked before any block runs: a request that cannot succeed allocates
+                    // nothing (as `alloc` would refuse the whole buffer).
+                    return Err(Error::BufferTooLarge {
+                        op: "arange",
+                        device: g.label().to_string(),
+                        adapter: g.adapter_name(),
+                        bytes: n as u64 * 4,
+                        limit: max,
+                        limit_name: "max_buffer_size",
+                    });
+                }
                 if n > per {
                     // Past one binding: blocks of `start + f32(base + i) * step` (the same
                     // formula, so the same values), joined by buffer copies.
