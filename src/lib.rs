@@ -67,6 +67,12 @@ pub use wgpu;
 pub mod testing {
     use crate::Device;
 
+    /// Whether this process has enumerated GL adapters (only when asked for: `WGPU_BACKEND`,
+    /// a `gl:N` device string, `adapters()`, or when no other backend found an adapter).
+    pub fn gl_probed() -> bool {
+        crate::gpu::registry::registry().gl_probed()
+    }
+
     /// Makes "autotuning off" the default of this process when `WGTENSOR_AUTOTUNE` is unset
     /// (the test harness calls it, so test binaries keep kernel choices fixed; the autotuning
     /// tests set the variable).

@@ -526,3 +526,44 @@ fn the_applications_wgpu_errors_stay_the_applications() {
     assert_eq!(values(&t.neg().unwrap()), vec![-5.0]);
     dev.synchronize().unwrap();
 }
+
+/// Child: GL is not probed by opening the best device or counting GPUs, only when asked for.
+#[test]
+fn child_lazy_gl() {
+    if !is_child("child_lazy_gl") {
+        return;
+    }
+    let n = wgtensor::gpu_count();
+    let _ = Device::best();
+    if n > 0 {
+        let first = Device::gpu(0).unwrap();
+        first.synchronize().unwrap();
+        assert!(
+            !wgtensor::testing::gl_probed(),
+            "GL probed without being asked for"
+        );
+    }
+    // Asking for GL enumerates it (once); gl:0 opens where a GL adapter exists.
+    let gl: Result<Device, _> = "gl:0".parse();
+    assert!(wgtensor::testing::gl_probed());
+    if let Ok(d) = gl {
+        let t = Tensor::from_slice(&[1f32, 2.0], &[2], &d).unwrap();
+        assert_eq!(values(&t.mul_scalar(3.0).unwrap()), vec![3.0, 6.0]);
+    }
+    assert_eq!(
+        wgtensor::gpu_count(),
+        n,
+        "GPU numbering is not changed by the GL probe"
+    );
+    child_done("child_lazy_gl");
+}
+
+#[test]
+fn gl_is_probed_only_when_asked_for() {
+    if is_child("child_lazy_gl") || gpus().iter().all(|d| d.to_string().starts_with("gl")) {
+        return;
+    }
+    // WGPU_BACKEND unset, as on a user's machine (CI's GL phase sets it).
+    let out = run_child("child_lazy_gl", &[("WGPU_BACKEND", "")]);
+    assert!(out.contains("all checks passed"), "{out}");
+}

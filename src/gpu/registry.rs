@@ -46,7 +46,14 @@ pub struct AdapterSummary {
 pub(crate) struct Registry {
     /// Kept alive for the adapters' sake.
     _instance: Option<wgpu::Instance>,
+    /// Adapters of every backend but GL (or of the backends `WGPU_BACKEND` names, and GL too
+    /// when nothing else was found).
     entries: Vec<Entry>,
+    /// GL adapters, enumerated only when asked for (`gl:N`, `adapters()`): probing GL opens an
+    /// EGL display, slow and noisy on headless machines. Indices continue after `entries`.
+    late: OnceLock<(Option<wgpu::Instance>, Vec<Entry>)>,
+    /// Whether `entries` already holds the GL adapters (then `late` stays empty).
+    gl_included: bool,
     /// `gpu:N` → index into `entries`.
     gpu: Vec<usize>,
     /// Why discovery itself failed, if it did.
@@ -124,38 +131,43 @@ impl Registry {
     fn discover() -> Registry {
         // Instance creation and enumeration call into drivers; a broken driver must not take
         // the process down, it only means "no GPU".
+        // Honours WGPU_BACKEND (and wgpu's other environment variables). GL is probed only
+        // when WGPU_BACKEND asks for it or when no other backend finds an adapter.
+        let asked = std::env::var("WGPU_BACKEND").is_ok_and(|v| !v.trim().is_empty());
         let found = catch_unwind(|| {
-            // Honours WGPU_BACKEND (and wgpu's other environment variables).
-            let instance = wgpu::Instance::new(
-                wgpu::InstanceDescriptor::new_without_display_handle_from_env(),
-            );
+            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+            if !asked {
+                // Every backend but GL (an empty WGPU_BACKEND counts as unset).
+                desc.backends = wgpu::Backends::PRIMARY;
+            }
+            let gl_included = desc.backends.contains(wgpu::Backends::GL);
+            let instance = wgpu::Instance::new(desc);
             let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-            (instance, adapters)
+            let real = adapters
+                .iter()
+                .any(|a| !matches!(a.get_info().backend, wgpu::Backend::Noop));
+            // WGPU_BACKEND narrows the search to what it names: no GL fallback then.
+            if real || gl_included || asked {
+                return (instance, adapters, gl_included || asked);
+            }
+            // Nothing else: GL is the last resort.
+            let (gl, adapters) = gl_adapters();
+            (gl.unwrap_or(instance), adapters, true)
         });
-        let (instance, adapters) = match found {
+        let (instance, adapters, gl_included) = match found {
             Ok(v) => v,
             Err(_) => {
                 return Registry {
                     _instance: None,
+                    late: OnceLock::new(),
+                    gl_included: true,
                     entries: Vec::new(),
                     gpu: Vec::new(),
                     failure: Some("the wgpu instance panicked while enumerating adapters".into()),
                 }
             }
         };
-        let mut entries: Vec<Entry> = adapters
-            .into_iter()
-            .filter(|a| !matches!(a.get_info().backend, wgpu::Backend::Noop))
-            .map(|adapter| Entry {
-                info: adapter.get_info(),
-                limits: adapter.limits(),
-                features: adapter.features(),
-                adapter,
-                backend_index: 0,
-                gpu_index: None,
-                opened: Mutex::new(None),
-            })
-            .collect();
+        let mut entries = to_entries(adapters);
         // Stable sort: the driver's order breaks ties.
         entries.sort_by_key(|e| (type_rank(e.info.device_type), backend_rank(e.info.backend)));
         let mut gpu = Vec::new();
@@ -176,9 +188,52 @@ impl Registry {
         Registry {
             _instance: Some(instance),
             entries,
+            late: OnceLock::new(),
+            gl_included,
             gpu,
             failure: None,
         }
+    }
+
+    /// Entry `i`: the first adapters, then the late GL ones.
+    fn entry(&self, i: usize) -> &Entry {
+        match self.entries.get(i) {
+            Some(e) => e,
+            None => &self.late_entries()[i - self.entries.len()],
+        }
+    }
+
+    /// The GL adapters, enumerated on first use (never when `entries` has them already).
+    fn late_entries(&self) -> &[Entry] {
+        &self
+            .late
+            .get_or_init(|| {
+                if self.gl_included {
+                    return (None, Vec::new());
+                }
+                let (instance, adapters) = catch_unwind(gl_adapters).unwrap_or((None, Vec::new()));
+                let mut late = to_entries(adapters);
+                for (k, e) in late.iter_mut().enumerate() {
+                    // Numbered among GL adapters; GPU numbers stay those of the first search.
+                    e.backend_index = k;
+                }
+                (instance, late)
+            })
+            .1
+    }
+
+    /// How many entries there are; with `gl`, after enumerating the GL adapters if needed.
+    fn len(&self, gl: bool) -> usize {
+        if gl {
+            self.entries.len() + self.late_entries().len()
+        } else {
+            self.entries.len() + self.late.get().map_or(0, |l| l.1.len())
+        }
+    }
+
+    /// Whether GL adapters have been enumerated in this process (a test hook).
+    pub(crate) fn gl_probed(&self) -> bool {
+        self.gl_included || self.late.get().is_some()
     }
 
     pub(crate) fn gpu_count(&self) -> usize {
@@ -187,7 +242,7 @@ impl Registry {
 
     /// The device strings that reach entry `i`, canonical first.
     fn names(&self, i: usize) -> Vec<String> {
-        let e = &self.entries[i];
+        let e = self.entry(i);
         let backend = format!("{}:{}", backend_name(e.info.backend), e.backend_index);
         match e.gpu_index {
             Some(g) => {
@@ -202,9 +257,9 @@ impl Registry {
     }
 
     pub(crate) fn summaries(&self) -> Vec<AdapterSummary> {
-        (0..self.entries.len())
+        (0..self.len(true))
             .map(|i| {
-                let e = &self.entries[i];
+                let e = self.entry(i);
                 AdapterSummary {
                     names: self.names(i),
                     gpu_index: e.gpu_index,
@@ -248,7 +303,7 @@ impl Registry {
     }
 
     fn describe(&self, i: usize) -> String {
-        let e = &self.entries[i];
+        let e = self.entry(i);
         format!(
             "{} = {} ({}, {:?})",
             self.names(i)[0],
@@ -293,19 +348,19 @@ impl Registry {
         backend: &str,
         index: usize,
     ) -> Result<GpuDevice> {
-        let matching: Vec<usize> = (0..self.entries.len())
-            .filter(|&i| backend_name(self.entries[i].info.backend) == backend)
+        let matching: Vec<usize> = (0..self.len(backend == "gl"))
+            .filter(|&i| backend_name(self.entry(i).info.backend) == backend)
             .collect();
         match matching.get(index) {
             Some(&i) => self.open(i),
             None if matching.is_empty() => Err(Error::GpuUnavailable {
                 requested: input.to_string(),
-                reason: if self.entries.is_empty() {
+                reason: if self.len(false) == 0 {
                     self.none_found()
                 } else {
                     format!(
                         "no {backend} adapter was found; available: {}",
-                        (0..self.entries.len())
+                        (0..self.len(false))
                             .map(|i| self.describe(i))
                             .collect::<Vec<_>>()
                             .join("; ")
@@ -326,7 +381,7 @@ impl Registry {
     pub(crate) fn best(&self) -> (Option<GpuDevice>, String) {
         let mut failures = Vec::new();
         for &i in &self.gpu {
-            if self.entries[i].info.device_type == wgpu::DeviceType::Cpu {
+            if self.entry(i).info.device_type == wgpu::DeviceType::Cpu {
                 continue;
             }
             match self.open(i) {
@@ -350,7 +405,7 @@ impl Registry {
     }
 
     fn open(&self, i: usize) -> Result<GpuDevice> {
-        let e = &self.entries[i];
+        let e = self.entry(i);
         let mut slot = e.opened.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = slot.as_ref() {
             // A lost device is dropped from the registry: opening again ("open the device
@@ -377,7 +432,7 @@ impl Registry {
 
     /// Requests a fresh wgpu device on entry `i`.
     fn request(&self, i: usize, label: String) -> Result<GpuDevice> {
-        let e = &self.entries[i];
+        let e = self.entry(i);
         // Request the adapter's real limits: wgpu's defaults cap buffers at 256 MiB.
         // On unified memory (integrated GPUs, software adapters) tensor buffers can be mapped
         // directly, so uploads skip the staging copy.
@@ -414,4 +469,30 @@ impl Registry {
         };
         Ok(GpuDevice::new(label, e.info.clone(), device, queue, None))
     }
+}
+
+/// Entries for the adapters wgpu found (the no-op backend left out), numbered later.
+fn to_entries(adapters: Vec<wgpu::Adapter>) -> Vec<Entry> {
+    adapters
+        .into_iter()
+        .filter(|a| !matches!(a.get_info().backend, wgpu::Backend::Noop))
+        .map(|adapter| Entry {
+            info: adapter.get_info(),
+            limits: adapter.limits(),
+            features: adapter.features(),
+            adapter,
+            backend_index: 0,
+            gpu_index: None,
+            opened: Mutex::new(None),
+        })
+        .collect()
+}
+
+/// A GL-only instance and its adapters.
+fn gl_adapters() -> (Option<wgpu::Instance>, Vec<wgpu::Adapter>) {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = wgpu::Backends::GL;
+    let instance = wgpu::Instance::new(desc);
+    let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::GL));
+    (Some(instance), adapters)
 }
