@@ -450,12 +450,12 @@ impl GpuDevice {
                         // Lands before this submit's commands, after every earlier batch.
                         queue.write_buffer(&self.0.ring, 0, &taken.params);
                     }
-                    queue.submit([enc.finish()])
+                    self.submit_guarded([enc.finish()])
                 })
                 .map(Some)
                 .map_err(|e| self.batch_error(e, &taken.names)),
             // Staged uploads only move with a submit.
-            None if taken.written > 0 => self.capture(op, 0, || queue.submit([])).map(Some),
+            None if taken.written > 0 => self.capture(op, 0, || self.submit_guarded([])).map(Some),
             None => Ok(None),
         };
         if let Ok(Some(_)) = &index {
@@ -512,6 +512,20 @@ impl GpuDevice {
         }
     }
 
+    /// `queue.submit` under the poll lock. wgpu-core 30's submit triages finished work itself
+    /// (an internal non-blocking poll); if that runs while another thread's wait slice has just
+    /// timed out and read a fence value, the waiting thread then finds the queue empty with the
+    /// fence "behind" and asserts ("If the queue is empty, the current submission index ..."),
+    /// which loses the device. Serialising submits with polls closes that window; a submit waits
+    /// at most one poll slice.
+    fn submit_guarded<I>(&self, buffers: I) -> wgpu::SubmissionIndex
+    where
+        I: IntoIterator<Item = wgpu::CommandBuffer>,
+    {
+        let _turn = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.0.queue.submit(buffers)
+    }
+
     /// Blocks until `index` (or all submitted work) finishes, or the timeout passes. Holds no
     /// lock. Polls in short slices (the GL backend can only wait while it holds its context).
     pub(crate) fn wait(
@@ -529,7 +543,7 @@ impl GpuDevice {
             // wgpu-core 30 (it may find the queue empty while the fence is behind, and assert).
             None => match self.flush(op)? {
                 Some(i) => i,
-                None => self.0.queue.submit([]),
+                None => self.submit_guarded([]),
             },
         };
         let index = Some(index);

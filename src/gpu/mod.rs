@@ -31,10 +31,10 @@
 //! | `KernelCache` maps (one lock each) | modules, layouts, pipelines, bind groups |
 //! | `Health` | the device-lost reason, errors that escaped every scope |
 //! | `TransferCounters::last_read` | the churn fingerprint |
-//! | `Inner::poll_lock` | `device.poll`: wgpu-core 30 asserts when two threads poll one device at once |
+//! | `Inner::poll_lock` | `device.poll` and `queue.submit` (which polls internally): wgpu-core 30 asserts when a wait races another thread's poll or submit |
 //!
-//! Order: the batch lock may be held while taking `Queue::retired`, a `KernelCache` map or
-//! `Health`; every other lock is taken alone and released before any other is taken. Nothing
+//! Order: the batch lock may be held while taking `Queue::retired`, a `KernelCache` map,
+//! `Health` or the poll lock (to submit); every other lock is taken alone and released before any other is taken. Nothing
 //! takes the batch lock while holding another lock. `GpuBuffer::drop` never takes the batch lock
 //! (it consults `Queue::open` and parks the buffer in `Queue::retired`), so a drop inside a
 //! recording cannot deadlock.
