@@ -55,7 +55,7 @@ pub use memory::{
     transfer_stats, warn_on_transfer_churn, KernelStats, TransferStats,
 };
 pub use random::manual_seed;
-pub use tensor::{read_all, Tensor, WgpuBufferView};
+pub use tensor::{read_all, Conv2dOptions, PadMode, Tensor, WgpuBufferView};
 
 /// The f16 type of [`DType::F16`] tensors.
 pub use half::f16;

@@ -385,6 +385,26 @@ unary_ops! {
                return log(u) * e / (u - 1.0);",
         grad: |x, y, g| g.mul(&x.sigmoid()?),
     }
+    /// `x * sigmoid(x)`, PyTorch's `silu` (SiLU / swish), the activation of Llama-style MLPs.
+    ///
+    /// ```
+    /// let t = wgtensor::Tensor::from_vec(vec![0f32, 1.0], &[2], &wgtensor::Device::cpu())?;
+    /// let y = t.silu()?.to_vec::<f32>()?;
+    /// assert!(y[0] == 0.0 && (y[1] - 0.7310586).abs() < 1e-6);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    Silu silu {
+        // x / (1 + e^-x) rather than x * sigmoid: -inf gives -inf / inf = NaN either way, so
+        // the limit 0 is explicit (as PyTorch returns).
+        cpu: |x| if x == f32::NEG_INFINITY { 0.0 } else { x / (1.0 + (-x).exp()) },
+        wgsl: "if (bitcast<u32>(x) == 0xff800000u) { return 0.0; }
+               return x / (1.0 + exp(-x));",
+        grad: |x, y, g| {
+            // d/dx x*s(x) = s(x) * (1 + x * (1 - s(x)))
+            let s = x.sigmoid()?;
+            g.mul(&s.mul(&x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?)?)
+        },
+    }
     /// Sine.
     ///
     /// ```

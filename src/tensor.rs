@@ -1,8 +1,10 @@
 //! The tensor type: shape, dtype, device and shared storage. This file and its submodules only
 //! validate arguments and dispatch to `cpu/` or `gpu/`; no kernel lives here.
 
+mod attention;
 mod chunked;
 mod compare;
+mod conv;
 mod convert;
 mod create;
 mod cross_entropy;
@@ -19,6 +21,7 @@ mod softmax;
 mod transfer;
 mod view;
 
+pub use conv::{Conv2dOptions, PadMode};
 pub(crate) use fuse::materialize_pending;
 pub use transfer::{read_all, WgpuBufferView};
 

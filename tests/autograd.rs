@@ -193,6 +193,7 @@ fn elementwise_unary() {
         case("tanh", &[&[6]], |x| x[0].tanh()),
         case("gelu", &[&[8]], |x| x[0].mul_scalar(3.0)?.gelu()),
         case("softplus", &[&[8]], |x| x[0].mul_scalar(3.0)?.softplus()),
+        case("silu", &[&[8]], |x| x[0].mul_scalar(3.0)?.silu()),
         case("sin", &[&[6]], |x| x[0].sin()),
         case("cos", &[&[6]], |x| x[0].cos()),
     ]);

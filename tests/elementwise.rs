@@ -154,6 +154,18 @@ const UNARY: &[Unary] = &[
         },
         TRANSCENDENTAL,
     ),
+    un(
+        "silu",
+        Tensor::silu,
+        |x| {
+            if x == f32::NEG_INFINITY {
+                0.0
+            } else {
+                f64_op(x, |x| x / (1.0 + (-x).exp()))
+            }
+        },
+        TRANSCENDENTAL,
+    ),
     un("sin", Tensor::sin, |x| f64_op(x, f64::sin), TRIG),
     un("cos", Tensor::cos, |x| f64_op(x, f64::cos), TRIG),
 ];

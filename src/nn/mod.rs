@@ -95,11 +95,11 @@ pub trait Module: Send + Sync {
     }
 
     /// Moves every parameter to `device` (PyTorch's `model.to(device)`); parameters stay
-    /// parameters. On error the parameters already moved stay moved and the rest stay put.
+    /// parameters and buffers (tensors that do not require grad) stay buffers. On error the parameters already moved stay moved and the rest stay put.
     fn to(&mut self, device: &Device) -> Result<()> {
         for (_, p) in self.named_parameters_mut() {
             if p.device() != device {
-                *p = param(p.to(device)?);
+                *p = keep_kind(p, p.to(device)?);
             }
         }
         Ok(())
@@ -299,7 +299,17 @@ pub(crate) fn prepare_assign<M: Module + ?Sized>(
 /// The replacement half of [`assign`]: `ready` comes from [`prepare_assign`] on this module.
 pub(crate) fn commit_assign<M: Module + ?Sized>(module: &mut M, ready: Vec<Tensor>) {
     for ((_, p), t) in module.named_parameters_mut().into_iter().zip(ready) {
-        *p = param(t);
+        *p = keep_kind(p, t);
+    }
+}
+
+/// `new` as a parameter when `old` is one, else as a buffer (BatchNorm's running statistics):
+/// a buffer must not start requiring grad when it moves or loads.
+pub(crate) fn keep_kind(old: &Tensor, new: Tensor) -> Tensor {
+    if old.requires_grad() {
+        param(new)
+    } else {
+        new.detach()
     }
 }
 

@@ -84,7 +84,7 @@ fn replicate<M: Module + Clone>(primary: &M, device: &Device) -> Result<M> {
 fn detached<M: Module + Clone>(r: &M) -> M {
     let mut r = r.clone();
     for (_, p) in r.named_parameters_mut() {
-        *p = super::param(p.detach());
+        *p = super::keep_kind(p, p.detach());
     }
     r
 }
