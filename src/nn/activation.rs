@@ -44,6 +44,15 @@ activations! {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     GELU => gelu;
+    /// `x * sigmoid(x)` (PyTorch's `nn.SiLU`).
+    ///
+    /// ```
+    /// use wgtensor::nn::{Module, SiLU};
+    /// let x = wgtensor::Tensor::from_vec(vec![0f32], &[1], &wgtensor::Device::cpu())?;
+    /// assert_eq!(SiLU.forward(&x)?.to_vec::<f32>()?, vec![0.0]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    SiLU => silu;
     /// `1 / (1 + exp(-x))` (PyTorch's `nn.Sigmoid`).
     ///
     /// ```

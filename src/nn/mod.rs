@@ -4,8 +4,12 @@
 //! Layers are written with the public tensor ops only, so they run on every device the ops run
 //! on, and gradients (when autograd records the ops) come for free.
 //!
-//! - Layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`ReLU`], [`GELU`], [`Sigmoid`], [`Tanh`],
-//!   [`Softmax`], [`Dropout`], [`Identity`], and the container [`Sequential`].
+//! - Layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`ReLU`], [`GELU`], [`SiLU`],
+//!   [`Sigmoid`], [`Tanh`], [`Softmax`], [`Dropout`], [`Identity`], and the container
+//!   [`Sequential`].
+//! - Convolution: [`Conv2d`], [`MaxPool2d`], [`AvgPool2d`], [`AdaptiveAvgPool2d`],
+//!   [`BatchNorm2d`] (running statistics as buffers), [`Flatten`].
+//! - Attention: [`MultiheadAttention`], [`TransformerBlock`] (pre-norm, optionally causal).
 //! - Weights: [`save_safetensors`] / [`load_safetensors`], and [`Module::save_weights`] /
 //!   [`Module::load_weights`] (by name, shapes checked, onto a chosen device, f32 or f16).
 //! - [`DataParallel`]: one replica per device, the batch split along dim 0.
@@ -25,7 +29,9 @@
 //! ```
 
 mod activation;
+mod attention;
 mod checkpoint;
+mod conv;
 #[cfg(feature = "mpi")]
 mod ddp;
 mod dropout;
@@ -38,8 +44,10 @@ mod norm;
 mod parallel;
 mod sequential;
 
-pub use activation::{Identity, ReLU, Sigmoid, Softmax, Tanh, GELU};
+pub use activation::{Identity, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
+pub use attention::{MultiheadAttention, RMSNorm, TransformerBlock};
 pub use checkpoint::Checkpoint;
+pub use conv::{AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d};
 #[cfg(feature = "mpi")]
 pub use ddp::{DistributedDataParallel, DEFAULT_BUCKET_BYTES};
 pub use dropout::Dropout;
