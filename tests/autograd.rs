@@ -407,3 +407,99 @@ fn long_chains_backward_and_drop_without_recursion() -> Result<()> {
     drop(y); // frees 100,000 nodes; recursion would overflow the test thread's stack
     Ok(())
 }
+
+#[test]
+fn convolution_pooling_and_padding() {
+    use wgtensor::{Conv2dOptions, PadMode};
+    run(vec![
+        case(
+            "conv2d padded strided",
+            &[&[2, 3, 5, 4], &[4, 3, 3, 2], &[4]],
+            |x| {
+                x[0].conv2d(
+                    &x[1],
+                    Some(&x[2]),
+                    &Conv2dOptions::default().stride(2).padding(1),
+                )
+            },
+        ),
+        case(
+            "conv2d dilated grouped",
+            &[&[1, 4, 6, 6], &[2, 2, 2, 2]],
+            |x| x[0].conv2d(&x[1], None, &Conv2dOptions::default().dilation(2).groups(2)),
+        ),
+        case("conv2d 1x1", &[&[2, 3, 2, 3], &[2, 3, 1, 1]], |x| {
+            x[0].conv2d(&x[1], None, &Conv2dOptions::default())
+        }),
+        case("conv1d", &[&[2, 2, 7], &[3, 2, 3]], |x| {
+            x[0].conv1d(&x[1], None, &Conv2dOptions::default().padding(1))
+        }),
+        case("max_pool2d", &[&[2, 2, 5, 5]], |x| {
+            x[0].max_pool2d([3, 3], Some([2, 2]), [1, 1])
+        }),
+        case("avg_pool2d", &[&[1, 2, 4, 5]], |x| {
+            x[0].avg_pool2d([2, 2], Some([1, 2]), [1, 0])
+        }),
+        case("adaptive_avg_pool2d", &[&[1, 2, 5, 7]], |x| {
+            x[0].adaptive_avg_pool2d([3, 2])
+        }),
+        case("pad reflect", &[&[2, 3, 4]], |x| {
+            x[0].pad(&[2, 1, 1, 2], PadMode::Reflect)
+        }),
+        case("pad constant", &[&[2, 3]], |x| {
+            x[0].pad(&[1, 2], PadMode::Constant(3.0))
+        }),
+    ]);
+}
+
+#[test]
+fn attention_ops() {
+    use wgtensor::DType;
+    run(vec![
+        case("sdpa causal", &[&[2, 4, 3], &[2, 4, 3], &[2, 4, 5]], |x| {
+            Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, true, 0.0, None)
+        }),
+        case(
+            "sdpa float mask",
+            &[&[1, 3, 2], &[1, 5, 2], &[1, 5, 2], &[3, 5]],
+            |x| {
+                Tensor::scaled_dot_product_attention(
+                    &x[0],
+                    &x[1],
+                    &x[2],
+                    Some(&x[3]),
+                    false,
+                    0.0,
+                    Some(0.7),
+                )
+            },
+        ),
+        case("tril", &[&[3, 4]], |x| x[0].tril(0)),
+        case("triu", &[&[2, 3, 3]], |x| x[0].triu(1)),
+        case("masked_fill", &[&[3, 4]], |x| {
+            let m = Tensor::from_vec(vec![1u8, 0, 0, 1], &[4], x[0].device())?;
+            x[0].masked_fill(&m, -2.0)
+        }),
+        case("logsumexp", &[&[3, 5]], |x| {
+            x[0].mul_scalar(3.0)?.logsumexp(-1, false)
+        }),
+        case("var", &[&[4, 3]], |x| x[0].var(0, 1, true)),
+        case("std", &[&[4, 3]], |x| x[0].std(1, 0, false)),
+        case("sum_dims", &[&[2, 3, 4]], |x| x[0].sum_dims(&[0, 2], false)),
+        case("mean_dims", &[&[2, 3, 4]], |x| {
+            x[0].mean_dims(&[1, 2], true)
+        }),
+        case("cumsum", &[&[3, 5]], |x| x[0].cumsum(1)),
+        case("topk", &[&[2, 6]], |x| Ok(x[0].topk(3, 1, true)?.0)),
+        case("slice_assign", &[&[2, 5], &[2, 2]], |x| {
+            x[0].slice_assign(1, 2, &x[1])
+        }),
+        case("rms_norm", &[&[3, 4], &[4]], |x| {
+            x[0].rms_norm(Some(&x[1]), 1e-5)
+        }),
+        case("silu via zeros", &[&[4]], |x| {
+            x[0].add(&Tensor::zeros(&[4], DType::F32, x[0].device())?)?
+                .silu()
+        }),
+    ]);
+}

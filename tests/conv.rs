@@ -1,0 +1,420 @@
+//! Convolution, pooling and padding on every device against direct loops written here (an
+//! oracle independent of the im2col + matmul path the library takes on every device).
+
+mod common;
+
+use common::{assert_close, data, devices, values};
+use wgtensor::nn::{BatchNorm2d, Module};
+use wgtensor::{Conv2dOptions, Error, PadMode, Tensor};
+
+/// Direct convolution: `x` `[n, c, h, w]`, `wt` `[o, c / g, kh, kw]`.
+#[allow(clippy::too_many_arguments)]
+fn conv_ref(
+    x: &[f32],
+    [n, c, h, w]: [usize; 4],
+    wt: &[f32],
+    [o, cg, kh, kw]: [usize; 4],
+    bias: Option<&[f32]>,
+    o2: &Conv2dOptions,
+) -> (Vec<f32>, [usize; 2]) {
+    let (s, p, d, g) = (o2.stride, o2.padding, o2.dilation, o2.groups);
+    let oh = (h + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1;
+    let ow = (w + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
+    let og = o / g;
+    let mut out = vec![0f32; n * o * oh * ow];
+    for b in 0..n {
+        for oc in 0..o {
+            let grp = oc / og;
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let mut acc = bias.map_or(0.0, |b| b[oc]) as f64;
+                    for ci in 0..cg {
+                        let ic = grp * cg + ci;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (y * s[0] + i * d[0]) as isize - p[0] as isize;
+                                let ix = (xo * s[1] + j * d[1]) as isize - p[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let xv = x[((b * c + ic) * h + iy as usize) * w + ix as usize];
+                                let wv = wt[((oc * cg + ci) * kh + i) * kw + j];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    out[((b * o + oc) * oh + y) * ow + xo] = acc as f32;
+                }
+            }
+        }
+    }
+    (out, [oh, ow])
+}
+
+#[test]
+fn conv2d_matches_direct_loops_on_every_device() {
+    // (input, weight, options): padding, stride, dilation, groups, 1x1, batch 1, odd sizes.
+    let cases: Vec<([usize; 4], [usize; 4], Conv2dOptions)> = vec![
+        ([1, 1, 5, 5], [1, 1, 3, 3], Conv2dOptions::default()),
+        (
+            [2, 3, 7, 6],
+            [4, 3, 3, 2],
+            Conv2dOptions::default().stride(2).padding(1),
+        ),
+        (
+            [1, 4, 9, 9],
+            [6, 2, 3, 3],
+            Conv2dOptions::default().padding(2).dilation(2).groups(2),
+        ),
+        ([3, 2, 8, 8], [5, 2, 1, 1], Conv2dOptions::default()),
+        (
+            [2, 6, 5, 7],
+            [6, 1, 3, 3],
+            Conv2dOptions::default().padding(1).groups(6),
+        ),
+        (
+            [1, 3, 11, 4],
+            [2, 3, 2, 3],
+            Conv2dOptions {
+                stride: [3, 1],
+                padding: [0, 2],
+                dilation: [1, 2],
+                groups: 1,
+            },
+        ),
+    ];
+    for (xs, ws, o) in cases {
+        let x = data(xs.iter().product(), 1, 1.0);
+        let wt = data(ws.iter().product(), 2, 1.0);
+        let b = data(ws[0], 3, 1.0);
+        let (want, [oh, ow]) = conv_ref(&x, xs, &wt, ws, Some(&b), &o);
+        for dev in devices() {
+            let xt = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
+            let wtt = Tensor::from_vec(wt.clone(), &ws, &dev).unwrap();
+            let bt = Tensor::from_vec(b.clone(), &[ws[0]], &dev).unwrap();
+            let y = xt.conv2d(&wtt, Some(&bt), &o).unwrap();
+            assert_eq!(y.shape(), &[xs[0], ws[0], oh, ow]);
+            assert_close(
+                &values(&y),
+                &want,
+                1e-4,
+                1e-4,
+                &format!("conv2d {xs:?} {ws:?} {o:?} on {dev}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn conv2d_reads_non_contiguous_and_unbatched_inputs() {
+    let (xs, ws) = ([2, 3, 6, 5], [4, 3, 3, 3]);
+    let x = data(180, 4, 1.0);
+    let wt = data(4 * 27, 5, 1.0);
+    let o = Conv2dOptions::default().padding(1);
+    let (want, _) = conv_ref(&x, xs, &wt, ws, None, &o);
+    for dev in devices() {
+        // Stored as [n, c, w, h] and viewed transposed: a strided input.
+        let mut xt_host = vec![0f32; x.len()];
+        for b in 0..2 {
+            for c in 0..3 {
+                for i in 0..6 {
+                    for j in 0..5 {
+                        xt_host[((b * 3 + c) * 5 + j) * 6 + i] = x[((b * 3 + c) * 6 + i) * 5 + j];
+                    }
+                }
+            }
+        }
+        let xv = Tensor::from_vec(xt_host, &[2, 3, 5, 6], &dev)
+            .unwrap()
+            .transpose(2, 3)
+            .unwrap();
+        assert!(!xv.is_contiguous());
+        let w = Tensor::from_vec(wt.clone(), &ws, &dev).unwrap();
+        let y = xv.conv2d(&w, None, &o).unwrap();
+        assert_close(
+            &values(&y),
+            &want,
+            1e-4,
+            1e-4,
+            &format!("strided conv2d on {dev}"),
+        );
+        // Unbatched [C, H, W] gives the first image's output.
+        let one = Tensor::from_vec(x[..90].to_vec(), &[3, 6, 5], &dev).unwrap();
+        let y1 = one.conv2d(&w, None, &o).unwrap();
+        assert_eq!(y1.shape(), &[4, 6, 5]);
+        assert_close(
+            &values(&y1),
+            &want[..120],
+            1e-4,
+            1e-4,
+            &format!("unbatched on {dev}"),
+        );
+    }
+}
+
+#[test]
+fn conv1d_matches_direct_loops() {
+    let x = data(2 * 3 * 10, 6, 1.0);
+    let wt = data(4 * 3 * 3, 7, 1.0);
+    let o = Conv2dOptions::default().stride(2).padding(1);
+    // conv1d = conv2d with height 1.
+    let o2 = Conv2dOptions {
+        stride: [1, 2],
+        padding: [0, 1],
+        ..Default::default()
+    };
+    let (want, [_, ow]) = conv_ref(&x, [2, 3, 1, 10], &wt, [4, 3, 1, 3], None, &o2);
+    for dev in devices() {
+        let xt = Tensor::from_vec(x.clone(), &[2, 3, 10], &dev).unwrap();
+        let w = Tensor::from_vec(wt.clone(), &[4, 3, 3], &dev).unwrap();
+        let y = xt.conv1d(&w, None, &o).unwrap();
+        assert_eq!(y.shape(), &[2, 4, ow]);
+        assert_close(&values(&y), &want, 1e-4, 1e-4, &format!("conv1d on {dev}"));
+    }
+}
+
+/// Direct pooling: `(max, argmax offset, mean with padding counted)` per output.
+fn pool_ref(
+    x: &[f32],
+    [n, c, h, w]: [usize; 4],
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+) -> (Vec<f32>, Vec<u32>, Vec<f32>, [usize; 2]) {
+    let oh = (h + 2 * p[0] - k[0]) / s[0] + 1;
+    let ow = (w + 2 * p[1] - k[1]) / s[1] + 1;
+    let (mut mx, mut ix, mut av) = (vec![], vec![], vec![]);
+    for b in 0..n * c {
+        for y in 0..oh {
+            for xo in 0..ow {
+                let (mut best, mut at, mut sum) = (f32::NEG_INFINITY, 0u32, 0f64);
+                for i in 0..k[0] {
+                    for j in 0..k[1] {
+                        let iy = (y * s[0] + i) as isize - p[0] as isize;
+                        let jx = (xo * s[1] + j) as isize - p[1] as isize;
+                        if iy < 0 || jx < 0 || iy >= h as isize || jx >= w as isize {
+                            continue;
+                        }
+                        let off = iy as usize * w + jx as usize;
+                        let v = x[b * h * w + off];
+                        sum += v as f64;
+                        if v > best {
+                            best = v;
+                            at = off as u32;
+                        }
+                    }
+                }
+                mx.push(best);
+                ix.push(at);
+                av.push((sum / (k[0] * k[1]) as f64) as f32);
+            }
+        }
+    }
+    (mx, ix, av, [oh, ow])
+}
+
+#[test]
+fn pooling_matches_direct_loops() {
+    let cases = [
+        ([1, 1, 4, 4], [2, 2], [2, 2], [0, 0]),
+        ([2, 3, 7, 5], [3, 3], [2, 2], [1, 1]),
+        ([1, 2, 9, 9], [3, 2], [1, 2], [1, 0]),
+        ([3, 1, 5, 6], [2, 3], [3, 1], [0, 1]),
+    ];
+    for (xs, k, s, p) in cases {
+        let x = data(xs.iter().product(), 8, 1.0);
+        let (mx, ix, av, [oh, ow]) = pool_ref(&x, xs, k, s, p);
+        for dev in devices() {
+            let t = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
+            let (v, i) = t.max_pool2d_with_indices(k, Some(s), p).unwrap();
+            assert_eq!(v.shape(), &[xs[0], xs[1], oh, ow]);
+            let ctx = format!("pool {xs:?} k{k:?} s{s:?} p{p:?} on {dev}");
+            assert_close(&values(&v), &mx, 0.0, 0.0, &ctx);
+            assert_eq!(i.to_vec::<u32>().unwrap(), ix, "{ctx}: indices");
+            assert_close(
+                &values(&t.avg_pool2d(k, Some(s), p).unwrap()),
+                &av,
+                1e-5,
+                1e-6,
+                &ctx,
+            );
+        }
+    }
+}
+
+#[test]
+fn adaptive_avg_pool_and_nan_propagation() {
+    let x = data(2 * 5 * 7, 9, 1.0);
+    // Output 3x2 of a 5x7 plane: rows 0..2, 1..4, 3..5; columns 0..4, 3..7.
+    let rows = [(0, 2), (1, 4), (3, 5)];
+    let cols = [(0, 4), (3, 7)];
+    let mut want = vec![];
+    for b in 0..2 {
+        for (r0, r1) in rows {
+            for (c0, c1) in cols {
+                let mut s = 0f64;
+                for r in r0..r1 {
+                    for c in c0..c1 {
+                        s += x[b * 35 + r * 7 + c] as f64;
+                    }
+                }
+                want.push((s / ((r1 - r0) * (c1 - c0)) as f64) as f32);
+            }
+        }
+    }
+    for dev in devices() {
+        let t = Tensor::from_vec(x.clone(), &[1, 2, 5, 7], &dev).unwrap();
+        let y = t.adaptive_avg_pool2d([3, 2]).unwrap();
+        assert_close(
+            &values(&y),
+            &want,
+            1e-5,
+            1e-6,
+            &format!("adaptive on {dev}"),
+        );
+        // NaN reaches max pooling's and convolution's outputs.
+        let mut xn = x.clone();
+        xn[0] = f32::NAN;
+        let tn = Tensor::from_vec(xn, &[1, 2, 5, 7], &dev).unwrap();
+        let c = tn
+            .conv2d(
+                &Tensor::ones(&[1, 2, 2, 2], wgtensor::DType::F32, &dev).unwrap(),
+                None,
+                &Conv2dOptions::default(),
+            )
+            .unwrap();
+        assert!(values(&c)[0].is_nan(), "conv2d NaN on {dev}");
+    }
+}
+
+#[test]
+fn pad_matches_direct_loops() {
+    let x = data(2 * 3 * 4, 10, 1.0);
+    let (h, w) = (3usize, 4usize);
+    for (mode, name) in [
+        (PadMode::Constant(0.5), "constant"),
+        (PadMode::Reflect, "reflect"),
+        (PadMode::Replicate, "replicate"),
+    ] {
+        let (l, r, t, b) = (2usize, 1usize, 1usize, 2usize);
+        let mut want = vec![];
+        for img in 0..2 {
+            for y in 0..h + t + b {
+                for xx in 0..w + l + r {
+                    let (iy, ix) = (y as isize - t as isize, xx as isize - l as isize);
+                    let fix = |i: isize, n: usize| -> Option<usize> {
+                        let n = n as isize;
+                        match mode {
+                            PadMode::Constant(_) => (i >= 0 && i < n).then_some(i as usize),
+                            PadMode::Reflect => Some(if i < 0 {
+                                -i
+                            } else if i >= n {
+                                2 * (n - 1) - i
+                            } else {
+                                i
+                            } as usize),
+                            PadMode::Replicate => Some(i.clamp(0, n - 1) as usize),
+                        }
+                    };
+                    want.push(match (fix(iy, h), fix(ix, w)) {
+                        (Some(a), Some(c)) => x[img * 12 + a * w + c],
+                        _ => 0.5,
+                    });
+                }
+            }
+        }
+        for dev in devices() {
+            let tt = Tensor::from_vec(x.clone(), &[2, h, w], &dev).unwrap();
+            let y = tt.pad(&[l, r, t, b], mode).unwrap();
+            assert_eq!(y.shape(), &[2, h + t + b, w + l + r]);
+            assert_close(
+                &values(&y),
+                &want,
+                0.0,
+                0.0,
+                &format!("pad {name} on {dev}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors_and_leave_tensors_intact() {
+    for dev in devices() {
+        let x = Tensor::from_vec(data(2 * 4 * 5 * 5, 11, 1.0), &[2, 4, 5, 5], &dev).unwrap();
+        let before = values(&x);
+        let w = Tensor::ones(&[6, 3, 3, 3], wgtensor::DType::F32, &dev).unwrap();
+        let e = x.conv2d(&w, None, &Conv2dOptions::default()).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { op: "conv2d", .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("4 channels"), "{e}");
+        let big = Tensor::ones(&[1, 4, 7, 7], wgtensor::DType::F32, &dev).unwrap();
+        let e = x.conv2d(&big, None, &Conv2dOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("span 7"), "{e}");
+        assert!(x
+            .conv2d(&w, None, &Conv2dOptions::default().groups(0))
+            .is_err());
+        assert!(
+            x.max_pool2d([2, 2], None, [2, 2]).is_err(),
+            "padding above half the kernel"
+        );
+        assert!(
+            x.pad(&[5, 5], PadMode::Reflect).is_err(),
+            "reflect wider than the dim"
+        );
+        assert!(x.pad(&[1, 1, 1], PadMode::Reflect).is_err(), "odd pads");
+        let ints = Tensor::from_vec(vec![1i32; 4], &[1, 1, 2, 2], &dev).unwrap();
+        assert!(ints.max_pool2d([2, 2], None, [0, 0]).is_err());
+        assert_eq!(values(&x), before, "input intact on {dev}");
+    }
+}
+
+#[test]
+fn batch_norm_2d_normalises_and_tracks_running_statistics() {
+    let x = data(4 * 3 * 2 * 2, 12, 2.0);
+    let per = 4 * 4; // values per channel
+    let mut mean = [0f64; 3];
+    let mut var = [0f64; 3];
+    for ch in 0..3 {
+        let vals: Vec<f64> = (0..4)
+            .flat_map(|b| (0..4).map(move |i| (b, i)))
+            .map(|(b, i)| x[(b * 3 + ch) * 4 + i] as f64)
+            .collect();
+        mean[ch] = vals.iter().sum::<f64>() / per as f64;
+        var[ch] = vals.iter().map(|v| (v - mean[ch]).powi(2)).sum::<f64>() / per as f64;
+    }
+    for dev in devices() {
+        let mut bn = BatchNorm2d::new(3, &dev).unwrap();
+        let t = Tensor::from_vec(x.clone(), &[4, 3, 2, 2], &dev).unwrap();
+        let y = values(&bn.forward(&t).unwrap());
+        for (i, &v) in y.iter().enumerate() {
+            let ch = (i / 4) % 3;
+            let want = ((x[i] as f64 - mean[ch]) / (var[ch] + 1e-5).sqrt()) as f32;
+            assert!((v - want).abs() < 1e-4, "bn train on {dev}: {v} vs {want}");
+        }
+        let rm = values(&bn.running_mean());
+        let rv = values(&bn.running_var());
+        for ch in 0..3 {
+            assert!(
+                (rm[ch] as f64 - 0.1 * mean[ch]).abs() < 1e-5,
+                "running mean on {dev}"
+            );
+            let unbiased = var[ch] * per as f64 / (per - 1) as f64;
+            assert!(
+                (rv[ch] as f64 - (0.9 + 0.1 * unbiased)).abs() < 1e-5,
+                "running var on {dev}"
+            );
+        }
+        assert!(!bn.running_mean().requires_grad());
+        bn.eval();
+        let ye = values(&bn.forward(&t).unwrap());
+        let want0 = ((x[0] as f64 - rm[0] as f64) / (rv[0] as f64 + 1e-5).sqrt()) as f32;
+        assert!((ye[0] - want0).abs() < 1e-4, "bn eval on {dev}");
+        // Moving keeps the statistics buffers, not parameters.
+        bn.to(&wgtensor::Device::cpu()).unwrap();
+        assert!(!bn.running_var().requires_grad());
+        assert_eq!(values(&bn.running_var()), rv);
+    }
+}
