@@ -50,7 +50,7 @@ impl MultiheadAttention {
         causal: bool,
         device: &Device,
     ) -> Result<MultiheadAttention> {
-        if heads == 0 || embed_dim % heads != 0 {
+        if heads == 0 || !embed_dim.is_multiple_of(heads) {
             return Err(Error::InvalidArgument {
                 op: "MultiheadAttention::new",
                 message: format!("{heads} heads must divide embed_dim {embed_dim}"),

@@ -56,7 +56,11 @@ impl Conv2d {
         device: &Device,
     ) -> Result<Conv2d> {
         let g = opts.groups;
-        if g == 0 || in_channels % g != 0 || out_channels % g != 0 || kernel.contains(&0) {
+        if g == 0
+            || !in_channels.is_multiple_of(g)
+            || !out_channels.is_multiple_of(g)
+            || kernel.contains(&0)
+        {
             return Err(Error::InvalidArgument {
                 op: "Conv2d::new",
                 message: format!(
@@ -368,7 +372,7 @@ impl BatchNorm2d {
         affine: bool,
         device: &Device,
     ) -> Result<BatchNorm2d> {
-        if !(eps >= 0.0 && eps.is_finite()) || !(0.0..=1.0).contains(&momentum) {
+        if !(eps >= 0.0 && eps.is_finite() && (0.0..=1.0).contains(&momentum)) {
             return Err(Error::InvalidArgument {
                 op: "BatchNorm2d::with_options",
                 message: format!("eps ({eps}) must be >= 0 and momentum ({momentum}) in [0, 1]"),

@@ -682,7 +682,7 @@ impl Tensor {
             });
         }
         let k = pads.len() / 2;
-        if pads.len() % 2 != 0 || k > self.ndim() {
+        if !pads.len().is_multiple_of(2) || k > self.ndim() {
             return Err(invalid(
                 op,
                 format!(
