@@ -15,14 +15,16 @@ mod gather;
 mod join;
 mod matmul;
 mod norm;
+mod pad;
 mod reduce;
 mod scatter;
 mod softmax;
 mod transfer;
 mod view;
 
-pub use conv::{Conv2dOptions, PadMode};
+pub use conv::Conv2dOptions;
 pub(crate) use fuse::materialize_pending;
+pub use pad::PadMode;
 pub use transfer::{read_all, WgpuBufferView};
 
 use crate::device::DeviceInner;

@@ -84,27 +84,6 @@ impl Conv2dOptions {
     }
 }
 
-/// How [`Tensor::pad`] fills the border.
-///
-/// ```
-/// use wgtensor::{Device, PadMode, Tensor};
-/// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[1, 3], &Device::cpu())?;
-/// let r = t.pad(&[2, 1], PadMode::Reflect)?;
-/// assert_eq!(r.to_vec::<f32>()?, vec![3.0, 2.0, 1.0, 2.0, 3.0, 2.0]);
-/// let c = t.pad(&[1, 0], PadMode::Constant(9.0))?;
-/// assert_eq!(c.to_vec::<f32>()?, vec![9.0, 1.0, 2.0, 3.0]);
-/// # Ok::<(), wgtensor::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum PadMode {
-    /// Every added element is this value (PyTorch's `mode='constant'`).
-    Constant(f32),
-    /// Mirror without repeating the edge (`mode='reflect'`): padding must be < the dim.
-    Reflect,
-    /// Repeat the edge element (`mode='replicate'`).
-    Replicate,
-}
-
 /// Index maps and pooling matrices by device, dtype and shape. Bounded: cleared when full, as
 /// a model cycles through a handful of shapes.
 type ConstCache = Mutex<HashMap<String, Tensor>>;
@@ -128,7 +107,11 @@ fn cached(device: &Device, key: String, make: impl FnOnce() -> Result<Tensor>) -
 }
 
 /// A u32 index map on `device`, cached under `key`.
-fn index_map(device: &Device, key: String, make: impl FnOnce() -> Vec<u32>) -> Result<Tensor> {
+pub(super) fn index_map(
+    device: &Device,
+    key: String,
+    make: impl FnOnce() -> Vec<u32>,
+) -> Result<Tensor> {
     cached(device, key, || {
         let v = make();
         let n = v.len();
@@ -138,14 +121,14 @@ fn index_map(device: &Device, key: String, make: impl FnOnce() -> Vec<u32>) -> R
 
 /// `x2d` is `[batch, per]`; returns `[batch, map.len()]` with `out[b, i] = x2d[b, map[i]]`,
 /// where index `per` reads `fill`.
-fn gather_with_fill(x2d: &Tensor, fill: f32, map: &Tensor) -> Result<Tensor> {
+pub(super) fn gather_with_fill(x2d: &Tensor, fill: f32, map: &Tensor) -> Result<Tensor> {
     let b = x2d.shape()[0];
     let filler = Tensor::full(&[b, 1], fill as f64, x2d.dtype(), x2d.device())?;
     let padded = Tensor::cat(&[x2d, &filler], 1)?;
     padded.index_select(1, map)
 }
 
-fn invalid(op: &'static str, message: String) -> Error {
+pub(super) fn invalid(op: &'static str, message: String) -> Error {
     Error::InvalidArgument { op, message }
 }
 
@@ -653,149 +636,6 @@ impl Tensor {
         })?;
         restore(ph.matmul(&x)?.matmul(&pw)?, unbatched)
     }
-
-    /// Pads the last dims, PyTorch's `F.pad(input, pad, mode, value)`: `pads` holds
-    /// `(before, after)` pairs starting from the last dim (`[left, right, top, bottom, ...]`).
-    /// Gradients flow to the input (padding positions get none).
-    ///
-    /// ```
-    /// use wgtensor::{Device, PadMode, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &Device::best())?;
-    /// let p = t.pad(&[1, 0, 0, 1], PadMode::Constant(0.0))?;
-    /// assert_eq!(p.shape(), &[3, 3]);
-    /// assert_eq!(p.to_vec::<f32>()?, vec![0.0, 1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0]);
-    /// let e = t.pad(&[1, 1], PadMode::Replicate)?;
-    /// assert_eq!(e.to_vec::<f32>()?, vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an odd-length `pads`, more pairs than dims, or reflect
-    /// padding not smaller than its dim; [`Error::UnsupportedDType`] for integer tensors.
-    pub fn pad(&self, pads: &[usize], mode: PadMode) -> Result<Tensor> {
-        let op = "pad";
-        if !self.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-                device: self.device().to_string(),
-            });
-        }
-        let k = pads.len() / 2;
-        if !pads.len().is_multiple_of(2) || k > self.ndim() {
-            return Err(invalid(
-                op,
-                format!(
-                    "pads {pads:?} must be (before, after) pairs for at most the {} dims of {:?}",
-                    self.ndim(),
-                    self.shape()
-                ),
-            ));
-        }
-        if pads.iter().all(|&p| p == 0) {
-            return Ok(self.clone());
-        }
-        let shape = self.shape();
-        let lead = self.ndim() - k;
-        let inner_in: Vec<usize> = shape[lead..].to_vec();
-        // pads[0..2] is the last dim: reverse into dim order.
-        let pairs: Vec<(usize, usize)> = (0..k)
-            .map(|i| (pads[2 * (k - 1 - i)], pads[2 * (k - 1 - i) + 1]))
-            .collect();
-        if mode == PadMode::Reflect {
-            for (i, &(a, b)) in pairs.iter().enumerate() {
-                if a >= inner_in[i] || b >= inner_in[i] {
-                    return Err(invalid(
-                        op,
-                        format!(
-                            "reflect padding ({a}, {b}) must be smaller than dim {} of size {}",
-                            lead + i,
-                            inner_in[i]
-                        ),
-                    ));
-                }
-            }
-        }
-        if mode == PadMode::Replicate && inner_in.contains(&0) {
-            return Err(invalid(
-                op,
-                format!("cannot replicate the edge of {shape:?}"),
-            ));
-        }
-        let inner_out: Vec<usize> = inner_in
-            .iter()
-            .zip(&pairs)
-            .map(|(&n, &(a, b))| n + a + b)
-            .collect();
-        let outer: usize = shape[..lead].iter().product();
-        let per: usize = inner_in.iter().product();
-        let fill = match mode {
-            PadMode::Constant(v) => v,
-            _ => 0.0,
-        };
-        let key = format!("pad{inner_in:?}{pairs:?}{}", mode_key(mode));
-        let map = index_map(self.device(), key, || {
-            pad_map(&inner_in, &inner_out, &pairs, mode)
-        })?;
-        let x2d = self.reshape(&[outer, per])?;
-        let out = gather_with_fill(&x2d, fill, &map)?;
-        let mut out_shape = shape[..lead].to_vec();
-        out_shape.extend(&inner_out);
-        out.reshape(&out_shape)
-    }
-}
-
-fn mode_key(m: PadMode) -> &'static str {
-    match m {
-        PadMode::Constant(_) => "c",
-        PadMode::Reflect => "r",
-        PadMode::Replicate => "e",
-    }
-}
-
-/// For every output position of the padded block, the input offset (or `per`, the fill).
-fn pad_map(
-    inner_in: &[usize],
-    inner_out: &[usize],
-    pairs: &[(usize, usize)],
-    mode: PadMode,
-) -> Vec<u32> {
-    let per: usize = inner_in.iter().product();
-    let total: usize = inner_out.iter().product();
-    let k = inner_in.len();
-    let mut v = Vec::with_capacity(total);
-    let mut idx = vec![0usize; k];
-    for _ in 0..total {
-        let mut off = 0usize;
-        let mut inside = true;
-        for d in 0..k {
-            let n = inner_in[d] as isize;
-            let mut i = idx[d] as isize - pairs[d].0 as isize;
-            match mode {
-                PadMode::Constant(_) => inside &= i >= 0 && i < n,
-                PadMode::Reflect => {
-                    if i < 0 {
-                        i = -i;
-                    }
-                    if i >= n {
-                        i = 2 * (n - 1) - i;
-                    }
-                }
-                PadMode::Replicate => i = i.clamp(0, n - 1),
-            }
-            off = off * inner_in[d] + i.max(0) as usize;
-        }
-        v.push(if inside { off as u32 } else { per as u32 });
-        // Next output position, last dim fastest.
-        for d in (0..k).rev() {
-            idx[d] += 1;
-            if idx[d] < inner_out[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    v
 }
 
 /// `[out, n]`: row `i` averages `floor(i n / out) .. ceil((i + 1) n / out)`.
