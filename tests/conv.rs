@@ -418,3 +418,28 @@ fn batch_norm_2d_normalises_and_tracks_running_statistics() {
         assert_eq!(values(&bn.running_var()), rv);
     }
 }
+
+#[test]
+fn f16_convolution_and_pooling_follow_f32() {
+    let (xs, ws) = ([2, 3, 6, 6], [4, 3, 3, 3]);
+    let x = data(216, 13, 1.0);
+    let wt = data(108, 14, 0.5);
+    let o = Conv2dOptions::default().padding(1).stride(2);
+    let (want, _) = conv_ref(&x, xs, &wt, ws, None, &o);
+    for dev in devices() {
+        let h = |v: &[f32], s: &[usize]| {
+            Tensor::from_vec(v.to_vec(), s, &dev)
+                .unwrap()
+                .to_dtype(wgtensor::DType::F16)
+                .unwrap()
+        };
+        let y = h(&x, &xs).conv2d(&h(&wt, &ws), None, &o).unwrap();
+        assert_eq!(y.dtype(), wgtensor::DType::F16);
+        let got = values(&y.to_dtype(wgtensor::DType::F32).unwrap());
+        assert_close(&got, &want, 1e-2, 1e-2, &format!("f16 conv2d on {dev}"));
+        let p = h(&x, &xs).max_pool2d([2, 2], None, [0, 0]).unwrap();
+        let (mx, ..) = pool_ref(&x, xs, [2, 2], [2, 2], [0, 0]);
+        let got = values(&p.to_dtype(wgtensor::DType::F32).unwrap());
+        assert_close(&got, &mx, 1e-3, 1e-3, &format!("f16 max_pool2d on {dev}"));
+    }
+}

@@ -1,11 +1,16 @@
 //! A training step stays on the device: with the batch already there, one step of (a) the
-//! 784-256-10 MLP and (b) an Embedding + Linear + Dropout + cross_entropy model makes no upload
-//! and no download until the loss is read, and then exactly one download. One test in its own
+//! 784-256-10 MLP, (b) an Embedding + Linear + Dropout + cross_entropy model, (c) a CNN (Conv2d,
+//! BatchNorm2d, MaxPool2d) and (d) a causal TransformerBlock makes no upload and no download
+//! until the loss is read, and then exactly one download (convolution's index maps and the
+//! attention masks are made or cached on the device by the first step). One test in its own
 //! binary, so no other test's transfers on the shared device are counted.
 
 mod common;
 
-use wgtensor::nn::{self, Dropout, Embedding, Linear, Module, ReLU, Sequential};
+use wgtensor::nn::{
+    self, BatchNorm2d, Conv2d, Dropout, Embedding, Flatten, Linear, MaxPool2d, Module, ReLU,
+    Sequential, TransformerBlock,
+};
 use wgtensor::optim::{Adam, Optimizer};
 use wgtensor::{
     kernel_stats, manual_seed, reset_kernel_stats, transfer_stats, Device, Result, Tensor,
@@ -90,6 +95,28 @@ fn a_training_step_crosses_the_host_only_to_read_the_loss() -> Result<()> {
         let ids = Tensor::randint(0, 50, &[64], &device)?;
         let next = Tensor::randint(0, 50, &[64], &device)?;
         assert_resident(&device, "embedding", &mut lm, &ids, &next)?;
+
+        // (c) A small CNN on 8x8 images.
+        let same = wgtensor::Conv2dOptions::default().padding(1);
+        let mut cnn = Sequential::new()
+            .add(Conv2d::new(1, 4, [3, 3], same, true, &device)?)
+            .add(BatchNorm2d::new(4, &device)?)
+            .add(ReLU)
+            .add(MaxPool2d::new([2, 2]))
+            .add(Flatten::default())
+            .add(Linear::new(4 * 4 * 4, 10, true, &device)?);
+        let img = Tensor::rand(&[16, 1, 8, 8], &device)?;
+        let label = Tensor::randint(0, 10, &[16], &device)?;
+        assert_resident(&device, "cnn", &mut cnn, &img, &label)?;
+
+        // (d) A causal transformer block over 6 positions of width 8.
+        let mut gpt = Sequential::new()
+            .add(TransformerBlock::new(8, 2, 16, true, 0.1, &device)?)
+            .add(Flatten::default())
+            .add(Linear::new(6 * 8, 5, true, &device)?);
+        let seq = Tensor::randn(&[4, 6, 8], &device)?;
+        let cls = Tensor::randint(0, 5, &[4], &device)?;
+        assert_resident(&device, "transformer", &mut gpt, &seq, &cls)?;
     }
     Ok(())
 }

@@ -122,6 +122,11 @@ pub(super) fn index_map(
 /// `x2d` is `[batch, per]`; returns `[batch, map.len()]` with `out[b, i] = x2d[b, map[i]]`,
 /// where index `per` reads `fill`.
 pub(super) fn gather_with_fill(x2d: &Tensor, fill: f32, map: &Tensor) -> Result<Tensor> {
+    if x2d.dtype() == DType::F16 {
+        // The gather moves f32 words: f16 data goes through it widened (exact both ways,
+        // and differentiable), and comes back as f16.
+        return gather_with_fill(&x2d.to_dtype(DType::F32)?, fill, map)?.to_dtype(DType::F16);
+    }
     let b = x2d.shape()[0];
     let filler = Tensor::full(&[b, 1], fill as f64, x2d.dtype(), x2d.device())?;
     let padded = Tensor::cat(&[x2d, &filler], 1)?;
@@ -531,6 +536,9 @@ impl Tensor {
     ) -> Result<(Tensor, Option<Tensor>)> {
         let op = "max_pool2d";
         let (x, unbatched) = as_4d(op, self)?;
+        // gather moves f32 words: f16 windows are widened (exactly) and the maxima narrowed back.
+        let half = x.dtype() == DType::F16;
+        let x = if half { x.to_dtype(DType::F32)? } else { x };
         pool_check(op, kernel, padding)?;
         let &[n, c, h, w] = x.shape() else {
             unreachable!()
@@ -540,7 +548,15 @@ impl Tensor {
         let cols = win.windows(&x, f32::NEG_INFINITY)?;
         let arg = cols.argmax(-1, true)?;
         // A gather (not `max`): its gradient goes to one element, as PyTorch's max pooling.
-        let values = restore(cols.gather(-1, &arg)?.squeeze(-1)?, unbatched)?;
+        let values = cols.gather(-1, &arg)?.squeeze(-1)?;
+        let values = restore(
+            if half {
+                values.to_dtype(DType::F16)?
+            } else {
+                values
+            },
+            unbatched,
+        )?;
         if !want_indices {
             return Ok((values, None));
         }
