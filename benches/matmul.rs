@@ -116,7 +116,7 @@ fn gpu(c: &mut Criterion) {
             }
         };
         eprintln!("gpu_matmul: {name} = {} ({})", info.name, info.device_type);
-        for n in [256usize, 512] {
+        for n in [256usize, 512, 1024] {
             let ta = Tensor::from_vec(operand(n * n, 1), &[n, n], &device).unwrap();
             let tb = Tensor::from_vec(operand(n * n, 2), &[n, n], &device).unwrap();
             g.throughput(Throughput::Elements(2 * (n as u64).pow(3)));
@@ -135,9 +135,29 @@ fn gpu(c: &mut Criterion) {
                 });
             };
             for kernel in Tensor::matmul_kernels() {
+                // The naive kernel takes seconds per 1024³ product on a software adapter.
+                if n > 512 && kernel == "naive" {
+                    continue;
+                }
                 run(kernel, Some(kernel));
             }
+            // The tuned choice: the first call of the class runs the heuristic, the second
+            // tunes (when the cache has no entry), later calls use the winner.
             run(&auto, None);
+        }
+        // A GEMV, [1, 2048] @ [2048, 2048]: the heuristic's pick next to the GEMV kernel.
+        let v = Tensor::from_vec(operand(2048, 3), &[1, 2048], &device).unwrap();
+        let m = Tensor::from_vec(operand(2048 * 2048, 4), &[2048, 2048], &device).unwrap();
+        g.throughput(Throughput::Elements(2 * 2048 * 2048));
+        for kernel in ["register_vec4", "gemv_m1"] {
+            let id = BenchmarkId::new(format!("{name}/gemv_1x2048x2048/{kernel}"), 2048);
+            g.bench_with_input(id, &2048, |bch, _| {
+                bch.iter(|| {
+                    let c = v.matmul_with_kernel(&m, kernel).unwrap();
+                    device.synchronize().unwrap();
+                    c
+                })
+            });
         }
     }
     g.finish();

@@ -32,8 +32,9 @@
 //              [10] B offset [11] B k stride  [12] B column stride
 //              [13] first batch of this dispatch  [14] batch ndim = nd
 //              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
-// Dispatch   @workgroup_size(8, 8), grid (ceil(N/64), ceil(M/64), batches) counted from the
-//            row/column origin and the first batch; every store guarded.
+// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point), grid
+//            (ceil(N/(8X)), ceil(M/(8Y)), batches) counted from the row/column origin and the
+//            first batch; every store guarded.
 
 override OP: u32 = 3u;
 
@@ -65,8 +66,30 @@ fn col(x: vec4<f32>, y: vec4<f32>, z: vec4<f32>, w: vec4<f32>, j: u32) -> vec4<f
     return vec4<f32>(x[j], y[j], z[j], w[j]);
 }
 
+// The same 8x8-per-invocation body in four workgroup shapes (the autotuned variants
+// register_vec4, _16x4, _4x16 and _16x16): the shape sets which outputs share a workgroup, and
+// so cache reuse and how a driver packs invocations into SIMD lanes or subgroups.
 @compute @workgroup_size(8, 8)
 fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+@compute @workgroup_size(16, 4)
+fn register_tile_16x4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+@compute @workgroup_size(4, 16)
+fn register_tile_4x16(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+@compute @workgroup_size(16, 16)
+fn register_tile_16x16(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+fn tile8(gid: vec3<u32>) {
     let m = params[0];
     let n = params[1];
     let r0 = params[2] + gid.y * 8u;

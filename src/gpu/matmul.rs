@@ -34,7 +34,14 @@ pub(crate) enum MatmulKernel {
     /// 8×8 register tile, scalar strided loads, no barriers: any shape, any strides.
     Register,
     /// 8×8 register tile with vec4 loads, no barriers: aligned operands on software adapters.
+    /// 8×8 invocations per workgroup.
     RegisterVec4,
+    /// [`MatmulKernel::RegisterVec4`] in 16×4 workgroups (128 columns × 32 rows).
+    RegisterVec4Wide,
+    /// [`MatmulKernel::RegisterVec4`] in 4×16 workgroups (32 columns × 128 rows).
+    RegisterVec4Tall,
+    /// [`MatmulKernel::RegisterVec4`] in 16×16 workgroups (128 × 128 outputs).
+    RegisterVec4Large,
     /// 64×64 workgroup-memory tiles with 4×4 register tiles: hardware GPUs.
     Tiled,
     /// One output per invocation in 256×1 workgroups: a row vector times a matrix (M = 1).
@@ -44,10 +51,13 @@ pub(crate) enum MatmulKernel {
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 6] = [
+    pub(crate) const ALL: [MatmulKernel; 9] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
+        MatmulKernel::RegisterVec4Wide,
+        MatmulKernel::RegisterVec4Tall,
+        MatmulKernel::RegisterVec4Large,
         MatmulKernel::Tiled,
         MatmulKernel::GemvM1,
         MatmulKernel::GemvN1,
@@ -58,10 +68,33 @@ impl MatmulKernel {
             MatmulKernel::Naive => "naive",
             MatmulKernel::Register => "register",
             MatmulKernel::RegisterVec4 => "register_vec4",
+            MatmulKernel::RegisterVec4Wide => "register_vec4_16x4",
+            MatmulKernel::RegisterVec4Tall => "register_vec4_4x16",
+            MatmulKernel::RegisterVec4Large => "register_vec4_16x16",
             MatmulKernel::Tiled => "tiled",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
         }
+    }
+
+    /// Invocations per workgroup (the shader's `@workgroup_size`).
+    fn invocations(self) -> u32 {
+        match self {
+            MatmulKernel::Register | MatmulKernel::RegisterVec4 => 64,
+            MatmulKernel::RegisterVec4Wide | MatmulKernel::RegisterVec4Tall => 64,
+            _ => 256,
+        }
+    }
+
+    /// Whether the kernel reads vec4s (and so needs [`Problem::vec4_layout`]).
+    pub(crate) fn is_vec4(self) -> bool {
+        matches!(
+            self,
+            MatmulKernel::RegisterVec4
+                | MatmulKernel::RegisterVec4Wide
+                | MatmulKernel::RegisterVec4Tall
+                | MatmulKernel::RegisterVec4Large
+        )
     }
 
     pub(crate) fn from_name(name: &str) -> Option<MatmulKernel> {
@@ -69,9 +102,10 @@ impl MatmulKernel {
     }
 
     fn shader(self) -> Shader {
-        match self {
-            MatmulKernel::RegisterVec4 => Shader::MatmulVec4,
-            _ => Shader::Matmul,
+        if self.is_vec4() {
+            Shader::MatmulVec4
+        } else {
+            Shader::Matmul
         }
     }
 
@@ -79,6 +113,9 @@ impl MatmulKernel {
         match self {
             MatmulKernel::Naive => "naive",
             MatmulKernel::Register | MatmulKernel::RegisterVec4 => "register_tile",
+            MatmulKernel::RegisterVec4Wide => "register_tile_16x4",
+            MatmulKernel::RegisterVec4Tall => "register_tile_4x16",
+            MatmulKernel::RegisterVec4Large => "register_tile_16x16",
             MatmulKernel::Tiled => "tiled",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
@@ -90,6 +127,9 @@ impl MatmulKernel {
         match self {
             MatmulKernel::Naive => (16, 16),
             MatmulKernel::Register | MatmulKernel::RegisterVec4 => (64, 64),
+            MatmulKernel::RegisterVec4Wide => (32, 128),
+            MatmulKernel::RegisterVec4Tall => (128, 32),
+            MatmulKernel::RegisterVec4Large => (128, 128),
             MatmulKernel::Tiled => (64, 64),
             MatmulKernel::GemvM1 => (1, 256),
             MatmulKernel::GemvN1 => (256, 1),
@@ -248,7 +288,10 @@ impl GpuDevice {
         let heuristic = self.matmul_kernel(la, lb);
         let key = format!("matmul/{}", p.class());
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
-        let fits = |k: MatmulKernel| k != MatmulKernel::RegisterVec4 || p.vec4_layout().is_some();
+        let limit = self.0.limits.max_compute_invocations_per_workgroup;
+        let fits = |k: MatmulKernel| {
+            (!k.is_vec4() || p.vec4_layout().is_some()) && k.invocations() <= limit
+        };
         if let Some(k) = chosen
             .and_then(|n| MatmulKernel::from_name(&n))
             .filter(|&k| fits(k))
@@ -336,18 +379,37 @@ impl GpuDevice {
             Some(k) => k,
             None => self.tuned_matmul_kernel((a, la), (b, lb), &p)?,
         };
+        let limit = self.0.limits.max_compute_invocations_per_workgroup;
+        if kernel.invocations() > limit {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "the {} kernel runs {} invocations per workgroup; {} allows {limit}",
+                    kernel.name(),
+                    kernel.invocations(),
+                    self.label()
+                ),
+            });
+        }
         let op_code = match kernel {
-            MatmulKernel::RegisterVec4 => {
-                Some(p.vec4_layout().ok_or_else(|| Error::InvalidArgument {
-                    op,
-                    message: format!(
-                        "the register_vec4 kernel needs aligned, unit-stride operands; got \
+            k if k.is_vec4() => Some(p.vec4_layout().ok_or_else(|| Error::InvalidArgument {
+                op,
+                message: format!(
+                    "the {} kernel needs aligned, unit-stride operands; got \
                          M={}, K={}, N={}, A strides (rows {}, k {}) at offset {}, B strides \
                          (k {}, columns {}) at offset {}",
-                        p.m, p.k, p.n, p.a_rs, p.a_ks, p.a_off, p.b_ks, p.b_cs, p.b_off
-                    ),
-                })?)
-            }
+                    kernel.name(),
+                    p.m,
+                    p.k,
+                    p.n,
+                    p.a_rs,
+                    p.a_ks,
+                    p.a_off,
+                    p.b_ks,
+                    p.b_cs,
+                    p.b_off
+                ),
+            })?),
             _ => None,
         };
         let max = self.0.limits.max_compute_workgroups_per_dimension.max(1) as usize;
