@@ -39,6 +39,7 @@ mod memory;
 pub mod nn;
 mod ops;
 pub mod optim;
+mod profile;
 mod random;
 mod shape;
 mod storage;
@@ -54,6 +55,7 @@ pub use memory::{
     memory_summary, reset_kernel_stats, reset_peak_memory_stats, reset_transfer_stats,
     transfer_stats, warn_on_transfer_churn, KernelStats, TransferStats,
 };
+pub use profile::{KernelTime, Profile};
 pub use random::manual_seed;
 pub use tensor::{read_all, Conv2dOptions, PadMode, Tensor, WgpuBufferView};
 

@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     pub errors: super::ids::ErrorWord,
     /// Kernel variants chosen by timing them on this adapter (`autotune.rs`).
     pub tuner: super::autotune::Tuner,
+    /// Per-kernel GPU time while `Device::profile` runs (`profile.rs`).
+    pub profiler: super::profile::Profiler,
     /// `min_storage_buffer_offset_alignment`: where params windows may start.
     pub param_align: usize,
     /// `WGTENSOR_VALIDATE=1` when the device opened.
@@ -196,6 +198,7 @@ impl GpuDevice {
         GpuDevice(Arc::new(Inner {
             errors,
             tuner,
+            profiler: Default::default(),
             label,
             info,
             device,

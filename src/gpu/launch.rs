@@ -148,7 +148,12 @@ impl GpuDevice {
             if let Some(e) = &errors {
                 pass.set_bind_group(1, e, &[self.0.errors.offset()]);
             }
-            pass.dispatch_workgroups(x, y, z);
+            self.0.profiler.around(
+                pass,
+                || format!("{}:{}", l.shader.file(), l.entry),
+                op,
+                |pass| pass.dispatch_workgroups(x, y, z),
+            );
             Ok(())
         })??;
         if errors.is_some() {

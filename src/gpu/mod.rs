@@ -31,6 +31,7 @@
 //! | `KernelCache` maps (one lock each) | modules, layouts, pipelines, bind groups |
 //! | `Health` | the device-lost reason, errors that escaped every scope |
 //! | `TransferCounters::last_read` | the churn fingerprint |
+//! | `Profiler` | the open profile's query set and timed dispatches (taken inside the batch lock by a launch) |
 //! | `Inner::poll_lock` | `device.poll` and `queue.submit` (which polls internally): wgpu-core 30 asserts when a wait races another thread's poll or submit |
 //!
 //! Order: the batch lock may be held while taking `Queue::retired`, a `KernelCache` map,
@@ -71,6 +72,7 @@ pub(crate) mod matmul;
 pub(crate) mod memory;
 pub(crate) mod norm;
 pub(crate) mod params;
+pub(crate) mod profile;
 pub(crate) mod queue;
 pub(crate) mod reduce;
 pub(crate) mod registry;

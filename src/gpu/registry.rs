@@ -438,7 +438,15 @@ impl Registry {
         // directly, so uploads skip the staging copy.
         let unified = is_unified(&e.info);
         // Subgroup operations merge row statistics with one barrier instead of a tree.
-        let mut wanted = (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP) & e.features;
+        // Timestamps inside passes give `Device::profile` its per-kernel GPU times.
+        let mut wanted = (wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+            & e.features;
+        if !wanted.contains(wgpu::Features::TIMESTAMP_QUERY) {
+            wanted.remove(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
+        }
         if unified {
             wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS & e.features;
         }
