@@ -118,3 +118,50 @@ fn softmax(inv: RowInv) {
         }
     }
 }
+
+// One invocation per row: the autotuned variant for many short rows (the workgroup-per-row
+// entry above leaves most of its 256 threads idle on a row of 10 or 50). The same online
+// (max, sum) pass, row semantics and write pass, with no workgroup merge and no barrier.
+// Dispatch: 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256
+// + lid); invocations past nrows return.
+@compute @workgroup_size(256)
+fn softmax_per_row(inv: RowInv) {
+    let row = (inv.wid.y * inv.nwg.x + inv.wid.x) * 256u + inv.lid;
+    let nrows = params[0];
+    if (row >= nrows) {
+        return;
+    }
+    let len = params[1];
+    let inner = params[2];
+    let rstride = params[4];
+    let out = (row / inner) * len * inner + row % inner;
+    let base = address(out);
+    var m = bitcast<f32>(0xff800000u);
+    var s = 0.0;
+    var bad = false;
+    for (var k = 0u; k < len; k = k + 1u) {
+        let x = src[base + k * rstride];
+        if (is_nan(x) || bitcast<u32>(x) == INF_BITS) {
+            bad = true;
+        } else if (bitcast<u32>(x) != 0xff800000u) {
+            let r = merge(m, s, x, 1.0);
+            m = r.x;
+            s = r.y;
+        }
+    }
+    let nan_row = bad || s == 0.0;
+    let ls = log(s);
+    for (var k = 0u; k < len; k = k + 1u) {
+        let at = out + k * inner;
+        if (nan_row) {
+            dst[at] = bitcast<f32>(NAN_BITS);
+        } else {
+            let d = src[base + k * rstride] - m;
+            if (OP == 1u) {
+                dst[at] = d - ls;
+            } else {
+                dst[at] = exp(d) / s;
+            }
+        }
+    }
+}

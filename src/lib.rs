@@ -103,6 +103,12 @@ pub mod testing {
         device.as_gpu().is_some_and(|g| g.native_f16())
     }
 
+    /// Forces the softmax variant `name` (`"workgroup_per_row"`, `"invocation_per_row"`) on
+    /// this thread, or with `None` returns to the autotuned choice; false for an unknown name.
+    pub fn force_softmax_variant(name: Option<&str>) -> bool {
+        crate::gpu::softmax::force_variant(name)
+    }
+
     /// Row-kernel dispatches (softmax, log_softmax, layer_norm on a GPU) issued so far by the
     /// calling thread: a test takes the difference around one op.
     pub fn row_dispatches() -> u64 {

@@ -335,3 +335,55 @@ fn cpu_fast_rows_match_strided_path() {
         assert_close(&fast, &slow, 1e-6, 1e-12, &format!("log {log}"));
     }
 }
+
+/// Each autotuned softmax variant, forced in turn, on strided views, special rows, every dim,
+/// a single row and more rows than one dispatch dimension's worth of 256-row workgroups.
+#[test]
+fn every_softmax_variant_matches_the_reference() {
+    let shape = [70usize, 3, 5];
+    let mut v = data(shape.iter().product(), 34, 9.0);
+    v[5..10].fill(f32::NEG_INFINITY);
+    v[12] = f32::NAN;
+    v[20] = f32::INFINITY;
+    let many = data(66_000 * 2, 35, 4.0);
+    for d in devices().into_iter().filter(|d| d.is_gpu()) {
+        for variant in ["workgroup_per_row", "invocation_per_row"] {
+            assert!(wgtensor::testing::force_softmax_variant(Some(variant)));
+            let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+            let tt = t.transpose(0, 2).unwrap();
+            let packed = values(&tt);
+            for (view, want_of) in [(&t, &v), (&tt, &packed)] {
+                let shp = view.shape().to_vec();
+                for dim in 0..3 {
+                    for log in [false, true] {
+                        assert_close(
+                            &values(&run(view, dim as isize, log)),
+                            &reference(want_of, &shp, dim, log),
+                            1e-5,
+                            1e-6,
+                            &format!("{variant}: view {shp:?} dim {dim} log {log} on {d}"),
+                        );
+                    }
+                }
+            }
+            let one = Tensor::from_vec(v[..5].to_vec(), &[5], &d).unwrap();
+            assert_close(
+                &values(&one.softmax(0).unwrap()),
+                &reference(&v[..5], &[5], 0, false),
+                1e-5,
+                1e-6,
+                &format!("{variant}: one row on {d}"),
+            );
+            let big = Tensor::from_vec(many.clone(), &[66_000, 2], &d).unwrap();
+            assert_close(
+                &values(&big.softmax(-1).unwrap()),
+                &reference(&many, &[66_000, 2], 1, false),
+                1e-5,
+                1e-6,
+                &format!("{variant}: 66,000 rows on {d}"),
+            );
+        }
+        assert!(wgtensor::testing::force_softmax_variant(None));
+        assert!(!wgtensor::testing::force_softmax_variant(Some("nope")));
+    }
+}

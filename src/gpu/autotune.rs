@@ -289,3 +289,45 @@ fn read_cache(path: &std::path::Path) -> Option<serde_json::Value> {
         }
     }
 }
+
+impl super::device::GpuDevice {
+    /// Times each candidate on this adapter and returns the fastest with every timing (ms).
+    /// `run(k)` records one run of candidate `k`; each is timed to completion: a warm-up
+    /// (pipeline compiled, buffers pooled), then the best of three, except that a candidate four
+    /// times slower than the best so far is not timed further. A candidate that fails is
+    /// skipped. The queue is drained first, so each timing covers only its own runs.
+    pub(crate) fn time_candidates<K: Copy>(
+        &self,
+        op: &'static str,
+        candidates: &[K],
+        name: impl Fn(K) -> &'static str,
+        run: impl Fn(K) -> crate::Result<()>,
+    ) -> crate::Result<Option<(K, Vec<(String, f64)>)>> {
+        self.wait(op, None)?;
+        let mut best: Option<(K, f64)> = None;
+        let mut timings = Vec::new();
+        for &k in candidates {
+            let time = |runs: usize| -> crate::Result<f64> {
+                let mut fastest = f64::INFINITY;
+                for _ in 0..runs {
+                    let t = std::time::Instant::now();
+                    run(k)?;
+                    self.wait(op, None)?;
+                    fastest = fastest.min(t.elapsed().as_secs_f64() * 1e3);
+                }
+                Ok(fastest)
+            };
+            let Ok(first) = time(1) else { continue };
+            let ms = if best.is_some_and(|(_, b)| first > 4.0 * b) {
+                first
+            } else {
+                first.min(time(3)?)
+            };
+            timings.push((name(k).to_string(), ms));
+            if best.is_none_or(|(_, b)| ms < b) {
+                best = Some((k, ms));
+            }
+        }
+        Ok(best.map(|(k, _)| (k, timings)))
+    }
+}

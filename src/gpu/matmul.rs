@@ -306,41 +306,16 @@ impl GpuDevice {
             return Ok(heuristic);
         }
         let op = "matmul autotune";
-        // Drain the queue first, so each timing covers only its own runs.
-        self.wait(op, None)?;
         let mut candidates: Vec<MatmulKernel> = vec![heuristic];
         candidates.extend(
             MatmulKernel::ALL
                 .into_iter()
                 .filter(|&k| k != heuristic && fits(k)),
         );
-        let mut best: Option<(MatmulKernel, f64)> = None;
-        let mut timings = Vec::new();
-        for k in candidates {
-            let time = |runs: usize| -> Result<f64> {
-                let mut fastest = f64::INFINITY;
-                for _ in 0..runs {
-                    let t = std::time::Instant::now();
-                    drop(self.matmul(a, la, b, lb, Some(k))?);
-                    self.wait(op, None)?;
-                    fastest = fastest.min(t.elapsed().as_secs_f64() * 1e3);
-                }
-                Ok(fastest)
-            };
-            // A warm-up (pipeline compiled, buffers pooled); a candidate four times slower than
-            // the best so far is not timed further.
-            let Ok(first) = time(1) else { continue };
-            let ms = if best.is_some_and(|(_, b)| first > 4.0 * b) {
-                first
-            } else {
-                first.min(time(3)?)
-            };
-            timings.push((k.name().to_string(), ms));
-            if best.is_none_or(|(_, b)| ms < b) {
-                best = Some((k, ms));
-            }
-        }
-        let winner = best.map_or(heuristic, |(k, _)| k);
+        let found = self.time_candidates(op, &candidates, MatmulKernel::name, |k| {
+            self.matmul(a, la, b, lb, Some(k)).map(drop)
+        })?;
+        let (winner, timings) = found.unwrap_or((heuristic, Vec::new()));
         log::debug!(
             "wgtensor: autotuned {key} on {}: {} ({timings:?})",
             self.label(),
