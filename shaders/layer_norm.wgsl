@@ -77,3 +77,38 @@ fn layer_norm(inv: Invocation) {
         dst[base + k] = y;
     }
 }
+
+// One invocation per row: the autotuned variant for many rows (no workgroup merge, no barrier;
+// a software adapter pays dearly for each barrier). Welford over the whole row, then the write
+// pass. 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256 + lid).
+@compute @workgroup_size(256)
+fn layer_norm_per_row(inv: Invocation) {
+    let row = (inv.wid.y * inv.nwg.x + inv.wid.x) * 256u + inv.lid;
+    if (row >= params[0]) {
+        return;
+    }
+    let len = params[1];
+    let base = row * len;
+    var n = 0.0;
+    var mean = 0.0;
+    var m2 = 0.0;
+    for (var k = 0u; k < len; k = k + 1u) {
+        let x = src[base + k];
+        n = n + 1.0;
+        let d = x - mean;
+        mean = mean + d / n;
+        m2 = m2 + d * (x - mean);
+    }
+    let rstd = 1.0 / sqrt(m2 / f32(len) + bitcast<f32>(params[2]));
+    let flags = params[3];
+    for (var k = 0u; k < len; k = k + 1u) {
+        var y = (src[base + k] - mean) * rstd;
+        if ((flags & 1u) != 0u) {
+            y = y * weight[k];
+        }
+        if ((flags & 2u) != 0u) {
+            y = y + bias[k];
+        }
+        dst[base + k] = y;
+    }
+}

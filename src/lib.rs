@@ -103,9 +103,10 @@ pub mod testing {
         device.as_gpu().is_some_and(|g| g.native_f16())
     }
 
-    /// Forces the softmax variant `name` (`"workgroup_per_row"`, `"invocation_per_row"`) on
-    /// this thread, or with `None` returns to the autotuned choice; false for an unknown name.
-    pub fn force_softmax_variant(name: Option<&str>) -> bool {
+    /// Forces the row-kernel variant `name` (`"workgroup_per_row"`, `"invocation_per_row"`)
+    /// of softmax and layer_norm on this thread, or with `None` returns to the autotuned
+    /// choice; false for an unknown name.
+    pub fn force_row_variant(name: Option<&str>) -> bool {
         crate::gpu::softmax::force_variant(name)
     }
 

@@ -181,3 +181,33 @@ fn module_and_errors() {
         })
     ));
 }
+
+/// Both layer_norm variants, forced in turn: row lengths around the workgroup size, an offset
+/// mean, NaN rows, and more rows than one grid dimension's worth of 256-row workgroups.
+#[test]
+fn every_layer_norm_variant_matches_the_reference() {
+    for d in devices().into_iter().filter(|d| d.is_gpu()) {
+        for variant in ["workgroup_per_row", "invocation_per_row"] {
+            assert!(wgtensor::testing::force_row_variant(Some(variant)));
+            for (rows, len) in [(3usize, 1usize), (5, 255), (4, 257), (2, 4096), (66_000, 3)] {
+                let mut v: Vec<f32> = data(rows * len, len as u64 + 1, 4.0)
+                    .iter()
+                    .map(|x| x + 100.0)
+                    .collect();
+                v[0] = f32::NAN;
+                let wv = data(len, 9, 2.0);
+                let bv = data(len, 10, 1.0);
+                let x = Tensor::from_vec(v.clone(), &[rows, len], &d).unwrap();
+                let w = Tensor::from_vec(wv.clone(), &[len], &d).unwrap();
+                let b = Tensor::from_vec(bv.clone(), &[len], &d).unwrap();
+                let y = x.layer_norm(Some(&w), Some(&b), 1e-5).unwrap();
+                let want = reference(&v, len, Some(&wv), Some(&bv), 1e-5);
+                // Rows of 3 around a mean of 100 can have a tiny variance: f32 Welford is then
+                // good to ~1e-3 of the normalised value (either variant).
+                let ctx = format!("{variant} {rows}x{len} on {d}");
+                assert_close(&values(&y), &want, 1e-3, 1e-3, &ctx);
+            }
+        }
+        assert!(wgtensor::testing::force_row_variant(None));
+    }
+}

@@ -348,7 +348,7 @@ fn every_softmax_variant_matches_the_reference() {
     let many = data(66_000 * 2, 35, 4.0);
     for d in devices().into_iter().filter(|d| d.is_gpu()) {
         for variant in ["workgroup_per_row", "invocation_per_row"] {
-            assert!(wgtensor::testing::force_softmax_variant(Some(variant)));
+            assert!(wgtensor::testing::force_row_variant(Some(variant)));
             let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
             let tt = t.transpose(0, 2).unwrap();
             let packed = values(&tt);
@@ -383,7 +383,7 @@ fn every_softmax_variant_matches_the_reference() {
                 &format!("{variant}: 66,000 rows on {d}"),
             );
         }
-        assert!(wgtensor::testing::force_softmax_variant(None));
-        assert!(!wgtensor::testing::force_softmax_variant(Some("nope")));
+        assert!(wgtensor::testing::force_row_variant(None));
+        assert!(!wgtensor::testing::force_row_variant(Some("nope")));
     }
 }

@@ -290,6 +290,9 @@ fn read_cache(path: &std::path::Path) -> Option<serde_json::Value> {
     }
 }
 
+/// A search's winner and every candidate's time (ms).
+pub(crate) type Found<K> = (K, Vec<(String, f64)>);
+
 impl super::device::GpuDevice {
     /// Times each candidate on this adapter and returns the fastest with every timing (ms).
     /// `run(k)` records one run of candidate `k`; each is timed to completion: a warm-up
@@ -302,7 +305,7 @@ impl super::device::GpuDevice {
         candidates: &[K],
         name: impl Fn(K) -> &'static str,
         run: impl Fn(K) -> crate::Result<()>,
-    ) -> crate::Result<Option<(K, Vec<(String, f64)>)>> {
+    ) -> crate::Result<Option<Found<K>>> {
         self.wait(op, None)?;
         let mut best: Option<(K, f64)> = None;
         let mut timings = Vec::new();

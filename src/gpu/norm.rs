@@ -1,10 +1,12 @@
-//! GPU layer_norm: one dispatch of `shaders/layer_norm.wgsl`, one workgroup per row (Welford per
-//! thread, Chan merge in workgroup memory, then a write pass).
+//! GPU layer_norm: one dispatch of `shaders/layer_norm.wgsl`, in one of two autotuned variants:
+//! one workgroup per row (Welford per thread, Chan merge in workgroup memory, then a write pass)
+//! or one invocation per row (Welford over the row).
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::kernels::{Launch, Shader, WORKGROUP};
 use super::params::w;
+use super::softmax::RowKernel;
 use crate::Result;
 
 impl GpuDevice {
@@ -26,18 +28,25 @@ impl GpuDevice {
         let wb = weight.unwrap_or(src);
         let bb = bias.unwrap_or(src);
         let params = [w(nrows), w(len), eps.to_bits(), flags];
-        self.launch(
-            op,
-            Launch {
-                shader: Shader::LayerNorm,
-                entry: "layer_norm",
-                op_code: None,
-                inputs: &[&src.buffer, &wb.buffer, &bb.buffer],
-                output: &out.buffer,
-                meta: &params,
-                threads: nrows as u64 * WORKGROUP,
-            },
-        )?;
+        let launch = |k: RowKernel| {
+            let (entry, threads) = match k {
+                RowKernel::Workgroup => ("layer_norm", nrows as u64 * WORKGROUP),
+                RowKernel::PerRow => ("layer_norm_per_row", nrows as u64),
+            };
+            self.launch(
+                op,
+                Launch {
+                    shader: Shader::LayerNorm,
+                    entry,
+                    op_code: None,
+                    inputs: &[&src.buffer, &wb.buffer, &bb.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                    threads,
+                },
+            )
+        };
+        launch(self.row_kernel("layer_norm", nrows, len, launch)?)?;
         super::softmax::count_row_dispatch();
         Ok(out)
     }

@@ -19,11 +19,11 @@ thread_local! {
 }
 
 thread_local! {
-    /// A softmax variant forced by a test on this thread (`testing::force_softmax_variant`).
+    /// A row-kernel variant forced by a test on this thread (`testing::force_row_variant`).
     static FORCED: Cell<Option<RowKernel>> = const { Cell::new(None) };
 }
 
-/// The softmax variants (`softmax.wgsl` entries).
+/// The row-kernel variants (softmax.wgsl and layer_norm.wgsl each have both entries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RowKernel {
     /// One 256-thread workgroup per row; statistics merged with subgroup operations or a tree.
@@ -43,7 +43,7 @@ impl RowKernel {
     }
 }
 
-/// Forces (or with `None`, stops forcing) the softmax variant named `name` on this thread.
+/// Forces (or with `None`, stops forcing) the row-kernel variant named `name` on this thread.
 /// Returns false for an unknown name.
 pub(crate) fn force_variant(name: Option<&str>) -> bool {
     let k = match name {
@@ -94,12 +94,9 @@ impl GpuDevice {
         ];
         extend(&mut params, &layout.shape);
         extend(&mut params, &layout.strides);
-        let kernel = match FORCED.with(Cell::get) {
-            Some(k) => k,
-            None => self.tuned_row_kernel(nrows, len, |k| {
-                self.softmax_launch(op, k, src, &out, &params, nrows, log)
-            })?,
-        };
+        let kernel = self.row_kernel("softmax", nrows, len, |k| {
+            self.softmax_launch(op, k, src, &out, &params, nrows, log)
+        })?;
         self.softmax_launch(op, kernel, src, &out, &params, nrows, log)?;
         count_row_dispatch();
         Ok(out)
@@ -138,16 +135,21 @@ impl GpuDevice {
         )
     }
 
-    /// The autotuned softmax variant for `nrows` rows of `len` (classes bucketed to powers of
+    /// The row-kernel variant of `family` for `nrows` rows of `len`: a test's forced one, else
+    /// the autotuned one (classes bucketed to powers of
     /// two): the heuristic (one invocation per row for rows of at most 64, and for 16 rows or
     /// more on software adapters; else a workgroup per row) on a class's first call, a search on its
     /// second (`run` records one run of a candidate), the winner after.
-    fn tuned_row_kernel(
+    pub(crate) fn row_kernel(
         &self,
+        family: &str,
         nrows: usize,
         len: usize,
         run: impl Fn(RowKernel) -> Result<()>,
     ) -> Result<RowKernel> {
+        if let Some(k) = FORCED.with(Cell::get) {
+            return Ok(k);
+        }
         // A workgroup's barriers are cheap on a GPU and very dear on a software adapter (each
         // one switches every invocation out); short rows leave a workgroup mostly idle.
         let software = self.0.info.device_type == wgpu::DeviceType::Cpu;
@@ -157,7 +159,7 @@ impl GpuDevice {
             RowKernel::Workgroup
         };
         let b = |x: usize| x.next_power_of_two();
-        let key = format!("softmax/rows{} len{}", b(nrows), b(len));
+        let key = format!("{family}/rows{} len{}", b(nrows), b(len));
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
         if let Some(k) = chosen.and_then(|n| RowKernel::ALL.into_iter().find(|k| k.name() == n)) {
             return Ok(k);
