@@ -20,7 +20,8 @@
 //                [n, C, x_offset, t_offset, ignore bits, flags (1: has ignore), code, ε bits,
 //                 lse_offset, g_offset]; n = N (forward) or N * C (backward)
 // Dispatch   forward: 256 threads per row, N workgroups on the 2-D grid (row = wid.y * nwg.x +
-//            wid.x); backward: 256 threads per workgroup, one element each.
+//            wid.x), or ce_forward_per_row: one thread per row; backward: 256 threads per
+//            workgroup, one element each.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> t: array<u32>;
@@ -103,8 +104,43 @@ fn ce_forward(inv: Invocation) {
     if (lid != 0u || row >= nrows) {
         return;
     }
-    var l = wmax[0] + log(wsum[0]);
-    if (wbad[0] != 0u) {
+    finish_row(row, nrows, classes, base, wmax[0], wsum[0], wx[0], wbad[0]);
+}
+
+// One invocation per row (the autotuned variant for many rows of few classes: no merge, no
+// barrier). 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256
+// + lid).
+@compute @workgroup_size(256)
+fn ce_forward_per_row(inv: Invocation) {
+    let row = (inv.wid.y * inv.nwg.x + inv.wid.x) * 256u + inv.lid;
+    let nrows = params[0];
+    if (row >= nrows) {
+        return;
+    }
+    let classes = params[1];
+    let base = params[2] + row * classes;
+    var m = bitcast<f32>(NEG_INF);
+    var s = 0.0;
+    var sx = 0.0;
+    var bad = 0u;
+    for (var k = 0u; k < classes; k = k + 1u) {
+        let v = x[base + k];
+        sx = sx + v;
+        if (is_nan(v) || bitcast<u32>(v) == INF_BITS) {
+            bad = 1u;
+        } else if (bitcast<u32>(v) != NEG_INF) {
+            let r = merge(m, s, v, 1.0);
+            m = r.x;
+            s = r.y;
+        }
+    }
+    finish_row(row, nrows, classes, base, m, s, sx, bad);
+}
+
+// Writes row `row`'s loss, validity and log-sum-exp from its merged statistics.
+fn finish_row(row: u32, nrows: u32, classes: u32, base: u32, m: f32, s: f32, sx: f32, bad: u32) {
+    var l = m + log(s);
+    if (bad != 0u) {
         l = bitcast<f32>(NAN_BITS);
     }
     let id = t[params[3] + row];
@@ -118,7 +154,7 @@ fn ce_forward(inv: Invocation) {
         let eps = bitcast<f32>(params[7]);
         loss = l - x[base + id];
         if (eps > 0.0) {
-            loss = (1.0 - eps) * loss + eps * (l - wx[0] / f32(classes));
+            loss = (1.0 - eps) * loss + eps * (l - sx / f32(classes));
         }
     }
     dst[row] = loss;

@@ -212,3 +212,64 @@ fn a_bad_target_surfaces_at_the_next_sync_and_nothing_else_breaks() {
     }
     let _ = Device::cpu();
 }
+
+/// Both forward variants (a workgroup per row, an invocation per row), forced in turn: long and
+/// short rows, ignore_index, label smoothing, a NaN row and an out-of-range target.
+#[test]
+fn every_forward_variant_matches_the_reference() {
+    for device in devices().into_iter().filter(|d| d.is_gpu()) {
+        for variant in ["workgroup_per_row", "invocation_per_row"] {
+            assert!(wgtensor::testing::force_row_variant(Some(variant)));
+            for (n, c) in [(7usize, 300usize), (600, 7), (1, 1)] {
+                let mut x = logits(n, c);
+                let t: Vec<i64> = (0..n as i64)
+                    .map(|i| if i % 5 == 3 { -100 } else { (i * 7) % c as i64 })
+                    .collect();
+                let ids =
+                    Tensor::from_vec(t.iter().map(|&v| v as i32).collect(), &[n], &device).unwrap();
+                for eps in [0.0f32, 0.2] {
+                    let (per, _) = reference(&x, c, &t, -100, eps as f64);
+                    let lt = Tensor::from_vec(x.clone(), &[n, c], &device).unwrap();
+                    let opts = CrossEntropyOptions {
+                        ignore_index: Some(-100),
+                        label_smoothing: eps,
+                        reduction: Reduction::None,
+                    };
+                    let got = cross_entropy_with(&lt, &ids, &opts)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    for (g, e) in got.iter().zip(&per) {
+                        close(*g, *e, &format!("{variant} {n}x{c} eps {eps} on {device}"));
+                    }
+                }
+                if n > 1 {
+                    x[0] = f32::NAN;
+                    let lt = Tensor::from_vec(x.clone(), &[n, c], &device).unwrap();
+                    let ids0 = Tensor::from_vec(vec![0i32; n], &[n], &device).unwrap();
+                    let opts = CrossEntropyOptions {
+                        ignore_index: None,
+                        label_smoothing: 0.0,
+                        reduction: Reduction::None,
+                    };
+                    let got = cross_entropy_with(&lt, &ids0, &opts)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    assert!(
+                        got[0].is_nan() && got[1].is_finite(),
+                        "{variant} NaN row on {device}"
+                    );
+                }
+            }
+            let lt = Tensor::from_vec(logits(2, 4), &[2, 4], &device).unwrap();
+            let bad = Tensor::from_vec(vec![1u32, 9], &[2], &device).unwrap();
+            let err = cross_entropy(&lt, &bad).and_then(|l| l.to_vec::<f32>());
+            assert!(
+                matches!(err, Err(Error::IndexOutOfRange { index: 9, .. })),
+                "{variant} on {device}: {err:?}"
+            );
+        }
+        assert!(wgtensor::testing::force_row_variant(None));
+    }
+}

@@ -9,6 +9,7 @@ use super::gather::Ids;
 use super::ids;
 use super::kernels::{Launch, Shader, WORKGROUP};
 use super::params::{check_u32, w};
+use super::softmax::RowKernel;
 use crate::shape::Layout;
 use crate::Result;
 
@@ -48,19 +49,25 @@ impl GpuDevice {
         params.extend(opts.words(op, signed));
         params.extend([0, 0]);
         let dummy = &self.0.errors.dummy;
-        self.launch(
-            op,
-            Launch {
-                shader: Shader::CrossEntropy,
-                entry: "ce_forward",
-                op_code: None,
-                inputs: &[&x.buffer, &t.buffer, dummy, dummy],
-                output: &out.buffer,
-                meta: &params,
-                // One workgroup per row.
-                threads: n as u64 * WORKGROUP,
-            },
-        )?;
+        let launch = |k: RowKernel| {
+            let (entry, threads) = match k {
+                RowKernel::Workgroup => ("ce_forward", n as u64 * WORKGROUP),
+                RowKernel::PerRow => ("ce_forward_per_row", n as u64),
+            };
+            self.launch(
+                op,
+                Launch {
+                    shader: Shader::CrossEntropy,
+                    entry,
+                    op_code: None,
+                    inputs: &[&x.buffer, &t.buffer, dummy, dummy],
+                    output: &out.buffer,
+                    meta: &params,
+                    threads,
+                },
+            )
+        };
+        launch(self.row_kernel("cross_entropy", n, c, launch)?)?;
         super::softmax::count_row_dispatch();
         Ok(out)
     }
