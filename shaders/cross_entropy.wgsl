@@ -48,6 +48,27 @@ fn merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
     return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
 }
 
+// A row's running statistics: (max, sum of exp) of the finite and +-inf-free values, the
+// plain sum (for label smoothing) and whether a NaN or +inf was seen.
+struct Acc {
+    m: f32,
+    s: f32,
+    sx: f32,
+    bad: u32,
+}
+
+fn push(a: Acc, v: f32) -> Acc {
+    var r = Acc(a.m, a.s, a.sx + v, a.bad);
+    if (is_nan(v) || bitcast<u32>(v) == INF_BITS) {
+        r.bad = 1u;
+    } else if (bitcast<u32>(v) != NEG_INF) {
+        let ms = merge(a.m, a.s, v, 1.0);
+        r.m = ms.x;
+        r.s = ms.y;
+    }
+    return r;
+}
+
 // 0: an id in range; 1: ignored; 2: out of range.
 fn target_kind(id: u32, classes: u32) -> u32 {
     if ((params[5] & 1u) != 0u && id == params[4]) {
@@ -70,25 +91,14 @@ fn ce_forward(inv: Invocation) {
         count = classes;
     }
     let base = params[2] + row * classes;
-    var m = bitcast<f32>(NEG_INF);
-    var s = 0.0;
-    var sx = 0.0;
-    var bad = 0u;
+    var a = Acc(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
     for (var k = lid; k < count; k = k + 256u) {
-        let v = x[base + k];
-        sx = sx + v;
-        if (is_nan(v) || bitcast<u32>(v) == INF_BITS) {
-            bad = 1u;
-        } else if (bitcast<u32>(v) != NEG_INF) {
-            let r = merge(m, s, v, 1.0);
-            m = r.x;
-            s = r.y;
-        }
+        a = push(a, x[base + k]);
     }
-    wmax[lid] = m;
-    wsum[lid] = s;
-    wx[lid] = sx;
-    wbad[lid] = bad;
+    wmax[lid] = a.m;
+    wsum[lid] = a.s;
+    wx[lid] = a.sx;
+    wbad[lid] = a.bad;
     workgroupBarrier();
     // Fixed tree: the same order on every run and device.
     for (var h = 128u; h > 0u; h = h >> 1u) {
@@ -119,22 +129,11 @@ fn ce_forward_per_row(inv: Invocation) {
     }
     let classes = params[1];
     let base = params[2] + row * classes;
-    var m = bitcast<f32>(NEG_INF);
-    var s = 0.0;
-    var sx = 0.0;
-    var bad = 0u;
+    var a = Acc(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
     for (var k = 0u; k < classes; k = k + 1u) {
-        let v = x[base + k];
-        sx = sx + v;
-        if (is_nan(v) || bitcast<u32>(v) == INF_BITS) {
-            bad = 1u;
-        } else if (bitcast<u32>(v) != NEG_INF) {
-            let r = merge(m, s, v, 1.0);
-            m = r.x;
-            s = r.y;
-        }
+        a = push(a, x[base + k]);
     }
-    finish_row(row, nrows, classes, base, m, s, sx, bad);
+    finish_row(row, nrows, classes, base, a.m, a.s, a.sx, a.bad);
 }
 
 // Writes row `row`'s loss, validity and log-sum-exp from its merged statistics.

@@ -51,6 +51,31 @@ fn merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
     return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
 }
 
+// Folds element x into a running (max, sum of exp, bad) triple: NaN and +inf mark the row bad,
+// -inf contributes nothing.
+fn push(st: RowStat, x: f32) -> RowStat {
+    if (is_nan(x) || bitcast<u32>(x) == INF_BITS) {
+        return RowStat(st.m, st.s, 1u);
+    }
+    if (bitcast<u32>(x) == 0xff800000u) {
+        return st;
+    }
+    let r = merge(st.m, st.s, x, 1.0);
+    return RowStat(r.x, r.y, st.bad);
+}
+
+// The output for input x of a row with statistics (rm, rs), ls = log(rs).
+fn value(x: f32, rm: f32, rs: f32, ls: f32, nan_row: bool) -> f32 {
+    if (nan_row) {
+        return bitcast<f32>(NAN_BITS);
+    }
+    let d = x - rm;
+    if (OP == 1u) {
+        return d - ls;
+    }
+    return exp(d) / rs;
+}
+
 // Address in src of packed index p of the view (params from index 5 on).
 fn address(p: u32) -> u32 {
     let nd = params[5];
@@ -85,37 +110,18 @@ fn softmax(inv: RowInv) {
         out = o * len * inner + i;
         base = address(out);
     }
-    var m = bitcast<f32>(0xff800000u);
-    var s = 0.0;
-    var bad = 0u;
+    var acc = RowStat(bitcast<f32>(0xff800000u), 0.0, 0u);
     for (var k = lid; k < count; k = k + 256u) {
-        let x = src[base + k * rstride];
-        if (is_nan(x) || bitcast<u32>(x) == INF_BITS) {
-            bad = 1u;
-        } else if (bitcast<u32>(x) != 0xff800000u) {
-            let r = merge(m, s, x, 1.0);
-            m = r.x;
-            s = r.y;
-        }
+        acc = push(acc, src[base + k * rstride]);
     }
-    let st = row_merge(inv, m, s, bad);
+    let st = row_merge(inv, acc.m, acc.s, acc.bad);
     let rm = st.m;
     let rs = st.s;
     // NaN / +inf anywhere, or nothing but -inf (s = 0): the whole row is NaN.
     let nan_row = st.bad != 0u || rs == 0.0;
     let ls = log(rs);
     for (var k = lid; k < count; k = k + 256u) {
-        let at = out + k * inner;
-        if (nan_row) {
-            dst[at] = bitcast<f32>(NAN_BITS);
-        } else {
-            let d = src[base + k * rstride] - rm;
-            if (OP == 1u) {
-                dst[at] = d - ls;
-            } else {
-                dst[at] = exp(d) / rs;
-            }
-        }
+        dst[out + k * inner] = value(src[base + k * rstride], rm, rs, ls, nan_row);
     }
 }
 
@@ -136,32 +142,13 @@ fn softmax_per_row(inv: RowInv) {
     let rstride = params[4];
     let out = (row / inner) * len * inner + row % inner;
     let base = address(out);
-    var m = bitcast<f32>(0xff800000u);
-    var s = 0.0;
-    var bad = false;
+    var st = RowStat(bitcast<f32>(0xff800000u), 0.0, 0u);
     for (var k = 0u; k < len; k = k + 1u) {
-        let x = src[base + k * rstride];
-        if (is_nan(x) || bitcast<u32>(x) == INF_BITS) {
-            bad = true;
-        } else if (bitcast<u32>(x) != 0xff800000u) {
-            let r = merge(m, s, x, 1.0);
-            m = r.x;
-            s = r.y;
-        }
+        st = push(st, src[base + k * rstride]);
     }
-    let nan_row = bad || s == 0.0;
-    let ls = log(s);
+    let nan_row = st.bad != 0u || st.s == 0.0;
+    let ls = log(st.s);
     for (var k = 0u; k < len; k = k + 1u) {
-        let at = out + k * inner;
-        if (nan_row) {
-            dst[at] = bitcast<f32>(NAN_BITS);
-        } else {
-            let d = src[base + k * rstride] - m;
-            if (OP == 1u) {
-                dst[at] = d - ls;
-            } else {
-                dst[at] = exp(d) / s;
-            }
-        }
+        dst[out + k * inner] = value(src[base + k * rstride], st.m, st.s, ls, nan_row);
     }
 }

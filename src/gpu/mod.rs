@@ -80,6 +80,7 @@ pub(crate) mod scatter;
 pub(crate) mod softmax;
 pub(crate) mod staging;
 pub(crate) mod sync;
+pub(crate) mod timing;
 pub(crate) mod transfer;
 
 pub(crate) use buffer::GpuBuffer;
