@@ -44,6 +44,17 @@
 
 @group(0) @binding(0) var<storage, read> lhs: array<f32>;
 @group(0) @binding(1) var<storage, read> rhs: array<f32>;
+
+// Element i of A / B. The f16 build of this file (kernels.rs, `Shader::MatmulF16`) binds both
+// operands as packed f16 pairs (array<u32>) and reads element i as half i % 2 of word i / 2:
+// f16 operands are multiplied where they are, with f32 accumulation, no f32 copies.
+fn ld_a(i: u32) -> f32 {
+    return lhs[i];
+}
+
+fn ld_b(i: u32) -> f32 {
+    return rhs[i];
+}
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(3) var<storage, read> params: array<u32>;
 
@@ -110,7 +121,7 @@ fn dot(p: Problem, row: u32, col: u32) -> f32 {
     var ib = p.b + col * p.b_cs;
     var acc = 0.0;
     for (var k = p.k0; k < p.k1; k = k + 1u) {
-        acc = acc + lhs[ia] * rhs[ib];
+        acc = acc + ld_a(ia) * ld_b(ib);
         ia = ia + p.a_ks;
         ib = ib + p.b_ks;
     }
@@ -170,10 +181,10 @@ fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     var ka = 0u;
     var kb = 0u;
     for (var k = p.k0; k < p.k1; k = k + 1u) {
-        let a0 = vec4<f32>(lhs[ia[0] + ka], lhs[ia[1] + ka], lhs[ia[2] + ka], lhs[ia[3] + ka]);
-        let a1 = vec4<f32>(lhs[ia[4] + ka], lhs[ia[5] + ka], lhs[ia[6] + ka], lhs[ia[7] + ka]);
-        let b0 = vec4<f32>(rhs[ib[0] + kb], rhs[ib[1] + kb], rhs[ib[2] + kb], rhs[ib[3] + kb]);
-        let b1 = vec4<f32>(rhs[ib[4] + kb], rhs[ib[5] + kb], rhs[ib[6] + kb], rhs[ib[7] + kb]);
+        let a0 = vec4<f32>(ld_a(ia[0] + ka), ld_a(ia[1] + ka), ld_a(ia[2] + ka), ld_a(ia[3] + ka));
+        let a1 = vec4<f32>(ld_a(ia[4] + ka), ld_a(ia[5] + ka), ld_a(ia[6] + ka), ld_a(ia[7] + ka));
+        let b0 = vec4<f32>(ld_b(ib[0] + kb), ld_b(ib[1] + kb), ld_b(ib[2] + kb), ld_b(ib[3] + kb));
+        let b1 = vec4<f32>(ld_b(ib[4] + kb), ld_b(ib[5] + kb), ld_b(ib[6] + kb), ld_b(ib[7] + kb));
         rank1(&t, a0, a1, b0, b1);
         ka = ka + p.a_ks;
         kb = kb + p.b_ks;
@@ -214,14 +225,14 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
             let ar = e / DEPTH;
             var va = 0.0;
             if (tr + ar < p.m && ks + ak < p.k1) {
-                va = lhs[p.a + (tr + ar) * p.a_rs + (ks + ak - p.k0) * p.a_ks];
+                va = ld_a(p.a + (tr + ar) * p.a_rs + (ks + ak - p.k0) * p.a_ks);
             }
             tile_a[ak * 16u + ar / 4u][ar % 4u] = va;
             let bc = e % TILE;
             let bk = e / TILE;
             var vb = 0.0;
             if (tc + bc < p.n && ks + bk < p.k1) {
-                vb = rhs[p.b + (ks + bk - p.k0) * p.b_ks + (tc + bc) * p.b_cs];
+                vb = ld_b(p.b + (ks + bk - p.k0) * p.b_ks + (tc + bc) * p.b_cs);
             }
             tile_b[bk * 16u + bc / 4u][bc % 4u] = vb;
         }

@@ -185,7 +185,10 @@ fn matmul_kernels_are_valid_wgsl() {
         .validate(&module)
         .unwrap_or_else(|e| panic!("{file}: {e:?}"));
     }
-    assert_eq!(seen, 2, "matmul.wgsl and matmul_vec4.wgsl are embedded");
+    assert_eq!(
+        seen, 3,
+        "matmul.wgsl, its f16-operand build and matmul_vec4.wgsl are embedded"
+    );
 }
 
 #[test]
@@ -496,5 +499,90 @@ proptest! {
             |x| if transpose_b { x.t().unwrap() } else { x },
             &format!("[{batch}, {m}, {k}] @ [{k}, {n}] (transposed: {transpose_a}, {transpose_b})"),
         );
+    }
+}
+
+/// f16 operands read in place by every non-vec4 kernel, forced one by one: odd element offsets
+/// (a narrowed view starts mid-word), transposed views, broadcast batches, tile-unaligned sizes.
+/// The reference multiplies the f16-rounded values in f64.
+#[test]
+fn f16_operands_are_read_in_place_by_every_kernel() {
+    let cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
+        (vec![1, 1], vec![1, 1]),
+        (vec![7, 13], vec![13, 5]),
+        (vec![65, 33], vec![33, 63]),
+        (vec![3, 9, 8], vec![8, 10]),
+    ];
+    for (sa, sb) in cases {
+        let na: usize = sa.iter().product();
+        let nb: usize = sb.iter().product();
+        // One extra element in front: the operands are narrowed views at odd offsets.
+        let a_host: Vec<f32> = data(na + 1, 80, 1.0)
+            .iter()
+            .map(|&x| wgtensor::f16::from_f32(x).to_f32())
+            .collect();
+        let b_host: Vec<f32> = data(nb + 1, 81, 1.0)
+            .iter()
+            .map(|&x| wgtensor::f16::from_f32(x).to_f32())
+            .collect();
+        let want = values(
+            &Tensor::from_vec(a_host[1..].to_vec(), &sa, &Device::cpu())
+                .unwrap()
+                .matmul(&Tensor::from_vec(b_host[1..].to_vec(), &sb, &Device::cpu()).unwrap())
+                .unwrap(),
+        );
+        for d in gpus() {
+            let h = |v: &[f32], s: &[usize]| {
+                let n: usize = s.iter().product();
+                Tensor::from_vec(v.to_vec(), &[n + 1], &d)
+                    .unwrap()
+                    .to_dtype(DType::F16)
+                    .unwrap()
+                    .narrow(0, 1, n)
+                    .unwrap()
+                    .reshape(s)
+                    .unwrap()
+            };
+            let (ta, tb) = (h(&a_host, &sa), h(&b_host, &sb));
+            let k = sa[sa.len() - 1] as f32;
+            for kernel in Tensor::matmul_kernels() {
+                let got = match ta.matmul_with_kernel(&tb, kernel) {
+                    Ok(t) => t,
+                    Err(Error::InvalidArgument { .. }) if kernel.starts_with("register_vec4") => {
+                        continue
+                    }
+                    Err(e) => panic!("{sa:?} @ {sb:?} f16 with {kernel} on {d}: {e}"),
+                };
+                assert_eq!(got.dtype(), DType::F16);
+                let got = values(&got.to_dtype(DType::F32).unwrap());
+                // One f16 rounding of the product on top of f32 accumulation.
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-3 * w.abs() + 1e-4 * k,
+                        "{sa:?} @ {sb:?} f16 with {kernel} on {d}: {g} vs {w}"
+                    );
+                }
+            }
+            // A transposed f16 view is read in place too.
+            let tt = h(&b_host, &sb);
+            if sb.len() == 2 && sa.len() == 2 {
+                let c = tt.t().unwrap().matmul(&ta.t().unwrap()).unwrap();
+                let want_t = values(
+                    &Tensor::from_vec(want.clone(), &[sa[0], sb[1]], &Device::cpu())
+                        .unwrap()
+                        .t()
+                        .unwrap()
+                        .contiguous()
+                        .unwrap(),
+                );
+                let got = values(&c.to_dtype(DType::F32).unwrap());
+                for (g, w) in got.iter().zip(&want_t) {
+                    assert!(
+                        (g - w).abs() <= 1e-3 * w.abs() + 1e-4 * k,
+                        "transposed f16 on {d}"
+                    );
+                }
+            }
+        }
     }
 }

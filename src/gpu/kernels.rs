@@ -35,6 +35,8 @@ pub(crate) enum Shader {
     LayerNorm,
     Join,
     Matmul,
+    /// matmul.wgsl reading f16 operands in place (packed pairs), accumulating in f32.
+    MatmulF16,
     MatmulVec4,
     Gather,
     /// The first pass of an f32 sum over a packed row, four elements per load.
@@ -104,19 +106,45 @@ pub(crate) const ROW_TREE: &str = include_str!("../../shaders/row_tree.wgsl");
 #[allow(dead_code)]
 pub(crate) const ROW_SUBGROUP: &str = include_str!("../../shaders/row_subgroup.wgsl");
 
+/// matmul.wgsl with both operands bound as packed f16 pairs: the two bindings and the two
+/// element readers are replaced (the file marks them); everything else is the same source.
+fn matmul_f16() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        include_str!("../../shaders/matmul.wgsl")
+            .replace(
+                "var<storage, read> lhs: array<f32>;",
+                "var<storage, read> lhs: array<u32>;",
+            )
+            .replace(
+                "var<storage, read> rhs: array<f32>;",
+                "var<storage, read> rhs: array<u32>;",
+            )
+            .replace(
+                "return lhs[i];",
+                "return unpack2x16float(lhs[i >> 1u])[i & 1u];",
+            )
+            .replace(
+                "return rhs[i];",
+                "return unpack2x16float(rhs[i >> 1u])[i & 1u];",
+            )
+    })
+}
+
 /// `normal_of`: standard normals from Philox words in integer fixed point.
 pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 11] = [
+    pub(crate) const ALL: [Shader; 12] = [
         Shader::Reduce,
         Shader::Softmax,
         Shader::SoftmaxSubgroup,
         Shader::LayerNorm,
         Shader::Join,
         Shader::Matmul,
+        Shader::MatmulF16,
         Shader::MatmulVec4,
         Shader::Gather,
         Shader::Scatter,
@@ -133,6 +161,8 @@ impl Shader {
             Shader::LayerNorm => "layer_norm.wgsl",
             Shader::Join => "join.wgsl",
             Shader::Matmul => "matmul.wgsl",
+            // Not a file of its own: matmul.wgsl with f16 operand bindings.
+            Shader::MatmulF16 => "matmul.wgsl (f16 operands)",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
             Shader::Gather => "gather.wgsl",
             Shader::Scatter => "scatter.wgsl",
@@ -152,6 +182,7 @@ impl Shader {
             Shader::Softmax | Shader::SoftmaxSubgroup => {
                 include_str!("../../shaders/softmax.wgsl")
             }
+            Shader::MatmulF16 => include_str!("../../shaders/matmul.wgsl"),
             other => other.body(),
         }
     }
@@ -172,6 +203,7 @@ impl Shader {
             Shader::LayerNorm => include_str!("../../shaders/layer_norm.wgsl"),
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
+            Shader::MatmulF16 => matmul_f16(),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
             // Shaders that read ids start with the error word's binding and `report_bad_id`.
             Shader::Sum => include_str!("../../shaders/sum.wgsl"),
@@ -207,7 +239,7 @@ impl Shader {
     /// Read-only input bindings before the output.
     pub(crate) fn inputs(self) -> usize {
         match self {
-            Shader::Matmul | Shader::MatmulVec4 => 2,
+            Shader::Matmul | Shader::MatmulF16 | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce => 2,
             Shader::Softmax | Shader::SoftmaxSubgroup => 1,

@@ -101,9 +101,11 @@ impl MatmulKernel {
         MatmulKernel::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    fn shader(self) -> Shader {
+    fn shader(self, half: bool) -> Shader {
         if self.is_vec4() {
             Shader::MatmulVec4
+        } else if half {
+            Shader::MatmulF16
         } else {
             Shader::Matmul
         }
@@ -154,10 +156,12 @@ struct Problem {
     b_off: usize,
     b_ks: usize,
     b_cs: usize,
+    /// Both operands are f16 (read in place as packed pairs; no vec4 kernels).
+    half: bool,
 }
 
 impl Problem {
-    fn new(la: &Layout, lb: &Layout) -> Problem {
+    fn new(la: &Layout, lb: &Layout, half: bool) -> Problem {
         let nd = la.shape.len();
         let (m, k, n) = (la.shape[nd - 2], la.shape[nd - 1], lb.shape[nd - 1]);
         let stride = |l: &Layout, d: usize| if l.shape[d] == 1 { 0 } else { l.strides[d] };
@@ -174,6 +178,7 @@ impl Problem {
             b_off: lb.offset,
             b_ks: stride(lb, nd - 2),
             b_cs: stride(lb, nd - 1),
+            half,
         };
         for d in 0..nd - 2 {
             if la.shape[d] != 1 {
@@ -197,6 +202,8 @@ impl Problem {
             if self.batches() > 1 { " batched" } else { "" },
             if self.vec4_layout().is_some() {
                 " vec4"
+            } else if self.half {
+                " f16"
             } else {
                 ""
             }
@@ -210,6 +217,9 @@ impl Problem {
     /// The `OP` constant of `matmul_vec4.wgsl` (bit 0: A k-contiguous, bit 1: B
     /// column-contiguous), or `None` when some vec4 would be partial or misaligned.
     fn vec4_layout(&self) -> Option<u32> {
+        if self.half {
+            return None;
+        }
         let aligned = |x: usize| x.is_multiple_of(4);
         let batch_ok = self
             .a_batch
@@ -262,8 +272,8 @@ impl GpuDevice {
     /// (about the cost of one scalar load) when the operands allow them; measured on lavapipe at
     /// 256³ and 512³: ~10× the naive kernel, 2–3× the workgroup-tiled one (`benches/matmul.rs`).
     /// Hardware GPUs need workgroup-memory tiles to reuse each loaded element across a tile.
-    pub(crate) fn matmul_kernel(&self, la: &Layout, lb: &Layout) -> MatmulKernel {
-        let p = Problem::new(la, lb);
+    pub(crate) fn matmul_kernel(&self, la: &Layout, lb: &Layout, half: bool) -> MatmulKernel {
+        let p = Problem::new(la, lb, half);
         match self.0.info.device_type {
             wgpu::DeviceType::Cpu => match p.vec4_layout() {
                 Some(_) => MatmulKernel::RegisterVec4,
@@ -285,7 +295,7 @@ impl GpuDevice {
         (b, lb): (&GpuBuffer, &Layout),
         p: &Problem,
     ) -> Result<MatmulKernel> {
-        let heuristic = self.matmul_kernel(la, lb);
+        let heuristic = self.matmul_kernel(la, lb, p.half);
         let key = format!("matmul/{}", p.class());
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
         let limit = self.0.limits.max_compute_invocations_per_workgroup;
@@ -313,7 +323,7 @@ impl GpuDevice {
                 .filter(|&k| k != heuristic && fits(k)),
         );
         let found = self.time_candidates(op, &candidates, MatmulKernel::name, |k| {
-            self.matmul(a, la, b, lb, Some(k)).map(drop)
+            self.matmul(a, la, b, lb, Some(k), p.half).map(drop)
         })?;
         let (winner, timings) = found.unwrap_or((heuristic, Vec::new()));
         log::debug!(
@@ -326,8 +336,9 @@ impl GpuDevice {
     }
 
     /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b`
-    /// (`[..batch, K, N]`, same batch dims) into a new packed `[..batch, M, N]` buffer, with
-    /// `kernel` or the adapter's choice ([`GpuDevice::matmul_kernel`]).
+    /// (`[..batch, K, N]`, same batch dims) into a new packed f32 `[..batch, M, N]` buffer,
+    /// with `kernel` or the adapter's choice ([`GpuDevice::matmul_kernel`]). With `half`, both
+    /// operands are f16 (packed pairs) and are read in place.
     pub(crate) fn matmul(
         &self,
         a: &GpuBuffer,
@@ -335,9 +346,10 @@ impl GpuDevice {
         b: &GpuBuffer,
         lb: &Layout,
         kernel: Option<MatmulKernel>,
+        half: bool,
     ) -> Result<GpuBuffer> {
         let op = "matmul";
-        let p = Problem::new(la, lb);
+        let p = Problem::new(la, lb, half);
         let out_elems = p.batches() * p.m * p.n;
         check_u32(la, lb, out_elems)?;
         // Zero-filled when K = 0 (that is the whole answer); otherwise the first K chunk stores
@@ -430,7 +442,7 @@ impl GpuDevice {
                         self.launch_workgroups(
                             op,
                             Launch {
-                                shader: kernel.shader(),
+                                shader: kernel.shader(p.half),
                                 entry: kernel.entry(),
                                 op_code,
                                 inputs: &[&a.buffer, &b.buffer],

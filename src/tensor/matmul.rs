@@ -111,8 +111,8 @@ impl Tensor {
     /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands differ;
     /// [`Error::UnsupportedDType`] for integer and u8 operands (as PyTorch on CUDA; convert
     /// with [`Tensor::to_dtype`]); GPU errors (out of memory, a lost device) as for every op.
-    /// f16 operands are converted to f32, multiplied with f32 accumulation, and the product
-    /// rounded once to f16.
+    /// f16 operands are multiplied with f32 accumulation and the product rounded once to f16; a
+    /// GPU reads them in place (no f32 copies), the CPU converts them.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let out = self.matmul_impl(rhs, None)?;
         Ok(crate::autograd::linalg::matmul(self, rhs, out))
@@ -168,7 +168,10 @@ impl Tensor {
         let p = plan(self, rhs)?;
         Ok(match self.storage()? {
             Storage::Cpu(_) => "gemm",
-            Storage::Gpu(a) => a.device.matmul_kernel(&p.la, &p.lb).name(),
+            Storage::Gpu(a) => a
+                .device
+                .matmul_kernel(&p.la, &p.lb, self.dtype() == DType::F16)
+                .name(),
         })
     }
 
@@ -176,7 +179,22 @@ impl Tensor {
         let op = "matmul";
         self.check_pair(op, rhs)?;
         if self.dtype() == DType::F16 {
-            // Both operands converted to f32, multiplied with f32 accumulation, rounded once.
+            if self.is_gpu() && super::chunked::blocks_needed(&[self], 0).is_none() {
+                // A GPU reads the f16 operands in place (packed pairs), accumulates in f32 and
+                // the product is rounded once: no f32 copies of the operands.
+                let p = plan(self, rhs)?;
+                if let (Storage::Gpu(a), Storage::Gpu(b)) = (self.storage()?, rhs.storage()?) {
+                    let out = a.device.matmul(a, &p.la, b, &p.lb, kernel, true)?;
+                    let f32_out = Tensor::from_parts(
+                        Storage::Gpu(out),
+                        &p.out_shape,
+                        DType::F32,
+                        self.device().clone(),
+                    );
+                    return f32_out.to_dtype(DType::F16);
+                }
+            }
+            // Elsewhere both operands are converted to f32 and the product rounded once.
             let rhs = rhs.to_dtype(DType::F32)?;
             return self.via_f32(true, |a| a.matmul_impl(&rhs, kernel));
         }
@@ -195,7 +213,7 @@ impl Tensor {
                 cpu::matmul::matmul(self.cpu_f32(op)?, &p.la, rhs.cpu_f32(op)?, &p.lb)?,
             )),
             (Storage::Gpu(a), Storage::Gpu(b)) => {
-                Storage::Gpu(a.device.matmul(a, &p.la, b, &p.lb, kernel)?)
+                Storage::Gpu(a.device.matmul(a, &p.la, b, &p.lb, kernel, false)?)
             }
             _ => {
                 return Err(Error::DeviceMismatch {
