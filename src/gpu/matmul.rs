@@ -471,13 +471,13 @@ mod tests {
     #[test]
     fn vec4_eligibility() {
         let (la, lb) = layouts(&[8, 16], &[16, 12]);
-        assert_eq!(Problem::new(&la, &lb).vec4_layout(), Some(3));
+        assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), Some(3));
         // K not a multiple of 4.
         let (la, lb) = layouts(&[8, 6], &[6, 12]);
-        assert_eq!(Problem::new(&la, &lb).vec4_layout(), None);
+        assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), None);
         // Column-contiguous B with N % 4 != 0.
         let (la, lb) = layouts(&[8, 16], &[16, 6]);
-        assert_eq!(Problem::new(&la, &lb).vec4_layout(), None);
+        assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), None);
         // a.t() of a row-major [16, 8] matrix: row-contiguous A; b.t(): k-contiguous B.
         let mut la = Layout::contiguous(&[16, 8]);
         la.shape.swap(0, 1);
@@ -485,7 +485,7 @@ mod tests {
         let mut lb = Layout::contiguous(&[6, 16]);
         lb.shape.swap(0, 1);
         lb.strides.swap(0, 1);
-        assert_eq!(Problem::new(&la, &lb).vec4_layout(), Some(0));
+        assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), Some(0));
         // A 1-D lhs seen as [1, K]: its row stride no longer matters.
         let la = Layout {
             shape: vec![1, 8],
@@ -493,23 +493,23 @@ mod tests {
             offset: 0,
         };
         let lb = Layout::contiguous(&[8, 4]);
-        assert_eq!(Problem::new(&la, &lb).vec4_layout(), Some(3));
+        assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), Some(3));
         // An odd offset (a narrowed view) rules vec4 out.
         let mut la = Layout::contiguous(&[4, 8]);
         la.offset = 1;
-        assert_eq!(Problem::new(&la, &lb).vec4_layout(), None);
+        assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), None);
     }
 
     #[test]
     fn size_one_batch_dims_are_dropped() {
         let la = Layout::contiguous(&[2, 1, 3, 4]).broadcast_to(&[2, 5, 3, 4]);
         let lb = Layout::contiguous(&[5, 4, 2]).broadcast_to(&[2, 5, 4, 2]);
-        let p = Problem::new(&la, &lb);
+        let p = Problem::new(&la, &lb, false);
         assert_eq!(p.batch_shape, vec![2, 5]);
         assert_eq!(p.a_batch, vec![12, 0]);
         assert_eq!(p.b_batch, vec![0, 8]);
         let la = Layout::contiguous(&[1, 3, 4]);
         let lb = Layout::contiguous(&[1, 4, 2]);
-        assert!(Problem::new(&la, &lb).batch_shape.is_empty());
+        assert!(Problem::new(&la, &lb, false).batch_shape.is_empty());
     }
 }
