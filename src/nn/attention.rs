@@ -125,17 +125,11 @@ impl MultiheadAttention {
                 None => Ok(y),
             }
         };
-        let (q, k, v) = if std::ptr::eq(query, key) && std::ptr::eq(key, value) {
-            // Self-attention: one projection matmul, split afterwards.
-            let qkv = self.in_proj.forward(query)?;
-            (
-                qkv.narrow(-1, 0, e)?,
-                qkv.narrow(-1, e, e)?,
-                qkv.narrow(-1, 2 * e, e)?,
-            )
-        } else {
-            (proj(query, 0)?, proj(key, 1)?, proj(value, 2)?)
-        };
+        // Three projections with row blocks of the packed weight, also for self-attention:
+        // splitting one [.., 3E] product instead would make backward assemble a [.., 3E]
+        // gradient of the activations from three zero-padded pieces, where this way only the
+        // small [3E, E] weight gradient is assembled.
+        let (q, k, v) = (proj(query, 0)?, proj(key, 1)?, proj(value, 2)?);
         let p = if self.training { self.dropout } else { 0.0 };
         let o = Tensor::scaled_dot_product_attention(
             &self.split(&q)?,

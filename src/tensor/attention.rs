@@ -466,7 +466,9 @@ impl Tensor {
             ));
         }
         let scale = scale.unwrap_or(1.0 / (e as f32).sqrt());
-        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+        // The scale goes on q ([.., L, E]) rather than on the scores ([.., L, S]), as PyTorch's
+        // kernels do: fewer elements whenever S > E.
+        let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
         if is_causal {
             let future = triangle(l, s, 1, false, q.device())?;
             scores = scores.masked_fill(&future, f32::NEG_INFINITY)?;
