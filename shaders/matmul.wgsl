@@ -198,8 +198,14 @@ fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
 const TILE: u32 = 64u;
 const DEPTH: u32 = 16u;
 // Staged slices, K-major so an invocation reads its 4 rows (or columns) as one vec4:
-// tile_a[k * 16 + r / 4] holds A rows r..r+3 at depth k; tile_b likewise for B columns.
-var<workgroup> tile_a: array<vec4<f32>, 256>;
+// tile_a[k * A_STRIDE + r / 4] holds A rows r..r+3 at depth k; tile_b likewise for B columns
+// (stride 16).
+// OP selects the A stride: 0 packs the depths 16 vec4s apart, so the 16 consecutive
+// invocations that stage consecutive k of one row all store to one workgroup-memory bank
+// (16-way conflicts on GPUs with 32 4-byte banks); 1 (the `tiled_padded` variant) pads each
+// depth to 17 vec4s, which spreads them over 8 banks (2-way). The autotuner picks per adapter.
+override OP: u32 = 0u;
+var<workgroup> tile_a: array<vec4<f32>, 272>;
 var<workgroup> tile_b: array<vec4<f32>, 256>;
 
 @compute @workgroup_size(16, 16)
@@ -207,6 +213,7 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>,
          @builtin(local_invocation_index) li: u32) {
     let p = problem(wid.z);
+    let a_stride = select(16u, 17u, OP == 1u);
     let tr = params[2] + wid.y * TILE;
     let tc = params[3] + wid.x * TILE;
     var acc0 = vec4<f32>(0.0);
@@ -227,7 +234,7 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
             if (tr + ar < p.m && ks + ak < p.k1) {
                 va = ld_a(p.a + (tr + ar) * p.a_rs + (ks + ak - p.k0) * p.a_ks);
             }
-            tile_a[ak * 16u + ar / 4u][ar % 4u] = va;
+            tile_a[ak * a_stride + ar / 4u][ar % 4u] = va;
             let bc = e % TILE;
             let bk = e / TILE;
             var vb = 0.0;
@@ -238,7 +245,7 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
         for (var k = 0u; k < DEPTH; k = k + 1u) {
-            let a = tile_a[k * 16u + lid.y];
+            let a = tile_a[k * a_stride + lid.y];
             let b = tile_b[k * 16u + lid.x];
             acc0 = fma(vec4<f32>(a.x), b, acc0);
             acc1 = fma(vec4<f32>(a.y), b, acc1);

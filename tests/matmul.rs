@@ -333,7 +333,7 @@ fn long_inner_dim_is_split_on_the_gpu() {
         let tb = Tensor::from_vec(b.clone(), &[k, 2], &d).unwrap();
         assert_eq!(values(&ta.matmul(&tb).unwrap()), want, "on {d}");
         if d.is_gpu() {
-            for kernel in ["naive", "register", "tiled", "gemv_m1", "gemv_n1"] {
+            for kernel in ["naive", "register", "tiled", "tiled_padded", "gemv_m1", "gemv_n1"] {
                 let got = values(&ta.matmul_with_kernel(&tb, kernel).unwrap());
                 assert_eq!(got, want, "on {d} with kernel {kernel}");
             }

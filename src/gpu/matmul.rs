@@ -44,6 +44,8 @@ pub(crate) enum MatmulKernel {
     RegisterVec4Large,
     /// 64×64 workgroup-memory tiles with 4×4 register tiles: hardware GPUs.
     Tiled,
+    /// [`MatmulKernel::Tiled`] with the A tile padded against workgroup-memory bank conflicts.
+    TiledPadded,
     /// One output per invocation in 256×1 workgroups: a row vector times a matrix (M = 1).
     GemvM1,
     /// One output per invocation in 1×256 workgroups: a matrix times a vector (N = 1).
@@ -51,7 +53,7 @@ pub(crate) enum MatmulKernel {
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 9] = [
+    pub(crate) const ALL: [MatmulKernel; 10] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
@@ -59,6 +61,7 @@ impl MatmulKernel {
         MatmulKernel::RegisterVec4Tall,
         MatmulKernel::RegisterVec4Large,
         MatmulKernel::Tiled,
+        MatmulKernel::TiledPadded,
         MatmulKernel::GemvM1,
         MatmulKernel::GemvN1,
     ];
@@ -72,6 +75,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Tall => "register_vec4_4x16",
             MatmulKernel::RegisterVec4Large => "register_vec4_16x16",
             MatmulKernel::Tiled => "tiled",
+            MatmulKernel::TiledPadded => "tiled_padded",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
         }
@@ -118,7 +122,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Wide => "register_tile_16x4",
             MatmulKernel::RegisterVec4Tall => "register_tile_4x16",
             MatmulKernel::RegisterVec4Large => "register_tile_16x16",
-            MatmulKernel::Tiled => "tiled",
+            MatmulKernel::Tiled | MatmulKernel::TiledPadded => "tiled",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
         }
@@ -132,7 +136,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Wide => (32, 128),
             MatmulKernel::RegisterVec4Tall => (128, 32),
             MatmulKernel::RegisterVec4Large => (128, 128),
-            MatmulKernel::Tiled => (64, 64),
+            MatmulKernel::Tiled | MatmulKernel::TiledPadded => (64, 64),
             MatmulKernel::GemvM1 => (1, 256),
             MatmulKernel::GemvN1 => (256, 1),
         }
@@ -397,6 +401,8 @@ impl GpuDevice {
                     p.b_off
                 ),
             })?),
+            // matmul.wgsl's `OP`: the padded A tile.
+            MatmulKernel::TiledPadded => Some(1),
             _ => None,
         };
         let max = self.0.limits.max_compute_workgroups_per_dimension.max(1) as usize;
