@@ -333,7 +333,14 @@ fn long_inner_dim_is_split_on_the_gpu() {
         let tb = Tensor::from_vec(b.clone(), &[k, 2], &d).unwrap();
         assert_eq!(values(&ta.matmul(&tb).unwrap()), want, "on {d}");
         if d.is_gpu() {
-            for kernel in ["naive", "register", "tiled", "tiled_padded", "gemv_m1", "gemv_n1"] {
+            for kernel in [
+                "naive",
+                "register",
+                "tiled",
+                "tiled_padded",
+                "gemv_m1",
+                "gemv_n1",
+            ] {
                 let got = values(&ta.matmul_with_kernel(&tb, kernel).unwrap());
                 assert_eq!(got, want, "on {d} with kernel {kernel}");
             }
@@ -583,6 +590,62 @@ fn f16_operands_are_read_in_place_by_every_kernel() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Split-K on long-K shapes: tile-unaligned M and N, K not a multiple of the slice count,
+/// transposed views, f16 operands; batched problems fall back to the register kernel.
+#[test]
+fn split_k_matches_the_reference() {
+    for (m, k, n) in [(5usize, 4099usize, 7usize), (1, 2048, 1), (70, 3000, 65)] {
+        let a = data(m * k, 90, 1.0);
+        let b = data(k * n, 91, 1.0);
+        check_views(
+            (&a, &[m, k]),
+            (&b, &[k, n]),
+            |t| t,
+            |t| t,
+            &format!("split-K {m}x{k}x{n}"),
+        );
+        for d in gpus() {
+            let ta = Tensor::from_vec(a.clone(), &[m, k], &d).unwrap();
+            let tb = Tensor::from_vec(b.clone(), &[k, n], &d).unwrap();
+            let want = values(&ta.matmul_with_kernel(&tb, "register").unwrap());
+            let got = values(&ta.matmul_with_kernel(&tb, "split_k").unwrap());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-4 * (k as f32).sqrt(),
+                    "split_k {m}x{k}x{n} on {d}"
+                );
+            }
+            // Transposed operands and a batch of two (which runs unsplit).
+            let at = Tensor::from_vec(a.clone(), &[k, m], &d)
+                .unwrap()
+                .t()
+                .unwrap();
+            let bt = Tensor::from_vec(b.clone(), &[n, k], &d)
+                .unwrap()
+                .t()
+                .unwrap();
+            let want_t = values(&at.matmul_with_kernel(&bt, "register").unwrap());
+            let got_t = values(&at.matmul_with_kernel(&bt, "split_k").unwrap());
+            for (g, w) in got_t.iter().zip(&want_t) {
+                assert!(
+                    (g - w).abs() <= 1e-4 * (k as f32).sqrt(),
+                    "transposed split_k on {d}"
+                );
+            }
+            let a2 = ta.unsqueeze(0).unwrap().expand(&[2, m, k]).unwrap();
+            let got2 = values(&a2.matmul_with_kernel(&tb, "split_k").unwrap());
+            assert_eq!(
+                &got2[..m * n],
+                &want[..],
+                "batched split_k runs unsplit on {d}"
+            );
+            let h = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
+            let gh = h(&ta).matmul_with_kernel(&h(&tb), "split_k").unwrap();
+            assert_eq!(gh.dtype(), DType::F16);
         }
     }
 }

@@ -46,6 +46,11 @@ pub(crate) enum MatmulKernel {
     Tiled,
     /// [`MatmulKernel::Tiled`] with the A tile padded against workgroup-memory bank conflicts.
     TiledPadded,
+    /// Split-K: K cut into up to 16 slices multiplied side by side (the register kernel, each
+    /// slice into its own [M, N] partial), then summed over the slices: for few outputs and a
+    /// long K, where the other kernels leave most of a GPU idle. Unbatched problems with
+    /// K >= 2,048 only; elsewhere it runs as `register`.
+    SplitK,
     /// One output per invocation in 256×1 workgroups: a row vector times a matrix (M = 1).
     GemvM1,
     /// One output per invocation in 1×256 workgroups: a matrix times a vector (N = 1).
@@ -53,7 +58,7 @@ pub(crate) enum MatmulKernel {
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 10] = [
+    pub(crate) const ALL: [MatmulKernel; 11] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
@@ -62,6 +67,7 @@ impl MatmulKernel {
         MatmulKernel::RegisterVec4Large,
         MatmulKernel::Tiled,
         MatmulKernel::TiledPadded,
+        MatmulKernel::SplitK,
         MatmulKernel::GemvM1,
         MatmulKernel::GemvN1,
     ];
@@ -76,6 +82,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Large => "register_vec4_16x16",
             MatmulKernel::Tiled => "tiled",
             MatmulKernel::TiledPadded => "tiled_padded",
+            MatmulKernel::SplitK => "split_k",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
         }
@@ -84,7 +91,7 @@ impl MatmulKernel {
     /// Invocations per workgroup (the shader's `@workgroup_size`).
     fn invocations(self) -> u32 {
         match self {
-            MatmulKernel::Register | MatmulKernel::RegisterVec4 => 64,
+            MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => 64,
             MatmulKernel::RegisterVec4Wide | MatmulKernel::RegisterVec4Tall => 64,
             _ => 256,
         }
@@ -118,7 +125,9 @@ impl MatmulKernel {
     fn entry(self) -> &'static str {
         match self {
             MatmulKernel::Naive => "naive",
-            MatmulKernel::Register | MatmulKernel::RegisterVec4 => "register_tile",
+            MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => {
+                "register_tile"
+            }
             MatmulKernel::RegisterVec4Wide => "register_tile_16x4",
             MatmulKernel::RegisterVec4Tall => "register_tile_4x16",
             MatmulKernel::RegisterVec4Large => "register_tile_16x16",
@@ -132,7 +141,7 @@ impl MatmulKernel {
     fn tile(self) -> (usize, usize) {
         match self {
             MatmulKernel::Naive => (16, 16),
-            MatmulKernel::Register | MatmulKernel::RegisterVec4 => (64, 64),
+            MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => (64, 64),
             MatmulKernel::RegisterVec4Wide => (32, 128),
             MatmulKernel::RegisterVec4Tall => (128, 32),
             MatmulKernel::RegisterVec4Large => (128, 128),
@@ -290,6 +299,21 @@ impl GpuDevice {
         }
     }
 
+    /// How many K slices split-K uses for `p`: 1 (no split) for batched problems, K < 2,048, or
+    /// partials past one storage binding; else up to 16 slices of at least 1,024 (and at most
+    /// [`K_CHUNK`], the loop cap).
+    fn split_k_slices(&self, p: &Problem) -> usize {
+        if !p.batch_shape.is_empty() || p.k < 2048 {
+            return 1;
+        }
+        let slices = (p.k / 1024).clamp(2, 16).max(p.k.div_ceil(K_CHUNK));
+        let bytes = (slices * p.m * p.n) as u64 * 4;
+        if bytes > self.0.limits.max_storage_buffer_binding_size {
+            return 1;
+        }
+        slices
+    }
+
     /// The autotuned kernel for this problem's shape class: a tuned or cached choice, or the
     /// heuristic ([`GpuDevice::matmul_kernel`]) on a class's first call; the second call of a
     /// class times every candidate (`autotune.rs`).
@@ -304,7 +328,9 @@ impl GpuDevice {
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
         let limit = self.0.limits.max_compute_invocations_per_workgroup;
         let fits = |k: MatmulKernel| {
-            (!k.is_vec4() || p.vec4_layout().is_some()) && k.invocations() <= limit
+            (!k.is_vec4() || p.vec4_layout().is_some())
+                && k.invocations() <= limit
+                && (k != MatmulKernel::SplitK || self.split_k_slices(&p) > 1)
         };
         if let Some(k) = chosen
             .and_then(|n| MatmulKernel::from_name(&n))
@@ -405,6 +431,11 @@ impl GpuDevice {
             MatmulKernel::TiledPadded => Some(1),
             _ => None,
         };
+        let slices = if kernel == MatmulKernel::SplitK {
+            self.split_k_slices(&p)
+        } else {
+            1
+        };
         let max = self.0.limits.max_compute_workgroups_per_dimension.max(1) as usize;
         let (tile_rows, tile_cols) = kernel.tile();
         // Whole workgroups per dispatch; a multiple of 4 rows keeps vec4 rows aligned.
@@ -425,6 +456,54 @@ impl GpuDevice {
             params[15 + d] = u(p.batch_shape[d]);
             params[15 + nd + d] = u(p.a_batch[d]);
             params[15 + 2 * nd + d] = u(p.b_batch[d]);
+        }
+        if slices > 1 {
+            // Slice s writes its [M, N] partial at s * M * N: with no batch dims the kernel
+            // reads A and B at their base and stores at (first batch) * M * N, so slice s is
+            // launched as "batch" s.
+            drop(out);
+            let mn = p.m * p.n;
+            let len = p.k.div_ceil(slices);
+            let partials = self.alloc_uninit(op, (slices * mn) as u64 * 4)?;
+            for s in 0..slices {
+                let (k0, k1) = (s * len, ((s + 1) * len).min(p.k));
+                for row0 in (0..p.m).step_by(row_span) {
+                    let rows = (p.m - row0).min(row_span);
+                    for col0 in (0..p.n).step_by(col_span) {
+                        let cols = (p.n - col0).min(col_span);
+                        params[2] = u(row0);
+                        params[3] = u(col0);
+                        params[4] = u(k0);
+                        params[5] = u(k1);
+                        params[6] = 0;
+                        params[13] = u(s);
+                        let grid = [u(cols.div_ceil(tile_cols)), u(rows.div_ceil(tile_rows)), 1];
+                        self.launch_workgroups(
+                            op,
+                            Launch {
+                                shader: kernel.shader(p.half),
+                                entry: kernel.entry(),
+                                op_code,
+                                inputs: &[&a.buffer, &b.buffer],
+                                output: &partials.buffer,
+                                meta: &params,
+                                threads: (rows * cols) as u64,
+                            },
+                            grid,
+                        )?;
+                    }
+                }
+            }
+            let layout = Layout::contiguous(&[slices, mn]);
+            let rows = crate::cpu::reduce::Rows::along(&layout, 0);
+            return self.reduce_typed(
+                op,
+                crate::cpu::reduce::ReduceOp::Sum,
+                crate::DType::F32,
+                &partials,
+                &layout,
+                &rows,
+            );
         }
         let batches = p.batches();
         for batch0 in (0..batches).step_by(max) {
