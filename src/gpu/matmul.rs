@@ -330,7 +330,7 @@ impl GpuDevice {
         let fits = |k: MatmulKernel| {
             (!k.is_vec4() || p.vec4_layout().is_some())
                 && k.invocations() <= limit
-                && (k != MatmulKernel::SplitK || self.split_k_slices(&p) > 1)
+                && (k != MatmulKernel::SplitK || self.split_k_slices(p) > 1)
         };
         if let Some(k) = chosen
             .and_then(|n| MatmulKernel::from_name(&n))
