@@ -110,6 +110,13 @@ pub mod testing {
         crate::gpu::softmax::force_variant(name)
     }
 
+    /// Forces the first pass of dim reductions to `name` (`"thread_per_chunk"`,
+    /// `"workgroup_per_chunk"`) on this thread, or with `None` returns to the autotuned choice;
+    /// false for an unknown name.
+    pub fn force_reduce_variant(name: Option<&str>) -> bool {
+        crate::gpu::reduce::force_variant(name)
+    }
+
     /// Row-kernel dispatches (softmax, log_softmax, layer_norm on a GPU) issued so far by the
     /// calling thread: a test takes the difference around one op.
     pub fn row_dispatches() -> u64 {

@@ -5,7 +5,7 @@
 //! runs, empty inputs and bad dims.
 
 mod common;
-use common::{assert_close, data, devices, values};
+use common::{assert_close, data, devices, gpus, values};
 use proptest::prelude::*;
 use wgtensor::{DType, Device, Error, Tensor};
 
@@ -559,5 +559,42 @@ fn long_packed_f32_sums_take_the_four_wide_pass_and_match_the_cpu() {
                 "{device}: sum of -0.0 is {s}"
             );
         }
+    }
+}
+
+/// Both first-pass variants of dim reductions, forced in turn, on every op: rows shorter and
+/// longer than 256, few and many rows, along the last dim and a middle dim, a strided view.
+#[test]
+fn every_reduce_variant_matches_the_reference() {
+    for d in gpus() {
+        for variant in ["thread_per_chunk", "workgroup_per_chunk"] {
+            assert!(wgtensor::testing::force_reduce_variant(Some(variant)));
+            for shape in [
+                vec![300usize, 700],
+                vec![3, 20_000],
+                vec![1000, 5],
+                vec![4, 300, 3],
+            ] {
+                let v = data(shape.iter().product(), 61, 2.0);
+                let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+                for op in OPS {
+                    for dim in 0..shape.len() as isize {
+                        // Products of hundreds of values in [-2, 2] are denormal or zero.
+                        if op == "prod" && shape[dim as usize] > 64 {
+                            continue;
+                        }
+                        check(&t, &v, &shape, op, Some(dim), false);
+                    }
+                }
+            }
+            let v = data(40 * 600, 62, 2.0);
+            let t = Tensor::from_vec(v, &[40, 600], &d).unwrap().t().unwrap();
+            let packed = values(&t);
+            for op in OPS.iter().filter(|&&op| op != "prod") {
+                check(&t, &packed, &[600, 40], op, Some(0), true);
+            }
+        }
+        assert!(wgtensor::testing::force_reduce_variant(None));
+        assert!(!wgtensor::testing::force_reduce_variant(Some("nope")));
     }
 }

@@ -38,6 +38,56 @@ fn plan(rows: usize, len: usize) -> (&'static str, usize) {
     }
 }
 
+thread_local! {
+    /// A first-pass kernel forced by a test on this thread (`testing::force_reduce_variant`).
+    static FORCED: std::cell::Cell<Option<FirstPass>> = const { std::cell::Cell::new(None) };
+}
+
+/// Forces (or with `None`, stops forcing) the reduction first-pass variant `name` on this
+/// thread; false for an unknown name.
+pub(crate) fn force_variant(name: Option<&str>) -> bool {
+    let f = match name {
+        None => None,
+        Some(n) => match FirstPass::TUNED.into_iter().find(|f| f.name() == n) {
+            Some(f) => Some(f),
+            None => return false,
+        },
+    };
+    FORCED.with(|c| c.set(f));
+    true
+}
+
+/// The first pass's kernel: the heuristic's ([`plan`]) or one the autotuner tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FirstPass {
+    /// Whatever [`plan`] picks.
+    Plan,
+    /// One invocation per chunk of at most 256 elements (`reduce_thread`).
+    Thread,
+    /// One workgroup per chunk of 16,384 elements (`reduce_wg`).
+    Workgroup,
+}
+
+impl FirstPass {
+    const TUNED: [FirstPass; 2] = [FirstPass::Thread, FirstPass::Workgroup];
+
+    fn name(self) -> &'static str {
+        match self {
+            FirstPass::Plan => "heuristic",
+            FirstPass::Thread => "thread_per_chunk",
+            FirstPass::Workgroup => "workgroup_per_chunk",
+        }
+    }
+
+    fn plan(self, rows: usize, len: usize) -> (&'static str, usize) {
+        match self {
+            FirstPass::Plan => plan(rows, len),
+            FirstPass::Thread => ("reduce_thread", len.min(THREAD_CHUNK)),
+            FirstPass::Workgroup => ("reduce_wg", WG_CHUNK),
+        }
+    }
+}
+
 /// One pass's view of its input rows.
 struct PassInput {
     out_shape: Vec<usize>,
@@ -96,17 +146,60 @@ impl GpuDevice {
                 len: chunks,
                 stride: 1,
             };
-            return self.passes(name, op.code(), false, mean, &partials, None, &rest);
+            return self.passes(
+                name,
+                op.code(),
+                false,
+                mean,
+                &partials,
+                None,
+                &rest,
+                FirstPass::Plan,
+            );
         }
-        self.passes(
-            name,
-            op.code() | kind << 8,
-            op.is_arg(),
-            mean,
-            src,
-            None,
-            rows,
-        )
+        let code = op.code() | kind << 8;
+        let first = self.tuned_first_pass(rows, |f| {
+            self.passes(name, code, op.is_arg(), mean, src, None, rows, f)
+                .map(drop)
+        })?;
+        self.passes(name, code, op.is_arg(), mean, src, None, rows, first)
+    }
+
+    /// The first pass's kernel for `rows`: where both kernels apply (rows longer than 256, or
+    /// fewer than 256 rows), the autotuned one per class, the heuristic on a class's first
+    /// call; elsewhere the heuristic. `run(k)` runs the whole reduction with first pass `k`.
+    fn tuned_first_pass(
+        &self,
+        rows: &Rows,
+        run: impl Fn(FirstPass) -> Result<()>,
+    ) -> Result<FirstPass> {
+        if let Some(f) = FORCED.with(std::cell::Cell::get) {
+            return Ok(f);
+        }
+        let m = rows.outputs();
+        if rows.len <= THREAD_CHUNK && m >= FEW_ROWS {
+            return Ok(FirstPass::Plan);
+        }
+        let b = |x: usize| x.next_power_of_two();
+        let key = format!("reduce/rows{} len{}", b(m), b(rows.len));
+        let (chosen, tune_now) = self.0.tuner.lookup(&key);
+        if let Some(f) = chosen.and_then(|n| FirstPass::TUNED.into_iter().find(|f| f.name() == n)) {
+            return Ok(f);
+        }
+        let heuristic = match plan(m, rows.len).0 {
+            "reduce_wg" => FirstPass::Workgroup,
+            _ => FirstPass::Thread,
+        };
+        // A search re-runs the reduction a dozen times: large classes keep the heuristic.
+        if !tune_now || m as u64 * rows.len as u64 > 1 << 26 {
+            self.0.tuner.note_heuristic(&key, heuristic.name());
+            return Ok(FirstPass::Plan);
+        }
+        let found =
+            self.time_candidates("reduce autotune", &FirstPass::TUNED, FirstPass::name, run)?;
+        let (winner, timings) = found.unwrap_or((heuristic, Vec::new()));
+        self.0.tuner.record(&key, winner.name(), timings);
+        Ok(winner)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -119,6 +212,7 @@ impl GpuDevice {
         src: &GpuBuffer,
         mut aux: Option<&GpuBuffer>,
         rows: &Rows,
+        mut first: FirstPass,
     ) -> Result<GpuBuffer> {
         let m = rows.outputs();
         debug_assert!(m > 0 && rows.len > 0, "callers handle empty reductions");
@@ -132,7 +226,9 @@ impl GpuDevice {
         // The previous pass's partials; `None` while reading the tensor itself.
         let mut partials: Option<GpuBuffer> = None;
         loop {
-            let (entry, chunk) = plan(m, input.len);
+            let (entry, chunk) = first.plan(m, input.len);
+            // Later passes reduce partials: the heuristic's choice.
+            first = FirstPass::Plan;
             let chunks = input.len.div_ceil(chunk);
             let items = m * chunks;
             let last = chunks == 1;
