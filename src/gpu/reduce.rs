@@ -186,14 +186,16 @@ impl GpuDevice {
         if let Some(f) = chosen.and_then(|n| FirstPass::TUNED.into_iter().find(|f| f.name() == n)) {
             return Ok(f);
         }
+        // On a software adapter a workgroup's barriers are dear: chunks of one invocation.
+        let software = self.0.info.device_type == wgpu::DeviceType::Cpu;
         let heuristic = match plan(m, rows.len).0 {
-            "reduce_wg" => FirstPass::Workgroup,
+            "reduce_wg" if !software => FirstPass::Workgroup,
             _ => FirstPass::Thread,
         };
         // A search re-runs the reduction a dozen times: large classes keep the heuristic.
         if !tune_now || m as u64 * rows.len as u64 > 1 << 26 {
             self.0.tuner.note_heuristic(&key, heuristic.name());
-            return Ok(FirstPass::Plan);
+            return Ok(heuristic);
         }
         let found =
             self.time_candidates("reduce autotune", &FirstPass::TUNED, FirstPass::name, run)?;
