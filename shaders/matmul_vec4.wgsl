@@ -32,9 +32,11 @@
 //              [10] B offset [11] B k stride  [12] B column stride
 //              [13] first batch of this dispatch  [14] batch ndim = nd
 //              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
-// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point), grid
-//            (ceil(N/(8X)), ceil(M/(8Y)), batches) counted from the row/column origin and the
-//            first batch; every store guarded.
+// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point) with 8×8
+//            outputs per invocation, grid (ceil(N/(8X)), ceil(M/(8Y)), batches); the r4x4 and
+//            r8x4 entries cover 64×64 outputs per workgroup, grid (ceil(N/64), ceil(M/64),
+//            batches); counted from the row/column origin and the first batch; every store
+//            guarded.
 
 override OP: u32 = 3u;
 
@@ -87,6 +89,118 @@ fn register_tile_4x16(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(16, 16)
 fn register_tile_16x16(@builtin(global_invocation_id) gid: vec3<u32>) {
     tile8(gid);
+}
+
+// The smaller register tiles, four columns wide: 4×4 outputs (16×16 invocations, a 64×64
+// workgroup tile) and 8×4 (16×8 invocations, 64×64). Fewer accumulators per invocation than
+// tile8's 64: on hardware GPUs that buys occupancy (more invocations resident to hide memory
+// latency) at the cost of fewer FMAs per load; which wins depends on the GPU, so the autotuner
+// times them (register_vec4_r4x4, register_vec4_r8x4).
+@compute @workgroup_size(16, 16)
+fn register_tile_r4x4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile_c4(gid, false);
+}
+
+@compute @workgroup_size(16, 8)
+fn register_tile_r8x4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile_c4(gid, true);
+}
+
+// 4 columns × 4 rows (tall = false) or 8 rows (tall = true) per invocation; `tall` is a
+// constant at each call, so drivers (which inline) compile each entry without its branches.
+// Loads and clamping follow tile8.
+fn tile_c4(gid: vec3<u32>, tall: bool) {
+    let rows = select(4u, 8u, tall);
+    let m = params[0];
+    let n = params[1];
+    let r0 = params[2] + gid.y * rows;
+    let c0 = params[3] + gid.x * 4u;
+    if (r0 >= m || c0 >= n) {
+        return;
+    }
+    let k0 = params[4];
+    let k1 = params[5];
+    let add = params[6] != 0u;
+    let a_rs = params[8];
+    let a_ks = params[9];
+    let b_ks = params[11];
+    let b_cs = params[12];
+    let batch = params[13] + gid.z;
+    let nd = params[14];
+    let a = strided_offset(batch, params[7], nd, 15u, 15u + nd);
+    let b = strided_offset(batch, params[10], nd, 15u, 15u + 2u * nd);
+    let a_k_contig = (OP & 1u) != 0u;
+    let b_c_contig = (OP & 2u) != 0u;
+    var ia: array<u32, 8>;
+    var ib: array<u32, 4>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        ia[i] = a + select(r0 + i, r0, r0 + i >= m) * a_rs + k0 * a_ks;
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        ib[i] = b + select(c0 + i, c0, c0 + i >= n) * b_cs + k0 * b_ks;
+    }
+    // acc[i]: row i, columns 0..3.
+    var acc: array<vec4<f32>, 8>;
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        acc[i] = vec4<f32>(0.0);
+    }
+    for (var k = k0; k < k1; k = k + 4u) {
+        let step = k - k0;
+        // a0[j] / a1[j]: rows 0..3 / 4..7 at k + j; b0[j]: the four columns at k + j.
+        var a0: array<vec4<f32>, 4>;
+        var a1: array<vec4<f32>, 4>;
+        var b0: array<vec4<f32>, 4>;
+        if (a_k_contig) {
+            let x0 = lhs[(ia[0] + step) / 4u];
+            let x1 = lhs[(ia[1] + step) / 4u];
+            let x2 = lhs[(ia[2] + step) / 4u];
+            let x3 = lhs[(ia[3] + step) / 4u];
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                a0[j] = col(x0, x1, x2, x3, j);
+            }
+            if (tall) {
+                let x4 = lhs[(ia[4] + step) / 4u];
+                let x5 = lhs[(ia[5] + step) / 4u];
+                let x6 = lhs[(ia[6] + step) / 4u];
+                let x7 = lhs[(ia[7] + step) / 4u];
+                for (var j = 0u; j < 4u; j = j + 1u) {
+                    a1[j] = col(x4, x5, x6, x7, j);
+                }
+            }
+        } else {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                a0[j] = lhs[(ia[0] + (step + j) * a_ks) / 4u];
+                if (tall) {
+                    a1[j] = lhs[(ia[4] + (step + j) * a_ks) / 4u];
+                }
+            }
+        }
+        if (b_c_contig) {
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                b0[j] = rhs[(ib[0] + (step + j) * b_ks) / 4u];
+            }
+        } else {
+            let y0 = rhs[(ib[0] + step) / 4u];
+            let y1 = rhs[(ib[1] + step) / 4u];
+            let y2 = rhs[(ib[2] + step) / 4u];
+            let y3 = rhs[(ib[3] + step) / 4u];
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                b0[j] = col(y0, y1, y2, y3, j);
+            }
+        }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                acc[i] = fma(vec4<f32>(a0[j][i]), b0[j], acc[i]);
+                if (tall) {
+                    acc[4u + i] = fma(vec4<f32>(a1[j][i]), b0[j], acc[4u + i]);
+                }
+            }
+        }
+    }
+    let c = batch * m * n;
+    for (var i = 0u; i < rows; i = i + 1u) {
+        store4(c, n, m, add, r0 + i, c0, acc[i]);
+    }
 }
 
 fn tile8(gid: vec3<u32>) {

@@ -42,6 +42,10 @@ pub(crate) enum MatmulKernel {
     RegisterVec4Tall,
     /// [`MatmulKernel::RegisterVec4`] in 16×16 workgroups (128 × 128 outputs).
     RegisterVec4Large,
+    /// The vec4 kernel with a 4×4 register tile, 16×16 invocations (64 × 64 outputs).
+    RegisterVec4R4x4,
+    /// The vec4 kernel with an 8×4 (rows × columns) register tile, 16×8 invocations (64 × 64).
+    RegisterVec4R8x4,
     /// 64×64 workgroup-memory tiles with 4×4 register tiles: hardware GPUs.
     Tiled,
     /// [`MatmulKernel::Tiled`] with the A tile padded against workgroup-memory bank conflicts.
@@ -58,13 +62,15 @@ pub(crate) enum MatmulKernel {
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 11] = [
+    pub(crate) const ALL: [MatmulKernel; 13] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
         MatmulKernel::RegisterVec4Wide,
         MatmulKernel::RegisterVec4Tall,
         MatmulKernel::RegisterVec4Large,
+        MatmulKernel::RegisterVec4R4x4,
+        MatmulKernel::RegisterVec4R8x4,
         MatmulKernel::Tiled,
         MatmulKernel::TiledPadded,
         MatmulKernel::SplitK,
@@ -80,6 +86,8 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Wide => "register_vec4_16x4",
             MatmulKernel::RegisterVec4Tall => "register_vec4_4x16",
             MatmulKernel::RegisterVec4Large => "register_vec4_16x16",
+            MatmulKernel::RegisterVec4R4x4 => "register_vec4_r4x4",
+            MatmulKernel::RegisterVec4R8x4 => "register_vec4_r8x4",
             MatmulKernel::Tiled => "tiled",
             MatmulKernel::TiledPadded => "tiled_padded",
             MatmulKernel::SplitK => "split_k",
@@ -93,6 +101,7 @@ impl MatmulKernel {
         match self {
             MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => 64,
             MatmulKernel::RegisterVec4Wide | MatmulKernel::RegisterVec4Tall => 64,
+            MatmulKernel::RegisterVec4R8x4 => 128,
             _ => 256,
         }
     }
@@ -105,6 +114,8 @@ impl MatmulKernel {
                 | MatmulKernel::RegisterVec4Wide
                 | MatmulKernel::RegisterVec4Tall
                 | MatmulKernel::RegisterVec4Large
+                | MatmulKernel::RegisterVec4R4x4
+                | MatmulKernel::RegisterVec4R8x4
         )
     }
 
@@ -131,6 +142,8 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Wide => "register_tile_16x4",
             MatmulKernel::RegisterVec4Tall => "register_tile_4x16",
             MatmulKernel::RegisterVec4Large => "register_tile_16x16",
+            MatmulKernel::RegisterVec4R4x4 => "register_tile_r4x4",
+            MatmulKernel::RegisterVec4R8x4 => "register_tile_r8x4",
             MatmulKernel::Tiled | MatmulKernel::TiledPadded => "tiled",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
@@ -145,6 +158,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Wide => (32, 128),
             MatmulKernel::RegisterVec4Tall => (128, 32),
             MatmulKernel::RegisterVec4Large => (128, 128),
+            MatmulKernel::RegisterVec4R4x4 | MatmulKernel::RegisterVec4R8x4 => (64, 64),
             MatmulKernel::Tiled | MatmulKernel::TiledPadded => (64, 64),
             MatmulKernel::GemvM1 => (1, 256),
             MatmulKernel::GemvN1 => (256, 1),
