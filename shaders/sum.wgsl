@@ -11,6 +11,11 @@
 //            @group(0) @binding(1) dst    : array<f32>, read-write, one partial per workgroup
 //            @group(0) @binding(2) params : array<u32>, read-only: [chunks, n, offset / 4]
 // Dispatch   one 256-thread workgroup per chunk on the 2-D grid (wid.y * nwg.x + wid.x).
+// Entry sum_wide_thread: the same partials over chunks of 256 elements (64 vec4s), one
+//            invocation per chunk, no workgroup memory and no barrier, for adapters where a
+//            barrier is dear (software adapters switch every SIMD group of the workgroup at
+//            each); params [chunks, n, offset / 4]; invocation c of the 2-D grid computes
+//            partial c.
 
 @group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>;
@@ -55,4 +60,30 @@ fn sum_wide(inv: Invocation) {
     if (lid == 0u) {
         dst[chunk] = tree[0];
     }
+}
+
+const THREAD_VECS: u32 = 64u;
+
+@compute @workgroup_size(256)
+fn sum_wide_thread(inv: Invocation) {
+    let chunk = flat_index(inv.wid, inv.nwg, inv.lid);
+    if (chunk >= params[0]) {
+        return;
+    }
+    let n = params[1];
+    let base = params[2];
+    var acc = vec4<f32>(bitcast<f32>(0x80000000u));
+    for (var k = 0u; k < THREAD_VECS; k = k + 1u) {
+        let v = chunk * THREAD_VECS + k;
+        let e = v * 4u;
+        if (e + 4u <= n) {
+            acc = acc + src[base + v];
+        } else if (e < n) {
+            let q = src[base + v];
+            for (var j = 0u; j < n - e; j = j + 1u) {
+                acc[j] = acc[j] + q[j];
+            }
+        }
+    }
+    dst[chunk] = (acc.x + acc.y) + (acc.z + acc.w);
 }

@@ -117,14 +117,6 @@ pub mod testing {
         crate::gpu::reduce::force_variant(name)
     }
 
-    /// Forces how many vec4s each invocation of the four-wide elementwise kernels handles (1 to
-    /// 8) on this thread, or with `None` returns to the adapter's choice (4 on software
-    /// adapters, 1 elsewhere); false, and nothing changed, outside 1..=8. The choice is made
-    /// when a pending (fused) chain is flushed, on the flushing thread.
-    pub fn force_wide_vectors(per: Option<u32>) -> bool {
-        crate::gpu::elementwise::force_vectors_per_invocation(per)
-    }
-
     /// Row-kernel dispatches (softmax, log_softmax, layer_norm on a GPU) issued so far by the
     /// calling thread: a test takes the difference around one op.
     pub fn row_dispatches() -> u64 {

@@ -428,67 +428,13 @@ fn operators_and_scalar_first_forms_match_cpu() {
 
 /// More than 65,535 workgroups of 256 threads (FAULTS row 7): the dispatch needs a 2-D grid.
 /// Only add and relu, to keep the software adapter's runtime low.
-/// One vec4 per invocation is forced: with four (the software adapter's choice) this size would
-/// fit a 1-D grid.
 #[test]
 fn large_tensors_use_a_2d_grid() {
     const N: usize = 16_777_217;
     const { assert!(N > 65_535 * 256) };
-    assert!(wgtensor::testing::force_wide_vectors(Some(1)));
     let (a, b) = (data(N, 71, 10.0), data(N, 72, 10.0));
     check_binary(op("add"), (&a, &[N]), (&b, &[N]), &[N], "n=16777217");
     check_unary(unary("relu"), &a, &[N], "n=16777217");
-    wgtensor::testing::force_wide_vectors(None);
-}
-
-/// The four-wide kernels with every count of vectors per invocation (1 on hardware GPUs, 4 on
-/// software adapters, and others a future heuristic may pick), on sizes around the vector, the
-/// workgroup and the per-invocation span, with an offset view and a fused chain.
-#[test]
-fn wide_kernels_match_cpu_with_any_vectors_per_invocation() {
-    assert!(!wgtensor::testing::force_wide_vectors(Some(0)));
-    assert!(!wgtensor::testing::force_wide_vectors(Some(9)));
-    for per in [1u32, 2, 3, 4, 8] {
-        assert!(wgtensor::testing::force_wide_vectors(Some(per)));
-        let span = 4 * 256 * per as usize;
-        for n in [
-            1,
-            3,
-            4,
-            5,
-            1023,
-            1024,
-            1025,
-            span - 1,
-            span,
-            span + 1,
-            3 * span + 7,
-        ] {
-            let label = format!("n={n}, {per} vectors per invocation");
-            let (a, b) = (with_specials(data(n, 81, 10.0), 5), data(n, 82, 10.0));
-            check_binary(op("add"), (&a, &[n]), (&b, &[n]), &[n], &label);
-            check_unary(unary("exp"), &a, &[n], &label);
-            // An offset view (4-aligned, so still four-wide) and a fused three-op chain.
-            let m = n + 4;
-            let (c, d) = (data(m, 83, 10.0), data(m, 84, 10.0));
-            let host: Vec<f32> = (0..n)
-                .map(|i| (c[i + 4] * d[i + 4]).max(0.0) + 1.5)
-                .collect();
-            check(
-                &format!("narrow(4) mul relu add_scalar, {label}"),
-                &[(&c, &[m]), (&d, &[m])],
-                &|t| {
-                    let x = t[0].narrow(0, 4, n)?;
-                    let y = t[1].narrow(0, 4, n)?;
-                    x.mul(&y)?.relu()?.add_scalar(1.5)
-                },
-                &host,
-                &[n],
-                Tol(0.0, 0.0),
-            );
-        }
-    }
-    wgtensor::testing::force_wide_vectors(None);
 }
 
 #[test]

@@ -587,6 +587,17 @@ fn every_reduce_variant_matches_the_reference() {
                     }
                 }
             }
+            // sum/mean of one long packed f32 row take the vec4 first pass (sum.wgsl), in the
+            // forced variant too: whole chunks, ragged ends, and a view starting 4 elements in.
+            for n in [16_384usize, 16_385, 3 * 16_384 + 7, 100_003] {
+                let v = data(n + 4, 63, 2.0);
+                let full = Tensor::from_vec(v.clone(), &[n + 4], &d).unwrap();
+                let view = full.narrow(0, 4, n).unwrap();
+                for op in ["sum", "mean"] {
+                    check(&view, &v[4..], &[n], op, None, false);
+                    check(&full, &v, &[n + 4], op, Some(0), false);
+                }
+            }
             let v = data(40 * 600, 62, 2.0);
             let t = Tensor::from_vec(v, &[40, 600], &d).unwrap().t().unwrap();
             let packed = values(&t);

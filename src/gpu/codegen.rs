@@ -100,22 +100,21 @@ struct Key {
     program: Program,
     packed: u64,
     native_f16: bool,
-    wide: u32,
+    wide: bool,
 }
 
 /// The kernel for `program` with the given packed-input mask, generated on first use. With
 /// `native_f16` (the device has `SHADER_F16`), f16 inputs are bound as `array<f16>` and read with
 /// the hardware conversion (exact), instead of being unpacked from words; results are identical.
 ///
-/// `wide` > 0: every input is packed 32-bit data starting at a multiple of 4 elements, and the
-/// output is 32-bit. Each invocation then loads and stores `wide` whole `vec4<u32>`s (four
-/// elements each, `total` invocations apart): 16-byte accesses a GPU coalesces, no per-element
-/// params read. 0: one element (or packed word) per invocation.
+/// `wide`: every input is packed 32-bit data starting at a multiple of 4 elements, and the
+/// output is 32-bit. Each invocation then loads and stores whole `vec4<u32>`s (four elements):
+/// 16-byte accesses a GPU coalesces, a quarter of the invocations, no per-element params read.
 pub(crate) fn kernel(
     program: &Program,
     packed: u64,
     native_f16: bool,
-    wide: u32,
+    wide: bool,
     label: &str,
 ) -> &'static Generated {
     static KERNELS: OnceLock<Mutex<HashMap<Key, &'static Generated>>> = OnceLock::new();
@@ -129,8 +128,8 @@ pub(crate) fn kernel(
     };
     let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
     m.entry(key).or_insert_with(|| {
-        let source = if wide > 0 {
-            generate_wide(program, wide)
+        let source = if wide {
+            generate_wide(program)
         } else {
             generate(program, packed, native_f16)
         };
@@ -281,9 +280,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     s
 }
 
-/// The `wide` variant of [`generate`]: inputs and output bound as `array<vec4<u32>>`, `per`
-/// vectors of four elements per invocation; the last, partial vector takes a scalar path.
-fn generate_wide(p: &Program, per: u32) -> String {
+/// The `wide` variant of [`generate`]: inputs and output bound as `array<vec4<u32>>`, four
+/// elements per invocation; the last, partial vector takes a scalar path.
+fn generate_wide(p: &Program) -> String {
     let k = p.inputs.len();
     let mut s = String::new();
     let mut fns = String::new();
@@ -340,20 +339,24 @@ fn generate_wide(p: &Program, per: u32) -> String {
         })
         .collect();
     let tail_args: String = (0..k).map(|i| format!(", t{i}")).collect();
-    let calls: String = (0..per)
-        .map(|j| format!("    vector(w + {j}u * total, n);\n"))
-        .collect();
     let _ = write!(
         s,
         "{fns}
 fn element(e: u32{args}) -> u32 {{
 {body}}}
 
-fn vector(w: u32, n: u32) {{
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {{
+    let w = flat_index(wid, nwg, lid);
+    let n = params[0];
+    if (w >= (n + 3u) / 4u) {{
+        return;
+    }}
     let e = w * 4u;
     if (e + 4u <= n) {{
 {loads}        dst[w] = vec4<u32>({}, {}, {}, {});
-    }} else if (e < n) {{
+    }} else {{
         // The last vector: only its first n - e elements exist.
         var out = vec4<u32>(0u);
         for (var j = 0u; j < 4u; j = j + 1u) {{
@@ -364,15 +367,6 @@ fn vector(w: u32, n: u32) {{
         dst[w] = out;
     }}
 }}
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {{
-    let w = flat_index(wid, nwg, lid);
-    let n = params[0];
-    // Vectors w, w + total, ...: consecutive invocations touch consecutive vectors each time.
-    let total = nwg.x * nwg.y * 256u;
-{calls}}}
 ",
         call(".x"),
         call(".y"),
@@ -544,9 +538,7 @@ pub(crate) fn catalogue() -> Vec<(String, String)> {
         }
         let word = |d: DType| matches!(d, DType::F32 | DType::I32 | DType::U32);
         if word(p.out_dtype()) && p.inputs.iter().all(|&d| word(d)) {
-            for per in [1, 4] {
-                out.push((format!("{name}/wide{per}"), generate_wide(&p, per)));
-            }
+            out.push((format!("{name}/wide"), generate_wide(&p)));
         }
     };
     let dtypes = [DType::F32, DType::F16, DType::I32, DType::U32];

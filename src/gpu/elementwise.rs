@@ -10,40 +10,8 @@ use super::kernels::{GeneratedRef, Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
 use crate::{DType, Result};
-use std::cell::Cell;
-
-thread_local! {
-    /// Vectors per invocation of the four-wide kernels forced by a test on this thread
-    /// (`testing::force_wide_vectors`).
-    static FORCED_PER: Cell<Option<u32>> = const { Cell::new(None) };
-}
-
-/// See `testing::force_wide_vectors`: `Some(1..=8)` forces, `None` returns to the adapter's
-/// choice; false (and nothing changed) outside 1..=8.
-pub(crate) fn force_vectors_per_invocation(per: Option<u32>) -> bool {
-    if per.is_some_and(|p| !(1..=8).contains(&p)) {
-        return false;
-    }
-    FORCED_PER.with(|f| f.set(per));
-    true
-}
 
 impl GpuDevice {
-    /// How many vec4s each invocation of a four-wide elementwise kernel handles. Software
-    /// adapters (lavapipe) run a workgroup as a loop over SIMD lanes on one CPU thread: four
-    /// vectors per invocation cut that per-invocation overhead (1 M f32 `add` on llvmpipe,
-    /// alternating runs: 2.46 ms against 2.59 ms with one). Hardware GPUs keep one, so that a
-    /// mid-size tensor still spreads over every compute unit.
-    fn vectors_per_invocation(&self) -> u32 {
-        FORCED_PER.with(|f| f.get()).unwrap_or(
-            if self.0.info.device_type == wgpu::DeviceType::Cpu {
-                4
-            } else {
-                1
-            },
-        )
-    }
-
     /// A new buffer of `n` elements of `dtype`, all `value` (a generated kernel with no input:
     /// no host transfer, any dtype). Integer values arrive validated.
     pub(crate) fn fill_value(
@@ -139,12 +107,7 @@ impl GpuDevice {
                 extend(&mut params, &l.strides);
             }
         }
-        let per = if wide {
-            self.vectors_per_invocation()
-        } else {
-            0
-        };
-        let kernel = codegen::kernel(program, packed, self.native_f16(), per, name);
+        let kernel = codegen::kernel(program, packed, self.native_f16(), wide, name);
         let inputs: Vec<&wgpu::Buffer> = views.iter().map(|(b, _)| &b.buffer).collect();
         self.launch(
             name,
@@ -156,7 +119,7 @@ impl GpuDevice {
                 output: &out.buffer,
                 meta: &params,
                 threads: if wide {
-                    n.div_ceil(4).div_ceil(per as usize) as u64
+                    n.div_ceil(4) as u64
                 } else {
                     n.div_ceil(per_word(out_dtype)) as u64
                 },

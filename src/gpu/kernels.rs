@@ -436,17 +436,21 @@ impl KernelCache {
                         label: Some(shader.file()),
                         source: wgpu::ShaderSource::Wgsl(shader.source().into()),
                     };
-                    // Bounds checks and integer-division guards stay on; only the loop
-                    // counters naga adds to every loop are dropped: they cost a counter update
-                    // and a branch per iteration of every K loop and row loop.
+                    // The matmul shaders are built without the counter naga adds to every
+                    // loop against infinite loops (a counter update and a branch per K step:
+                    // 512x512 on llvmpipe, alternating runs, 14.7-15.9 ms against 16.2-16.4 ms
+                    // with it). Bounds checks and integer-division guards stay on. The other
+                    // shaders keep the counters: no gain was measured for them.
                     let mut checks = wgpu::ShaderRuntimeChecks::checked();
-                    checks.force_loop_bounding = false;
-                    // (512x512 matmul on llvmpipe, alternating runs: 14.7-15.9 ms against
-                    // 16.2-16.4 ms with the counters.)
+                    checks.force_loop_bounding = !matches!(
+                        shader,
+                        Shader::Matmul | Shader::MatmulF16 | Shader::MatmulVec4
+                    );
                     // SAFETY: wgpu requires shaders built without loop bounding to have no
-                    // infinite loop. Every shader here is wgtensor's own (no user WGSL), and
-                    // every loop runs to a bound taken from its params or a constant, with an
-                    // increment that reaches it.
+                    // infinite loop. The matmul shaders are wgtensor's own; each loop runs from
+                    // a start to a bound taken from its params (a K chunk of at most 16,384, a
+                    // tile edge, a batch rank) or a constant, by a fixed positive step, and
+                    // every one is run on every adapter by tests/matmul.rs.
                     unsafe { dev.create_shader_module_trusted(desc, checks) }
                 })
                 .clone();

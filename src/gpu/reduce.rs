@@ -125,44 +125,66 @@ impl GpuDevice {
             && rows.len >= WG_CHUNK
             && src.buffer.size().is_multiple_of(16)
         {
-            let chunks = rows.len.div_ceil(WG_CHUNK);
-            let partials = self.alloc_uninit(name, chunks as u64 * 4)?;
-            self.launch(
-                name,
-                Launch {
-                    shader: Shader::Sum,
-                    entry: "sum_wide",
-                    op_code: None,
-                    inputs: &[&src.buffer],
-                    output: &partials.buffer,
-                    meta: &[w(chunks), w(rows.len), w(rows.offset / 4)],
-                    threads: chunks as u64 * WORKGROUP,
-                },
-            )?;
-            let rest = Rows {
-                out_shape: vec![1],
-                out_strides: vec![chunks],
-                offset: 0,
-                len: chunks,
-                stride: 1,
-            };
-            return self.passes(
-                name,
-                op.code(),
-                false,
-                mean,
-                &partials,
-                None,
-                &rest,
-                FirstPass::Plan,
-            );
+            let first = self.tuned_first_pass("sum_vec4", rows, |f| {
+                self.sum_packed(name, op, mean, src, rows, f).map(drop)
+            })?;
+            return self.sum_packed(name, op, mean, src, rows, first);
         }
         let code = op.code() | kind << 8;
-        let first = self.tuned_first_pass(rows, |f| {
+        let first = self.tuned_first_pass("reduce", rows, |f| {
             self.passes(name, code, op.is_arg(), mean, src, None, rows, f)
                 .map(drop)
         })?;
         self.passes(name, code, op.is_arg(), mean, src, None, rows, first)
+    }
+
+    /// The sum (or mean) of one packed f32 row of at least [`WG_CHUNK`] elements starting at a
+    /// multiple of 4: a first pass of vec4 loads (`sum.wgsl`: a workgroup per 16,384 elements,
+    /// or with `FirstPass::Thread` an invocation per 256, no barriers), then the partials.
+    fn sum_packed(
+        &self,
+        name: &'static str,
+        op: ReduceOp,
+        mean: Option<f32>,
+        src: &GpuBuffer,
+        rows: &Rows,
+        first: FirstPass,
+    ) -> Result<GpuBuffer> {
+        let (entry, chunk, threads_per_chunk) = match first {
+            FirstPass::Thread => ("sum_wide_thread", THREAD_CHUNK, 1),
+            FirstPass::Workgroup | FirstPass::Plan => ("sum_wide", WG_CHUNK, WORKGROUP),
+        };
+        let chunks = rows.len.div_ceil(chunk);
+        let partials = self.alloc_uninit(name, chunks as u64 * 4)?;
+        self.launch(
+            name,
+            Launch {
+                shader: Shader::Sum,
+                entry,
+                op_code: None,
+                inputs: &[&src.buffer],
+                output: &partials.buffer,
+                meta: &[w(chunks), w(rows.len), w(rows.offset / 4)],
+                threads: chunks as u64 * threads_per_chunk,
+            },
+        )?;
+        let rest = Rows {
+            out_shape: vec![1],
+            out_strides: vec![chunks],
+            offset: 0,
+            len: chunks,
+            stride: 1,
+        };
+        self.passes(
+            name,
+            op.code(),
+            false,
+            mean,
+            &partials,
+            None,
+            &rest,
+            FirstPass::Plan,
+        )
     }
 
     /// The first pass's kernel for `rows`: where both kernels apply (rows longer than 256, or
@@ -170,6 +192,7 @@ impl GpuDevice {
     /// call; elsewhere the heuristic. `run(k)` runs the whole reduction with first pass `k`.
     fn tuned_first_pass(
         &self,
+        family: &str,
         rows: &Rows,
         run: impl Fn(FirstPass) -> Result<()>,
     ) -> Result<FirstPass> {
@@ -181,7 +204,7 @@ impl GpuDevice {
             return Ok(FirstPass::Plan);
         }
         let b = |x: usize| x.next_power_of_two();
-        let key = format!("reduce/rows{} len{}", b(m), b(rows.len));
+        let key = format!("{family}/rows{} len{}", b(m), b(rows.len));
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
         if let Some(f) = chosen.and_then(|n| FirstPass::TUNED.into_iter().find(|f| f.name() == n)) {
             return Ok(f);
