@@ -125,6 +125,26 @@ fn ratio_summary() {
             gbs(N_GPU, best),
             best * 1e3
         );
+        // The two first-pass variants the autotuner chooses between, forced in turn (rounds
+        // alternate, so both see the same machine load).
+        let variants = ["thread_per_chunk", "workgroup_per_chunk"];
+        let mut bests = [f64::MAX; 2];
+        for _round in 0..10 {
+            for (i, v) in variants.iter().enumerate() {
+                wgtensor::testing::force_reduce_variant(Some(v));
+                let s = Instant::now();
+                black_box(wg_sum(&t));
+                bests[i] = bests[i].min(s.elapsed().as_secs_f64());
+            }
+        }
+        wgtensor::testing::force_reduce_variant(None);
+        for (v, b) in variants.iter().zip(bests) {
+            println!(
+                "  first pass {v}: {:.3} GB/s, {:.2} ms (best of 10, alternating)",
+                gbs(N_GPU, b),
+                b * 1e3
+            );
+        }
     }
 }
 
