@@ -16,6 +16,9 @@
 
 use crate::{Result, Tensor};
 
+mod host;
+pub(crate) use host::*;
+
 /// The scalar functions of one unary op, as types so that CPU loops monomorphise per op.
 pub(crate) trait UnaryFn {
     fn f32(x: f32) -> f32;
@@ -694,128 +697,3 @@ fn gelu_grad(x: &Tensor, gelu: &Tensor) -> Result<Tensor> {
         .mul_scalar(1.0 / (2.0 * std::f32::consts::PI).sqrt())?;
     cdf.add(&x.mul(&pdf)?)
 }
-
-/// erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7). The same formula runs in
-/// `shaders/common.wgsl`, so exact GELU agrees across devices to float rounding.
-#[inline]
-pub(crate) fn erf(x: f32) -> f32 {
-    let s = x.signum();
-    let a = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = t
-        * (0.254_829_6
-            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    s * (1.0 - poly * (-a * a).exp())
-}
-
-/// WGSL's float `%`: `a - b * trunc(a / b)`, the formula the shaders evaluate (not the exact
-/// `fmod`, which differs by rounding when the quotient is large). `x % 0` is NaN.
-#[inline]
-pub(crate) fn rem_f32(a: f32, b: f32) -> f32 {
-    a - b * (a / b).trunc()
-}
-
-/// PyTorch's `maximum`: NaN in either operand gives NaN (`f32::max` would drop it).
-#[inline]
-pub(crate) fn maximum(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-/// PyTorch's `minimum`: NaN in either operand gives NaN.
-#[inline]
-pub(crate) fn minimum(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else if a < b {
-        a
-    } else {
-        b
-    }
-}
-
-/// Integer element types with WGSL semantics: wrapping `+ - * neg`, and a divisor of 0 (or
-/// `MIN / -1` for signed types) replaced by 1, so `x / 0 == x`, `MIN / -1 == MIN`, `x % 0 == 0`
-/// and `MIN % -1 == 0` (what naga emits for every backend, and what the shaders spell out).
-pub(crate) trait IntElem: Copy + Ord + Send + Sync + 'static {
-    const ZERO: Self;
-    const ONE: Self;
-    fn wadd(self, b: Self) -> Self;
-    fn wsub(self, b: Self) -> Self;
-    fn wmul(self, b: Self) -> Self;
-    fn wneg(self) -> Self;
-    fn wabs(self) -> Self;
-    /// The divisor WGSL actually divides by.
-    fn guard(self, b: Self) -> Self;
-    fn wdiv(self, b: Self) -> Self {
-        self.div_exact(self.guard(b))
-    }
-    fn wrem(self, b: Self) -> Self {
-        self.rem_exact(self.guard(b))
-    }
-    fn div_exact(self, b: Self) -> Self;
-    fn rem_exact(self, b: Self) -> Self;
-}
-
-macro_rules! int_elem {
-    ($t:ty, $neg:expr, $abs:expr, $bad:expr) => {
-        impl IntElem for $t {
-            const ZERO: Self = 0;
-            const ONE: Self = 1;
-            #[inline]
-            fn wadd(self, b: Self) -> Self {
-                self.wrapping_add(b)
-            }
-            #[inline]
-            fn wsub(self, b: Self) -> Self {
-                self.wrapping_sub(b)
-            }
-            #[inline]
-            fn wmul(self, b: Self) -> Self {
-                self.wrapping_mul(b)
-            }
-            #[inline]
-            fn wneg(self) -> Self {
-                $neg(self)
-            }
-            #[inline]
-            fn wabs(self) -> Self {
-                $abs(self)
-            }
-            #[inline]
-            fn guard(self, b: Self) -> Self {
-                if b == 0 || $bad(self, b) {
-                    1
-                } else {
-                    b
-                }
-            }
-            #[inline]
-            fn div_exact(self, b: Self) -> Self {
-                self / b
-            }
-            #[inline]
-            fn rem_exact(self, b: Self) -> Self {
-                self % b
-            }
-        }
-    };
-}
-
-int_elem!(
-    i32,
-    |x: i32| x.wrapping_neg(),
-    |x: i32| x.wrapping_abs(),
-    |a: i32, b: i32| a == i32::MIN && b == -1
-);
-int_elem!(
-    u32,
-    |x: u32| x.wrapping_neg(),
-    |x: u32| x,
-    |_: u32, _: u32| false
-);
