@@ -108,37 +108,21 @@ fn register_tile_r8x4(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 // 4 columns × 4 rows (tall = false) or 8 rows (tall = true) per invocation; `tall` is a
 // constant at each call, so drivers (which inline) compile each entry without its branches.
-// Loads and clamping follow tile8.
+// Loads follow tile8.
 fn tile_c4(gid: vec3<u32>, tall: bool) {
     let rows = select(4u, 8u, tall);
-    let m = params[0];
-    let n = params[1];
-    let r0 = params[2] + gid.y * rows;
-    let c0 = params[3] + gid.x * 4u;
-    if (r0 >= m || c0 >= n) {
+    let t = tile_start(gid, rows, 4u);
+    if (t.r0 >= t.m || t.c0 >= t.n) {
         return;
     }
-    let k0 = params[4];
-    let k1 = params[5];
-    let add = params[6] != 0u;
-    let a_rs = params[8];
-    let a_ks = params[9];
-    let b_ks = params[11];
-    let b_cs = params[12];
-    let batch = params[13] + gid.z;
-    let nd = params[14];
-    let a = strided_offset(batch, params[7], nd, 15u, 15u + nd);
-    let b = strided_offset(batch, params[10], nd, 15u, 15u + 2u * nd);
+    let k0 = t.k0;
+    let k1 = t.k1;
+    let a_ks = t.a_ks;
+    let b_ks = t.b_ks;
+    let ia = t.ia;
+    let ib = t.ib;
     let a_k_contig = (OP & 1u) != 0u;
     let b_c_contig = (OP & 2u) != 0u;
-    var ia: array<u32, 8>;
-    var ib: array<u32, 4>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        ia[i] = a + select(r0 + i, r0, r0 + i >= m) * a_rs + k0 * a_ks;
-    }
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        ib[i] = b + select(c0 + i, c0, c0 + i >= n) * b_cs + k0 * b_ks;
-    }
     // acc[i]: row i, columns 0..3.
     var acc: array<vec4<f32>, 8>;
     for (var i = 0u; i < 8u; i = i + 1u) {
@@ -197,49 +181,70 @@ fn tile_c4(gid: vec3<u32>, tall: bool) {
             }
         }
     }
-    let c = batch * m * n;
+    let c = t.batch * t.m * t.n;
     for (var i = 0u; i < rows; i = i + 1u) {
-        store4(c, n, m, add, r0 + i, c0, acc[i]);
+        store4(c, t.n, t.m, t.add, t.r0 + i, t.c0, acc[i]);
     }
 }
 
-fn tile8(gid: vec3<u32>) {
-    let m = params[0];
-    let n = params[1];
-    let r0 = params[2] + gid.y * 8u;
-    let c0 = params[3] + gid.x * 8u;
-    if (r0 >= m || c0 >= n) {
-        return;
-    }
-    let k0 = params[4];
-    let k1 = params[5];
-    let add = params[6] != 0u;
+// Where invocation `gid`'s rows × cols outputs start, and what every tile kernel reads from
+// params: sizes, K range, strides, and each row's (column's) first element in A (B). Rows
+// (columns) past the end are read as the tile's first row (column) again: computed, never
+// stored, and the K loop stays free of branches. Along a contiguous dim a later vec4 is either
+// whole (M or N is a multiple of 4) or, clamped, the first one again.
+struct TileStart {
+    m: u32,
+    n: u32,
+    r0: u32,
+    c0: u32,
+    k0: u32,
+    k1: u32,
+    add: bool,
+    a_ks: u32,
+    b_ks: u32,
+    batch: u32,
+    ia: array<u32, 8>,
+    ib: array<u32, 8>,
+}
+
+fn tile_start(gid: vec3<u32>, rows: u32, cols: u32) -> TileStart {
+    var t: TileStart;
+    t.m = params[0];
+    t.n = params[1];
+    t.r0 = params[2] + gid.y * rows;
+    t.c0 = params[3] + gid.x * cols;
+    t.k0 = params[4];
+    t.k1 = params[5];
+    t.add = params[6] != 0u;
     let a_rs = params[8];
-    let a_ks = params[9];
-    let b_ks = params[11];
+    t.a_ks = params[9];
+    t.b_ks = params[11];
     let b_cs = params[12];
-    let batch = params[13] + gid.z;
+    t.batch = params[13] + gid.z;
     let nd = params[14];
     // The batch index unravelled over the batch dims, once per operand.
-    let a = strided_offset(batch, params[7], nd, 15u, 15u + nd);
-    let b = strided_offset(batch, params[10], nd, 15u, 15u + 2u * nd);
+    let a = strided_offset(t.batch, params[7], nd, 15u, 15u + nd);
+    let b = strided_offset(t.batch, params[10], nd, 15u, 15u + 2u * nd);
+    for (var i = 0u; i < 8u; i = i + 1u) {
+        t.ia[i] = a + select(t.r0 + i, t.r0, t.r0 + i >= t.m) * a_rs + t.k0 * t.a_ks;
+        t.ib[i] = b + select(t.c0 + i, t.c0, t.c0 + i >= t.n) * b_cs + t.k0 * t.b_ks;
+    }
+    return t;
+}
+
+fn tile8(gid: vec3<u32>) {
+    let s = tile_start(gid, 8u, 8u);
+    if (s.r0 >= s.m || s.c0 >= s.n) {
+        return;
+    }
+    let k0 = s.k0;
+    let k1 = s.k1;
+    let a_ks = s.a_ks;
+    let b_ks = s.b_ks;
+    let ia = s.ia;
+    let ib = s.ib;
     let a_k_contig = (OP & 1u) != 0u;
     let b_c_contig = (OP & 2u) != 0u;
-    // Rows (columns) past the end are read as the tile's first row (column) again: computed,
-    // never stored, and the loop stays free of branches. Along a contiguous dim the second
-    // vec4 is either whole (M or N is a multiple of 4) or, clamped, the first one again.
-    var ra: array<u32, 8>;
-    var cb: array<u32, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        ra[i] = select(r0 + i, r0, r0 + i >= m);
-        cb[i] = select(c0 + i, c0, c0 + i >= n);
-    }
-    var ia: array<u32, 8>;
-    var ib: array<u32, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        ia[i] = a + ra[i] * a_rs + k0 * a_ks;
-        ib[i] = b + cb[i] * b_cs + k0 * b_ks;
-    }
     var t: Tile;
     for (var i = 0u; i < 8u; i = i + 1u) {
         t.lo[i] = vec4<f32>(0.0);
@@ -295,9 +300,9 @@ fn tile8(gid: vec3<u32>) {
             rank1(&t, a0[j], a1[j], b0[j], b1[j]);
         }
     }
-    let c = batch * m * n;
+    let c = s.batch * s.m * s.n;
     for (var i = 0u; i < 8u; i = i + 1u) {
-        store4(c, n, m, add, r0 + i, c0, t.lo[i]);
-        store4(c, n, m, add, r0 + i, c0 + 4u, t.hi[i]);
+        store4(c, s.n, s.m, s.add, s.r0 + i, s.c0, t.lo[i]);
+        store4(c, s.n, s.m, s.add, s.r0 + i, s.c0 + 4u, t.hi[i]);
     }
 }

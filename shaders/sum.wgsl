@@ -25,6 +25,21 @@ const VECS_PER_THREAD: u32 = 16u;
 
 var<workgroup> tree: array<f32, 256>;
 
+// acc + vector v of the row (elements 4v .. 4v + 3), its lanes past n left out.
+fn add_vector(acc: vec4<f32>, v: u32, n: u32, base: u32) -> vec4<f32> {
+    let e = v * 4u;
+    var out = acc;
+    if (e + 4u <= n) {
+        out = out + src[base + v];
+    } else if (e < n) {
+        let q = src[base + v];
+        for (var j = 0u; j < n - e; j = j + 1u) {
+            out[j] = out[j] + q[j];
+        }
+    }
+    return out;
+}
+
 @compute @workgroup_size(256)
 fn sum_wide(inv: Invocation) {
     let lid = inv.lid;
@@ -38,16 +53,7 @@ fn sum_wide(inv: Invocation) {
     let neg0 = bitcast<f32>(0x80000000u);
     var acc = vec4<f32>(neg0);
     for (var k = 0u; k < VECS_PER_THREAD; k = k + 1u) {
-        let v = (chunk * VECS_PER_THREAD + k) * 256u + lid;
-        let e = v * 4u;
-        if (e + 4u <= n) {
-            acc = acc + src[base + v];
-        } else if (e < n) {
-            let q = src[base + v];
-            for (var j = 0u; j < n - e; j = j + 1u) {
-                acc[j] = acc[j] + q[j];
-            }
-        }
+        acc = add_vector(acc, (chunk * VECS_PER_THREAD + k) * 256u + lid, n, base);
     }
     tree[lid] = (acc.x + acc.y) + (acc.z + acc.w);
     workgroupBarrier();
@@ -74,16 +80,7 @@ fn sum_wide_thread(inv: Invocation) {
     let base = params[2];
     var acc = vec4<f32>(bitcast<f32>(0x80000000u));
     for (var k = 0u; k < THREAD_VECS; k = k + 1u) {
-        let v = chunk * THREAD_VECS + k;
-        let e = v * 4u;
-        if (e + 4u <= n) {
-            acc = acc + src[base + v];
-        } else if (e < n) {
-            let q = src[base + v];
-            for (var j = 0u; j < n - e; j = j + 1u) {
-                acc[j] = acc[j] + q[j];
-            }
-        }
+        acc = add_vector(acc, chunk * THREAD_VECS + k, n, base);
     }
     dst[chunk] = (acc.x + acc.y) + (acc.z + acc.w);
 }
