@@ -288,6 +288,8 @@ impl Optimizer for Adam {
                     step.shape()
                 )));
             }
+            // The step count sets the host-side bias corrections: read once at load, never
+            // inside a step; `state_dict` keeps it on the CPU, where this read is no transfer.
             let step = step.to_vec::<i32>()?[0];
             if step < 1 {
                 return Err(bad(format!(

@@ -79,8 +79,10 @@ pub trait Optimizer {
         Ok(vec![state::lr_entry(self.lr())?])
     }
 
-    /// Replaces the state with `state` (as [`Optimizer::state_dict`] names it; put its tensors
-    /// on the parameters' device first). Validated whole before anything changes.
+    /// Replaces the state with `state` (as [`Optimizer::state_dict`] names it; put the moment
+    /// and momentum tensors on the parameters' device first; `lr` and `step` are host scalars,
+    /// best left on the CPU, where reading them costs no transfer). Validated whole before
+    /// anything changes.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown or missing key, a bad `lr`, or moments whose

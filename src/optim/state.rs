@@ -44,6 +44,8 @@ pub(crate) fn parse(
                     t.shape()
                 )));
             }
+            // A host hyperparameter, read once when a checkpoint is loaded (never inside a
+            // step); `state_dict` keeps it on the CPU, where this read is no transfer.
             out.lr = Some(t.to_vec::<f32>()?[0]);
             continue;
         }
