@@ -1,5 +1,5 @@
 //! Recording the elementwise ops for backward (binary with broadcasting, tensor-scalar, unary);
-//! the formulas themselves are the op table's (`src/ops.rs`).
+//! the formulas themselves are the op table's (`src/ops/mod.rs`).
 
 use super::record;
 use crate::ops::{BinaryOp, UnaryOp};

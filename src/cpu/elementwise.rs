@@ -1,5 +1,5 @@
 //! CPU kernels for elementwise ops of every dtype: the fallback device and the oracle for the
-//! generated GPU kernels (`src/gpu/codegen.rs`). Each op of the table (`src/ops.rs`) gets its own
+//! generated GPU kernels (`src/gpu/codegen.rs`). Each op of the table (`src/ops/mod.rs`) gets its own
 //! monomorphised loop through the table's visitors, so the hot loop has no `match` per element.
 //! f16 computes in f32 and rounds once; i32 / u32 follow WGSL ([`crate::ops::IntElem`]).
 

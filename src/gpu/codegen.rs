@@ -3,7 +3,7 @@
 //! views, and this module writes the WGSL for it. A single op is a program of one node; a fused
 //! chain is a program of many, evaluated in registers, one pass over memory.
 //!
-//! The WGSL of each op comes from the op table (`src/ops.rs`); the helpers (`is_nan`, f16
+//! The WGSL of each op comes from the op table (`src/ops/mod.rs`); the helpers (`is_nan`, f16
 //! packing, `pow_c`, integer guards) from `shaders/common.wgsl`, prepended to every kernel.
 //!
 //! Kernel shape (for `k` inputs):

@@ -55,7 +55,7 @@ macro_rules! unary_ops {
             grad: |$gx:ident, $gy:ident, $gg:ident| $grad:expr $(,)?
         }
     )*) => {
-        /// One-input elementwise ops (declared in `src/ops.rs`).
+        /// One-input elementwise ops (declared in `src/ops/mod.rs`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub(crate) enum UnaryOp { $($V,)* }
 
@@ -147,7 +147,7 @@ macro_rules! binary_ops {
             grad_scalar: |$sx:ident, $ss:ident, $sfirst:ident, $so:ident, $sg:ident| $grad_s:expr $(,)?
         }
     )*) => {
-        /// Two-input elementwise ops (declared in `src/ops.rs`), also used with a scalar side.
+        /// Two-input elementwise ops (declared in `src/ops/mod.rs`), also used with a scalar side.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub(crate) enum BinaryOp { $($V,)* }
 

@@ -1,6 +1,6 @@
 //! Elementwise ops with numpy/PyTorch broadcasting, for every dtype: validate, dispatch to
 //! `cpu/elementwise.rs` or a generated GPU kernel, record the gradient. The public methods
-//! (`exp`, `add`, `add_scalar`, ...) are generated from the op table in `src/ops.rs`.
+//! (`exp`, `add`, `add_scalar`, ...) are generated from the op table in `src/ops/mod.rs`.
 
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::convert::scalar_dtype;
