@@ -11,7 +11,12 @@ use std::collections::HashMap;
 struct Moments {
     m: Tensor,
     v: Tensor,
+    /// Steps taken, counted on the host (bias corrections are then host scalars).
     step: i32,
+    /// The step count as a 0-d f32 on the parameter's device, from the first gated step on
+    /// ([`Optimizer::step_if_finite`]): a step skipped on the device must not advance it, so
+    /// from then on it is the count, and the bias corrections are computed on the device.
+    dstep: Option<Tensor>,
 }
 
 /// The packed f32 data of a CPU tensor, if it is one.
@@ -126,6 +131,79 @@ fn cpu_step(
     )))
 }
 
+impl Moments {
+    fn host(m: Tensor, v: Tensor, step: i32) -> Moments {
+        Moments {
+            m,
+            v,
+            step,
+            dstep: None,
+        }
+    }
+}
+
+/// One Adam update whose step count lives on the device, gated by `skip` (a 0-d U8 mask):
+/// where it is set, the moments and the count keep their old values, decided by the kernels
+/// (the caller gates the parameter). `1 - β^t` is `1 - exp(t ln β)` on the device (within a few ulps of the host's
+/// `powi`). Missing moments start as zeros, which gives exactly the first step's
+/// `(1 - β1) g` and `(1 - β2) g²`.
+fn device_step(
+    p: &Tensor,
+    g: &Tensor,
+    prev: Option<&Moments>,
+    skip: Option<&Tensor>,
+    (b1, b2): (f32, f32),
+    lr: f32,
+    eps: f32,
+) -> Result<(Tensor, Moments)> {
+    let dev = p.device();
+    let zero = Tensor::zeros(&[], g.dtype(), dev)?;
+    let (m0, v0, t0) = match prev {
+        Some(s) => {
+            let t = match &s.dstep {
+                Some(t) => t.clone(),
+                None => Tensor::full(&[], f64::from(s.step), DType::F32, dev)?,
+            };
+            (s.m.clone(), s.v.clone(), t)
+        }
+        None => (zero.clone(), zero, Tensor::zeros(&[], DType::F32, dev)?),
+    };
+    let m = m0.mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?;
+    let v = v0.mul_scalar(b2)?.add(&g.mul(g)?.mul_scalar(1.0 - b2)?)?;
+    let t = t0.add_scalar(1.0)?;
+    let correction = |beta: f32| -> Result<Tensor> {
+        t.mul_scalar(beta.ln())?
+            .exp()?
+            .neg()?
+            .add_scalar(1.0)?
+            .to_dtype(p.dtype())
+    };
+    let (bc1, bc2) = (correction(b1)?, correction(b2)?);
+    let denom = v.sqrt()?.div(&bc2.sqrt()?)?.add_scalar(eps)?;
+    let new = p.sub(&m.div(&denom)?.div(&bc1)?.mul_scalar(lr)?)?;
+    let step = prev.map_or(1, |s| s.step + 1);
+    Ok(match skip {
+        Some(s) => (
+            new,
+            Moments {
+                m: s.where_cond(&m0, &m)?,
+                v: s.where_cond(&v0, &v)?,
+                step,
+                dstep: Some(s.where_cond(&t0, &t)?),
+            },
+        ),
+        None => (
+            new,
+            Moments {
+                m,
+                v,
+                step,
+                dstep: Some(t),
+            },
+        ),
+    })
+}
+
 /// Adam (`torch.optim.Adam`): with `g = grad + weight_decay * p` (L2),
 /// `m = β1 m + (1 - β1) g`, `v = β2 v + (1 - β2) g²`, and at step `t`
 /// `p = p - lr / (1 - β1^t) * m / (sqrt(v) / sqrt(1 - β2^t) + eps)`.
@@ -187,8 +265,9 @@ impl Adam {
     }
 }
 
-impl Optimizer for Adam {
-    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+impl Adam {
+    /// One step, gated by `found_inf` when given (see [`Optimizer::step_if_finite`]).
+    fn update(&mut self, model: &mut dyn Module, found_inf: Option<&Tensor>) -> Result<()> {
         let op = if self.decoupled {
             "AdamW::step"
         } else {
@@ -207,8 +286,8 @@ impl Optimizer for Adam {
         )?;
         let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
         let state = &mut self.state;
-        update_params(model, |name, p, g| {
-            let mut p = p.clone();
+        update_params(model, found_inf, |name, param, g, skip| {
+            let mut p = param.clone();
             let mut g = g.clone();
             if wd != 0.0 {
                 if decoupled {
@@ -220,8 +299,18 @@ impl Optimizer for Adam {
             let prev = state
                 .get(name)
                 .filter(|s| s.m.shape() == g.shape() && s.m.device() == g.device());
+            if skip.is_some() || prev.is_some_and(|s| s.dstep.is_some()) {
+                let (new, moments) = device_step(&p, &g, prev, skip, (b1, b2), lr, eps)?;
+                // A skipped step keeps the parameter from before the decoupled decay.
+                let new = match skip {
+                    Some(s) => s.where_cond(param, &new)?,
+                    None => new,
+                };
+                state.insert(name.to_string(), moments);
+                return Ok(new);
+            }
             if let Some((new, m, v, step)) = cpu_step(&p, &g, prev, (b1, b2), lr, eps)? {
-                state.insert(name.to_string(), Moments { m, v, step });
+                state.insert(name.to_string(), Moments::host(m, v, step));
                 return Ok(new);
             }
             let (m, v, step) = match prev {
@@ -236,9 +325,19 @@ impl Optimizer for Adam {
             let bc2 = 1.0 - b2.powi(step);
             let denom = v.sqrt()?.div_scalar(bc2.sqrt())?.add_scalar(eps)?;
             let new = p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)?;
-            state.insert(name.to_string(), Moments { m, v, step });
+            state.insert(name.to_string(), Moments::host(m, v, step));
             Ok(new)
         })
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        self.update(model, None)
+    }
+
+    fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
+        self.update(model, Some(found_inf))
     }
 
     fn lr(&self) -> f32 {
@@ -257,7 +356,10 @@ impl Optimizer for Adam {
             let s = &self.state[name];
             out.push((format!("state.{name}.exp_avg"), s.m.clone()));
             out.push((format!("state.{name}.exp_avg_sq"), s.v.clone()));
-            let step = Tensor::from_vec(vec![s.step], &[], &Device::cpu())?;
+            let step = match &s.dstep {
+                Some(t) => t.to_dtype(DType::I32)?,
+                None => Tensor::from_vec(vec![s.step], &[], &Device::cpu())?,
+            };
             out.push((format!("state.{name}.step"), step));
         }
         Ok(out)
@@ -296,7 +398,7 @@ impl Optimizer for Adam {
                     "\"state.{name}.step\" is {step}, must be >= 1"
                 )));
             }
-            new.insert(name, Moments { m, v, step });
+            new.insert(name, Moments::host(m, v, step));
         }
         self.state = new;
         if let Some(lr) = parsed.lr {
@@ -356,6 +458,10 @@ impl AdamW {
 impl Optimizer for AdamW {
     fn step(&mut self, model: &mut dyn Module) -> Result<()> {
         self.0.step(model)
+    }
+
+    fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
+        self.0.step_if_finite(model, found_inf)
     }
 
     fn lr(&self) -> f32 {

@@ -55,6 +55,42 @@ pub trait Optimizer {
     /// rate, betas outside `[0, 1)`); the errors of the tensor ops (device, memory).
     fn step(&mut self, model: &mut dyn Module) -> Result<()>;
 
+    /// [`Optimizer::step`], skipped where `found_inf` (a 0-d f32 flag, as
+    /// [`GradScaler::found_inf`] gives) is non-zero: parameters and state stay as they were.
+    /// [`Sgd`], [`Adam`] and [`AdamW`] decide on the device (every update is written through a
+    /// select on the flag, and Adam's step count lives on the device), so a GPU step never
+    /// waits for the flag. For CPU parameters the flag is read on the host, which costs no
+    /// transfer when it is a CPU tensor. The default reads the flag back (one download) and
+    /// calls `step` when it is zero.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `found_inf` does not hold exactly one element; the errors
+    /// of [`Optimizer::step`].
+    ///
+    /// ```
+    /// use wgtensor::nn::{param, Linear, Module};
+    /// use wgtensor::optim::{Optimizer, Sgd};
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let mut m = Linear::from_weights(param(Tensor::from_vec(vec![1f32], &[1, 1], &d)?), None)?;
+    /// m.forward(&Tensor::from_vec(vec![2f32], &[1, 1], &d)?)?.sum_all()?.backward()?;
+    /// let mut opt = Sgd::new(0.1);
+    /// opt.step_if_finite(&mut m, &Tensor::from_vec(vec![1f32], &[], &d)?)?; // skipped
+    /// assert_eq!(m.weight().to_vec::<f32>()?, vec![1.0]);
+    /// opt.step_if_finite(&mut m, &Tensor::from_vec(vec![0f32], &[], &d)?)?; // stepped
+    /// assert_eq!(m.weight().to_vec::<f32>()?, vec![0.8]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
+        check_flag("Optimizer::step_if_finite", found_inf)?;
+        let flag = found_inf.to_dtype(crate::DType::F32)?.to_vec::<f32>()?[0];
+        if flag == 0.0 {
+            self.step(model)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Clears every parameter's gradient (PyTorch's `zero_grad(set_to_none=True)`).
     fn zero_grad(&self, model: &dyn Module) {
         for p in model.parameters() {
@@ -96,17 +132,50 @@ pub trait Optimizer {
     }
 }
 
-/// Runs `update(name, param, grad)` for every parameter with a gradient and puts the result in
-/// its place as a new leaf that keeps the gradient.
+/// Runs `update(name, param, grad, skip)` for every parameter with a gradient and puts the
+/// result in its place as a new leaf that keeps the gradient.
+///
+/// With a `found_inf` flag (see [`Optimizer::step_if_finite`]), CPU parameters are skipped on
+/// the host when the flag is set, and GPU parameters get `skip`, a 0-d U8 mask on their device
+/// that `update` must apply to the parameter and to every piece of state it writes
+/// (`skip.where_cond(&old, &new)`), so that nothing waits for the flag.
 pub(crate) fn update_params(
     model: &mut dyn Module,
-    mut update: impl FnMut(&str, &Tensor, &Tensor) -> Result<Tensor>,
+    found_inf: Option<&Tensor>,
+    mut update: impl FnMut(&str, &Tensor, &Tensor, Option<&Tensor>) -> Result<Tensor>,
 ) -> Result<()> {
     let _no_grad = crate::no_grad();
     let mut devices: Vec<crate::Device> = Vec::new();
+    // Per device: `Ok(skip)` decided on the host (CPU), `Err(mask)` decided on the device.
+    let mut gates: Vec<(crate::Device, std::result::Result<bool, Tensor>)> = Vec::new();
+    if let Some(f) = found_inf {
+        check_flag("Optimizer::step_if_finite", f)?;
+    }
     for (name, p) in model.named_parameters_mut() {
         let Some(g) = p.grad() else { continue };
-        let new = update(&name, p, &g)?;
+        let mut skip = None;
+        if let Some(flag) = found_inf {
+            let dev = p.device().clone();
+            if !gates.iter().any(|(d, _)| d == &dev) {
+                let here = if flag.device() == &dev {
+                    flag.clone()
+                } else {
+                    flag.to(&dev)?
+                };
+                let gate = if dev.is_cpu() {
+                    Ok(here.to_dtype(crate::DType::F32)?.to_vec::<f32>()?[0] != 0.0)
+                } else {
+                    Err(here.reshape(&[])?.ne_scalar(0.0)?)
+                };
+                gates.push((dev.clone(), gate));
+            }
+            match &gates.iter().find(|(d, _)| d == &dev).expect("gate").1 {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(mask) => skip = Some(mask.clone()),
+            }
+        }
+        let new = update(&name, p, &g, skip.as_ref())?;
         let new = nn::param(new);
         new.set_grad(Some(g))?;
         if !devices.contains(new.device()) {
@@ -123,6 +192,22 @@ pub(crate) fn update_params(
         }
     }
     Ok(())
+}
+
+/// A `found_inf` flag holds one element.
+fn check_flag(op: &'static str, flag: &Tensor) -> Result<()> {
+    if flag.numel() == 1 {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "found_inf must hold one element (a 0-d flag, as GradScaler::found_inf gives), \
+                 got shape {:?}",
+                flag.shape()
+            ),
+        })
+    }
 }
 
 /// Hyperparameter checks shared by the optimizers.

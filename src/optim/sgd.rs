@@ -63,8 +63,9 @@ impl Sgd {
     }
 }
 
-impl Optimizer for Sgd {
-    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+impl Sgd {
+    /// One step, gated by `found_inf` when given (see [`Optimizer::step_if_finite`]).
+    fn update(&mut self, model: &mut dyn Module, found_inf: Option<&Tensor>) -> Result<()> {
         check_hyper("Sgd::step", "learning rate", self.lr, self.lr >= 0.0)?;
         check_hyper("Sgd::step", "momentum", self.momentum, self.momentum >= 0.0)?;
         check_hyper(
@@ -81,28 +82,52 @@ impl Optimizer for Sgd {
         )?;
         let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
         let buffers = &mut self.buffers;
-        update_params(model, |name, p, g| {
+        update_params(model, found_inf, |name, p, g, skip| {
             let mut d = if wd != 0.0 {
                 g.add(&p.mul_scalar(wd)?)?
             } else {
                 g.clone()
             };
             if mom != 0.0 {
-                let buf = match buffers.get(name) {
-                    Some(b) if b.shape() == d.shape() && b.device() == d.device() => {
-                        b.mul_scalar(mom)?.add(&d)?
-                    }
-                    _ => d.clone(),
+                let old = buffers
+                    .get(name)
+                    .filter(|b| b.shape() == d.shape() && b.device() == d.device());
+                let buf = match old {
+                    Some(b) => b.mul_scalar(mom)?.add(&d)?,
+                    None => d.clone(),
                 };
-                buffers.insert(name.to_string(), buf.clone());
+                // A skipped first step leaves a zero buffer: `mom * 0 + d` is then exactly the
+                // `buf = d` of a first step.
+                let kept = match (skip, old) {
+                    (Some(s), Some(b)) => s.where_cond(b, &buf)?,
+                    (Some(s), None) => {
+                        s.where_cond(&Tensor::zeros(&[], d.dtype(), d.device())?, &buf)?
+                    }
+                    (None, _) => buf.clone(),
+                };
+                buffers.insert(name.to_string(), kept);
                 d = if nesterov {
                     d.add(&buf.mul_scalar(mom)?)?
                 } else {
                     buf
                 };
             }
-            p.sub(&d.mul_scalar(lr)?)
+            let new = p.sub(&d.mul_scalar(lr)?)?;
+            match skip {
+                Some(s) => s.where_cond(p, &new),
+                None => Ok(new),
+            }
         })
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        self.update(model, None)
+    }
+
+    fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
+        self.update(model, Some(found_inf))
     }
 
     fn lr(&self) -> f32 {
