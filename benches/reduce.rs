@@ -5,7 +5,8 @@
 //! Throughput is bytes read per second (4 bytes per element).
 //!
 //! `cargo bench --bench reduce` (add `-- --quick` for a faster, noisier run). After criterion's
-//! report, an interleaved best-of-N comparison prints the GB/s of both CPU sums and their ratio.
+//! report, an interleaved best-of-N comparison prints the GB/s of both CPU sums and their ratio,
+//! then every first-pass variant of dim reductions over mid-size rows, forced in turn.
 
 use criterion::{criterion_group, Criterion, Throughput};
 use std::hint::black_box;
@@ -148,10 +149,63 @@ fn ratio_summary() {
     }
 }
 
+/// Dim reductions over many mid-size rows (the class where one invocation per 256 contiguous
+/// elements is uncoalesced on a GPU): every first-pass variant the adapter runs, forced in
+/// turn (rounds alternate), readback included.
+fn dim_variants() {
+    for dev in adapters() {
+        let variants = wgtensor::testing::reduce_variants(&dev);
+        for (op, shape, dim) in [
+            ("sum", [1024usize, 768], 1usize),
+            ("argmax", [1024, 768], 1),
+            ("sum", [256, 4096], 1),
+            ("sum", [768, 1024], 0),
+        ] {
+            let n = shape[0] * shape[1];
+            let t = Tensor::from_vec(data(n), &shape, &dev).unwrap();
+            let run = |t: &Tensor| {
+                black_box(match op {
+                    "sum" => t
+                        .sum(dim as isize, false)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap()
+                        .len(),
+                    _ => t
+                        .argmax(dim as isize, false)
+                        .unwrap()
+                        .to_vec::<u32>()
+                        .unwrap()
+                        .len(),
+                })
+            };
+            let mut bests = vec![f64::MAX; variants.len()];
+            for _round in 0..6 {
+                for (i, v) in variants.iter().enumerate() {
+                    wgtensor::testing::force_reduce_variant(Some(v));
+                    let s = Instant::now();
+                    run(&t);
+                    bests[i] = bests[i].min(s.elapsed().as_secs_f64());
+                }
+            }
+            wgtensor::testing::force_reduce_variant(None);
+            for (v, b) in variants.iter().zip(bests) {
+                println!(
+                    "{op} of {shape:?} over dim {dim} on {dev}, first pass {v}: {:.3} GB/s, {:.2} \
+                     ms (best of 6, alternating)",
+                    n as f64 * 4.0 / b / 1e9,
+                    b * 1e3
+                );
+            }
+        }
+    }
+}
+
 criterion_group!(benches, cpu_sum, gpu_sum);
 
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
     ratio_summary();
+    dim_variants();
 }

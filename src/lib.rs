@@ -111,10 +111,23 @@ pub mod testing {
     }
 
     /// Forces the first pass of dim reductions to `name` (`"thread_per_chunk"`,
-    /// `"workgroup_per_chunk"`) on this thread, or with `None` returns to the autotuned choice;
-    /// false for an unknown name.
+    /// `"workgroup_per_chunk"`, `"subgroup_workgroup_per_chunk"`, `"subgroup_per_chunk"`) on
+    /// this thread, or with `None` returns to the autotuned choice; false for an unknown name.
+    /// A subgroup variant on a device without subgroups runs the heuristic's kernel (see
+    /// [`reduce_variants`]).
     pub fn force_reduce_variant(name: Option<&str>) -> bool {
         crate::gpu::reduce::force_variant(name)
+    }
+
+    /// The first-pass variants of dim reductions that `device` runs (the subgroup ones only
+    /// where `SUBGROUP` is on); empty on the CPU.
+    pub fn reduce_variants(device: &Device) -> Vec<&'static str> {
+        device.as_gpu().map_or_else(Vec::new, |g| {
+            g.reduce_candidates()
+                .into_iter()
+                .map(crate::gpu::reduce::FirstPass::name)
+                .collect()
+        })
     }
 
     /// Row-kernel dispatches (softmax, log_softmax, layer_norm on a GPU) issued so far by the
@@ -139,6 +152,7 @@ pub mod testing {
             .collect();
         v.push(("row_tree.wgsl", crate::gpu::kernels::ROW_TREE));
         v.push(("row_subgroup.wgsl", crate::gpu::kernels::ROW_SUBGROUP));
+        v.push(("reduce_subgroup.wgsl", crate::gpu::kernels::REDUCE_SUBGROUP));
         v.push(("common.wgsl", crate::gpu::kernels::COMMON));
         v.push(("ids.wgsl", crate::gpu::kernels::IDS));
         v.push(("normal.wgsl", crate::gpu::kernels::NORMAL));

@@ -562,12 +562,17 @@ fn long_packed_f32_sums_take_the_four_wide_pass_and_match_the_cpu() {
     }
 }
 
-/// Both first-pass variants of dim reductions, forced in turn, on every op: rows shorter and
-/// longer than 256, few and many rows, along the last dim and a middle dim, a strided view.
+/// Every first-pass variant of dim reductions the adapter runs (the subgroup ones where it has
+/// subgroups), forced in turn, on every op: rows shorter and longer than 256 and than one
+/// subgroup chunk, few and many rows, along the last dim and a middle dim, a strided view, NaN
+/// and ties.
 #[test]
 fn every_reduce_variant_matches_the_reference() {
     for d in gpus() {
-        for variant in ["thread_per_chunk", "workgroup_per_chunk"] {
+        let variants = wgtensor::testing::reduce_variants(&d);
+        eprintln!("{d}: reduction first passes {variants:?}");
+        assert!(variants.len() >= 2, "{d}: {variants:?}");
+        for variant in variants {
             assert!(wgtensor::testing::force_reduce_variant(Some(variant)));
             for shape in [
                 vec![300usize, 700],
@@ -596,6 +601,21 @@ fn every_reduce_variant_matches_the_reference() {
                 for op in ["sum", "mean"] {
                     check(&view, &v[4..], &[n], op, None, false);
                     check(&full, &v, &[n + 4], op, Some(0), false);
+                }
+            }
+            // Rows past one subgroup chunk (4,096) and of one element; NaN inside rows (sum
+            // and max propagate it, argmax picks the first) and repeated values (ties go to
+            // the lowest index).
+            for shape in [[3usize, 4097], [300, 1], [2, 300]] {
+                let mut v = data(shape[0] * shape[1], 65, 2.0);
+                if shape[1] > 1 {
+                    v[shape[1] / 2] = f32::NAN;
+                    v[shape[1] + 7] = 3.0;
+                    v[shape[1] + 9] = 3.0;
+                }
+                let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
+                for op in OPS.iter().filter(|&&op| op != "prod") {
+                    check(&t, &v, &shape, op, Some(1), false);
                 }
             }
             let v = data(40 * 600, 62, 2.0);

@@ -110,6 +110,7 @@ fn shader_files_on_disk_validate() {
             "normal.wgsl",
             "row_tree.wgsl",
             "row_subgroup.wgsl",
+            "reduce_subgroup.wgsl",
         ];
         if snippets.contains(&name.as_str()) {
             continue;

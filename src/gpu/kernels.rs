@@ -29,6 +29,8 @@ pub(crate) const WORKGROUP: u64 = 256;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
     Reduce,
+    /// reduce.wgsl followed by reduce_subgroup.wgsl's first passes (adapters with `SUBGROUP`).
+    ReduceSubgroup,
     Softmax,
     /// softmax.wgsl with its row merge in subgroup operations (adapters with `SUBGROUP`).
     SoftmaxSubgroup,
@@ -131,14 +133,18 @@ fn matmul_f16() -> &'static str {
     })
 }
 
+/// The subgroup first passes of reductions (composed after reduce.wgsl).
+pub(crate) const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce_subgroup.wgsl");
+
 /// `normal_of`: standard normals from Philox words in integer fixed point.
 pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 12] = [
+    pub(crate) const ALL: [Shader; 13] = [
         Shader::Reduce,
+        Shader::ReduceSubgroup,
         Shader::Softmax,
         Shader::SoftmaxSubgroup,
         Shader::LayerNorm,
@@ -155,6 +161,8 @@ impl Shader {
     pub(crate) fn file(self) -> &'static str {
         match self {
             Shader::Reduce => "reduce.wgsl",
+            // Not a file of its own: reduce.wgsl after which reduce_subgroup.wgsl comes.
+            Shader::ReduceSubgroup => "reduce.wgsl (subgroups)",
             Shader::Softmax => "softmax.wgsl",
             // Not a file of its own: softmax.wgsl after row_subgroup.wgsl.
             Shader::SoftmaxSubgroup => "softmax.wgsl (subgroups)",
@@ -191,6 +199,10 @@ impl Shader {
     pub(crate) fn body(self) -> &'static str {
         match self {
             Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
+            Shader::ReduceSubgroup => concat!(
+                include_str!("../../shaders/reduce.wgsl"),
+                include_str!("../../shaders/reduce_subgroup.wgsl")
+            ),
             // The row merge comes first: a workgroup tree, or subgroup operations.
             Shader::Softmax => concat!(
                 include_str!("../../shaders/row_tree.wgsl"),
@@ -241,7 +253,7 @@ impl Shader {
         match self {
             Shader::Matmul | Shader::MatmulF16 | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
-            Shader::Reduce => 2,
+            Shader::Reduce | Shader::ReduceSubgroup => 2,
             Shader::Softmax | Shader::SoftmaxSubgroup => 1,
             // The input, weight and bias.
             Shader::LayerNorm => 3,

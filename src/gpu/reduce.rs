@@ -24,6 +24,8 @@ const WG_CHUNK: usize = 16384;
 const THREAD_CHUNK: usize = 256;
 /// Below this many rows, one thread per row leaves most of a GPU idle: use a workgroup per row.
 const FEW_ROWS: usize = 256;
+/// Longest chunk `reduce_subgroup` folds with one subgroup (must match the shader's cap).
+const SUBGROUP_CHUNK: usize = 4096;
 
 /// Which kernel reduces `rows` rows of length `len`, and its chunk length. Short rows are folded
 /// by one thread each (coalesced across neighbouring rows of a non-last-dim reduction); long rows,
@@ -44,11 +46,12 @@ thread_local! {
 }
 
 /// Forces (or with `None`, stops forcing) the reduction first-pass variant `name` on this
-/// thread; false for an unknown name.
+/// thread; false for an unknown name. A subgroup variant forced on a device without subgroups
+/// runs the heuristic's kernel.
 pub(crate) fn force_variant(name: Option<&str>) -> bool {
     let f = match name {
         None => None,
-        Some(n) => match FirstPass::TUNED.into_iter().find(|f| f.name() == n) {
+        Some(n) => match FirstPass::ALL.into_iter().find(|f| f.name() == n) {
             Some(f) => Some(f),
             None => return false,
         },
@@ -59,24 +62,45 @@ pub(crate) fn force_variant(name: Option<&str>) -> bool {
 
 /// The first pass's kernel: the heuristic's ([`plan`]) or one the autotuner tries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FirstPass {
+pub(crate) enum FirstPass {
     /// Whatever [`plan`] picks.
     Plan,
     /// One invocation per chunk of at most 256 elements (`reduce_thread`).
     Thread,
     /// One workgroup per chunk of 16,384 elements (`reduce_wg`).
     Workgroup,
+    /// `reduce_wg` whose threads merge by subgroup shuffles, then one barrier
+    /// (`reduce_wg_subgroup`; adapters with `SUBGROUP`).
+    SubgroupWorkgroup,
+    /// One subgroup per chunk of at most 4,096 elements, lanes on consecutive elements: the
+    /// coalesced layout for many mid-size rows (`reduce_subgroup`; adapters with `SUBGROUP`).
+    Subgroup,
 }
 
-impl FirstPass {
-    const TUNED: [FirstPass; 2] = [FirstPass::Thread, FirstPass::Workgroup];
+/// The packed sum's first passes (`sum.wgsl`).
+const SUM_CANDIDATES: [FirstPass; 2] = [FirstPass::Thread, FirstPass::Workgroup];
 
-    fn name(self) -> &'static str {
+impl FirstPass {
+    /// Every variant a test may force.
+    const ALL: [FirstPass; 4] = [
+        FirstPass::Thread,
+        FirstPass::Workgroup,
+        FirstPass::SubgroupWorkgroup,
+        FirstPass::Subgroup,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FirstPass::Plan => "heuristic",
             FirstPass::Thread => "thread_per_chunk",
             FirstPass::Workgroup => "workgroup_per_chunk",
+            FirstPass::SubgroupWorkgroup => "subgroup_workgroup_per_chunk",
+            FirstPass::Subgroup => "subgroup_per_chunk",
         }
+    }
+
+    fn needs_subgroups(self) -> bool {
+        matches!(self, FirstPass::SubgroupWorkgroup | FirstPass::Subgroup)
     }
 
     fn plan(self, rows: usize, len: usize) -> (&'static str, usize) {
@@ -84,6 +108,8 @@ impl FirstPass {
             FirstPass::Plan => plan(rows, len),
             FirstPass::Thread => ("reduce_thread", len.min(THREAD_CHUNK)),
             FirstPass::Workgroup => ("reduce_wg", WG_CHUNK),
+            FirstPass::SubgroupWorkgroup => ("reduce_wg_subgroup", WG_CHUNK),
+            FirstPass::Subgroup => ("reduce_subgroup", len.min(SUBGROUP_CHUNK)),
         }
     }
 }
@@ -125,13 +151,14 @@ impl GpuDevice {
             && rows.len >= WG_CHUNK
             && src.buffer.size().is_multiple_of(16)
         {
-            let first = self.tuned_first_pass("sum_vec4", rows, |f| {
+            let first = self.tuned_first_pass("sum_vec4", &SUM_CANDIDATES, rows, |f| {
                 self.sum_packed(name, op, mean, src, rows, f).map(drop)
             })?;
             return self.sum_packed(name, op, mean, src, rows, first);
         }
         let code = op.code() | kind << 8;
-        let first = self.tuned_first_pass("reduce", rows, |f| {
+        let candidates = self.reduce_candidates();
+        let first = self.tuned_first_pass("reduce", &candidates, rows, |f| {
             self.passes(name, code, op.is_arg(), mean, src, None, rows, f)
                 .map(drop)
         })?;
@@ -152,7 +179,8 @@ impl GpuDevice {
     ) -> Result<GpuBuffer> {
         let (entry, chunk, threads_per_chunk) = match first {
             FirstPass::Thread => ("sum_wide_thread", THREAD_CHUNK, 1),
-            FirstPass::Workgroup | FirstPass::Plan => ("sum_wide", WG_CHUNK, WORKGROUP),
+            // The packed sum's vec4 pass has no subgroup form: those variants mean its workgroup.
+            _ => ("sum_wide", WG_CHUNK, WORKGROUP),
         };
         let chunks = rows.len.div_ceil(chunk);
         let partials = self.alloc_uninit(name, chunks as u64 * 4)?;
@@ -193,11 +221,16 @@ impl GpuDevice {
     fn tuned_first_pass(
         &self,
         family: &str,
+        candidates: &[FirstPass],
         rows: &Rows,
         run: impl Fn(FirstPass) -> Result<()>,
     ) -> Result<FirstPass> {
         if let Some(f) = FORCED.with(std::cell::Cell::get) {
-            return Ok(f);
+            return Ok(if f.needs_subgroups() && !self.subgroups() {
+                FirstPass::Plan
+            } else {
+                f
+            });
         }
         let m = rows.outputs();
         if rows.len <= THREAD_CHUNK && m >= FEW_ROWS {
@@ -206,13 +239,23 @@ impl GpuDevice {
         let b = |x: usize| x.next_power_of_two();
         let key = format!("{family}/rows{} len{}", b(m), b(rows.len));
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
-        if let Some(f) = chosen.and_then(|n| FirstPass::TUNED.into_iter().find(|f| f.name() == n)) {
+        if let Some(f) = chosen.and_then(|n| candidates.iter().copied().find(|f| f.name() == n)) {
             return Ok(f);
         }
         // On a software adapter a workgroup's barriers are dear: chunks of one invocation.
+        // Elsewhere long rows (or few) take a workgroup per chunk, and many mid-size rows a
+        // subgroup each (coalesced, where one invocation per 256 elements is not); subgroup
+        // merges where the family has them.
         let software = self.0.info.device_type == wgpu::DeviceType::Cpu;
+        let has = |f: FirstPass| candidates.contains(&f);
         let heuristic = match plan(m, rows.len).0 {
-            "reduce_wg" if !software => FirstPass::Workgroup,
+            _ if software => FirstPass::Thread,
+            "reduce_wg" if has(FirstPass::SubgroupWorkgroup) => FirstPass::SubgroupWorkgroup,
+            "reduce_wg" => FirstPass::Workgroup,
+            // Along a non-last dim, neighbouring invocations already read neighbouring rows.
+            _ if rows.len > THREAD_CHUNK && rows.stride == 1 && has(FirstPass::Subgroup) => {
+                FirstPass::Subgroup
+            }
             _ => FirstPass::Thread,
         };
         // A search re-runs the reduction a dozen times: large classes keep the heuristic.
@@ -220,11 +263,26 @@ impl GpuDevice {
             self.0.tuner.note_heuristic(&key, heuristic.name());
             return Ok(heuristic);
         }
-        let found =
-            self.time_candidates("reduce autotune", &FirstPass::TUNED, FirstPass::name, run)?;
+        let found = self.time_candidates("reduce autotune", candidates, FirstPass::name, run)?;
         let (winner, timings) = found.unwrap_or((heuristic, Vec::new()));
         self.0.tuner.record(&key, winner.name(), timings);
         Ok(winner)
+    }
+
+    /// The first-pass variants of dim reductions on this device (the subgroup ones where
+    /// subgroups are on).
+    pub(crate) fn reduce_candidates(&self) -> Vec<FirstPass> {
+        FirstPass::ALL
+            .into_iter()
+            .filter(|f| !f.needs_subgroups() || self.subgroups())
+            .collect()
+    }
+
+    /// Items `reduce_subgroup` gives each 256-thread workgroup: one per subgroup at the
+    /// adapter's largest subgroup size, so that every item has a subgroup at any size.
+    fn subgroup_items_per_workgroup(&self) -> usize {
+        let largest = self.0.info.subgroup_max_size.clamp(4, 128) as usize;
+        (WORKGROUP as usize / largest).max(1)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -278,15 +336,22 @@ impl GpuDevice {
             let data = partials.as_ref().unwrap_or(src);
             // Kernels without an auxiliary input get the data bound twice (never read).
             let second = aux.unwrap_or(data);
-            let threads = if entry == "reduce_wg" {
-                items as u64 * WORKGROUP
+            let per = self.subgroup_items_per_workgroup();
+            let threads = match entry {
+                "reduce_wg" | "reduce_wg_subgroup" => items as u64 * WORKGROUP,
+                "reduce_subgroup" => items.div_ceil(per) as u64 * WORKGROUP,
+                _ => items as u64,
+            };
+            let shader = if entry.contains("subgroup") {
+                params.push(w(per));
+                Shader::ReduceSubgroup
             } else {
-                items as u64
+                Shader::Reduce
             };
             self.launch(
                 op,
                 Launch {
-                    shader: Shader::Reduce,
+                    shader,
                     entry,
                     op_code: Some(code),
                     inputs: &[&data.buffer, &second.buffer],
