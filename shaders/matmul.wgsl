@@ -25,6 +25,10 @@
 //                     K slices (each element of A and B is fetched from memory once per tile,
 //                     not once per output), 4×4 outputs per invocation read from the staged
 //                     tiles as vec4: the variant for hardware GPUs.
+//            tiled_double
+//                     `tiled` double-buffered: the next slice is fetched into registers before
+//                     the current one's FMAs and staged into a second buffer after them, one
+//                     barrier per slice (see its entry below).
 // Bindings   @group(0) @binding(0) lhs    : array<f32>, read-only (A)
 //            @group(0) @binding(1) rhs    : array<f32>, read-only (B)
 //            @group(0) @binding(2) dst    : array<f32>, read-write, batches × M × N packed row-major
@@ -39,7 +43,7 @@
 //            gemv_m1: (256, 1), grid (ceil(N/256), M, batches); gemv_n1: (1, 256), grid
 //            (N, ceil(M/256), batches);
 //            register_tile: @workgroup_size(8, 8), grid (ceil(N/64), ceil(M/64), batches);
-//            tiled: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
+//            tiled, tiled_double: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
 //            x/y count from the row/column origin, z from the first batch; every store guarded.
 
 @group(0) @binding(0) var<storage, read> lhs: array<f32>;
@@ -263,3 +267,91 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
     store4(p, r0 + 3u, c0, acc3);
 }
 
+
+// tiled_double: `tiled` with two staging buffers and a register prefetch. While the workgroup
+// multiplies the slice staged in one buffer, each invocation already holds its 8 elements of
+// the next slice (fetched before the FMAs, so memory latency hides behind them) and stores
+// them into the other buffer afterwards: one barrier per 16-deep slice instead of two. Two
+// unpadded buffers pairs take 16 KiB of workgroup memory, WebGPU's default limit.
+var<workgroup> dbl_a: array<vec4<f32>, 512>;
+var<workgroup> dbl_b: array<vec4<f32>, 512>;
+
+// One invocation's share of a slice: 4 elements of A and 4 of B (zeros past the edges).
+struct Staged {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+fn fetch_slice(p: Problem, tr: u32, tc: u32, ks: u32, li: u32) -> Staged {
+    var out = Staged(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var s = 0u; s < 4u; s = s + 1u) {
+        let e = li + 256u * s;
+        let ak = e % DEPTH;
+        let ar = e / DEPTH;
+        if (tr + ar < p.m && ks + ak < p.k1) {
+            out.a[s] = ld_a(p.a + (tr + ar) * p.a_rs + (ks + ak - p.k0) * p.a_ks);
+        }
+        let bc = e % TILE;
+        let bk = e / TILE;
+        if (tc + bc < p.n && ks + bk < p.k1) {
+            out.b[s] = ld_b(p.b + (ks + bk - p.k0) * p.b_ks + (tc + bc) * p.b_cs);
+        }
+    }
+    return out;
+}
+
+fn put_slice(buf: u32, v: Staged, li: u32) {
+    for (var s = 0u; s < 4u; s = s + 1u) {
+        let e = li + 256u * s;
+        let ar = e / DEPTH;
+        dbl_a[buf * 256u + (e % DEPTH) * 16u + ar / 4u][ar % 4u] = v.a[s];
+        let bc = e % TILE;
+        dbl_b[buf * 256u + (e / TILE) * 16u + bc / 4u][bc % 4u] = v.b[s];
+    }
+}
+
+@compute @workgroup_size(16, 16)
+fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(local_invocation_id) lid: vec3<u32>,
+                @builtin(local_invocation_index) li: u32) {
+    let p = problem(wid.z);
+    let tr = params[2] + wid.y * TILE;
+    let tc = params[3] + wid.x * TILE;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    put_slice(0u, fetch_slice(p, tr, tc, p.k0, li), li);
+    workgroupBarrier();
+    var cur = 0u;
+    // No early return: every invocation reaches every barrier. At most 1,024 slices.
+    for (var ks = p.k0; ks < p.k1; ks = ks + DEPTH) {
+        let more = ks + DEPTH < p.k1;
+        var next = Staged(vec4<f32>(0.0), vec4<f32>(0.0));
+        if (more) {
+            next = fetch_slice(p, tr, tc, ks + DEPTH, li);
+        }
+        let base = cur * 256u;
+        for (var k = 0u; k < DEPTH; k = k + 1u) {
+            let a = dbl_a[base + k * 16u + lid.y];
+            let b = dbl_b[base + k * 16u + lid.x];
+            acc0 = fma(vec4<f32>(a.x), b, acc0);
+            acc1 = fma(vec4<f32>(a.y), b, acc1);
+            acc2 = fma(vec4<f32>(a.z), b, acc2);
+            acc3 = fma(vec4<f32>(a.w), b, acc3);
+        }
+        // The other buffer was last read in the previous slice, before the barrier that ended
+        // it: writing it now races with no reader.
+        if (more) {
+            put_slice(1u - cur, next, li);
+        }
+        workgroupBarrier();
+        cur = 1u - cur;
+    }
+    let r0 = tr + lid.y * 4u;
+    let c0 = tc + lid.x * 4u;
+    store4(p, r0, c0, acc0);
+    store4(p, r0 + 1u, c0, acc1);
+    store4(p, r0 + 2u, c0, acc2);
+    store4(p, r0 + 3u, c0, acc3);
+}

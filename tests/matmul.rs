@@ -338,6 +338,7 @@ fn long_inner_dim_is_split_on_the_gpu() {
                 "register",
                 "tiled",
                 "tiled_padded",
+                "tiled_double",
                 "gemv_m1",
                 "gemv_n1",
             ] {

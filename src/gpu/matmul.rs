@@ -50,6 +50,9 @@ pub(crate) enum MatmulKernel {
     Tiled,
     /// [`MatmulKernel::Tiled`] with the A tile padded against workgroup-memory bank conflicts.
     TiledPadded,
+    /// [`MatmulKernel::Tiled`] double-buffered: the next K slice is prefetched into registers
+    /// during the current one's FMAs, one barrier per slice.
+    TiledDouble,
     /// Split-K: K cut into up to 16 slices multiplied side by side (the register kernel, each
     /// slice into its own [M, N] partial), then summed over the slices: for few outputs and a
     /// long K, where the other kernels leave most of a GPU idle. Unbatched problems with
@@ -62,7 +65,7 @@ pub(crate) enum MatmulKernel {
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 13] = [
+    pub(crate) const ALL: [MatmulKernel; 14] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
@@ -73,6 +76,7 @@ impl MatmulKernel {
         MatmulKernel::RegisterVec4R8x4,
         MatmulKernel::Tiled,
         MatmulKernel::TiledPadded,
+        MatmulKernel::TiledDouble,
         MatmulKernel::SplitK,
         MatmulKernel::GemvM1,
         MatmulKernel::GemvN1,
@@ -90,6 +94,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4R8x4 => "register_vec4_r8x4",
             MatmulKernel::Tiled => "tiled",
             MatmulKernel::TiledPadded => "tiled_padded",
+            MatmulKernel::TiledDouble => "tiled_double",
             MatmulKernel::SplitK => "split_k",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
@@ -145,6 +150,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4R4x4 => "register_tile_r4x4",
             MatmulKernel::RegisterVec4R8x4 => "register_tile_r8x4",
             MatmulKernel::Tiled | MatmulKernel::TiledPadded => "tiled",
+            MatmulKernel::TiledDouble => "tiled_double",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
         }
@@ -159,7 +165,7 @@ impl MatmulKernel {
             MatmulKernel::RegisterVec4Tall => (128, 32),
             MatmulKernel::RegisterVec4Large => (128, 128),
             MatmulKernel::RegisterVec4R4x4 | MatmulKernel::RegisterVec4R8x4 => (64, 64),
-            MatmulKernel::Tiled | MatmulKernel::TiledPadded => (64, 64),
+            MatmulKernel::Tiled | MatmulKernel::TiledPadded | MatmulKernel::TiledDouble => (64, 64),
             MatmulKernel::GemvM1 => (1, 256),
             MatmulKernel::GemvN1 => (256, 1),
         }
