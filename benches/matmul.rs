@@ -4,7 +4,9 @@
 //! - `cpu_matmul/{wgtensor,gemm,matrixmultiply}/N`: N×N×N f32 products on the CPU. wgtensor
 //!   includes allocating its output tensor; the peers write into a preallocated buffer.
 //! - `gpu_matmul/<adapter>/<kernel>/N`: every GPU kernel variant on every adapter (hardware or
-//!   software), `auto=<kernel>` being the one `Tensor::matmul` picks. The wait for the GPU is
+//!   software), `auto=<kernel>` being the one `Tensor::matmul` picks; `f16_f32_acc` and
+//!   `f16_f16_acc` at 512: f16 operands accumulated in f32 (the default) or in f16
+//!   (`set_f16_accumulation`, adapters with `SHADER_F16`). The wait for the GPU is
 //!   inside the timed region; operands are uploaded once, outside it.
 //!
 //! Throughput is reported in elements = floating-point operations (2·N³ per product), so
@@ -144,6 +146,30 @@ fn gpu(c: &mut Criterion) {
             // The tuned choice: the first call of the class runs the heuristic, the second
             // tunes (when the cache has no entry), later calls use the winner.
             run(&auto, None);
+        }
+        // f16 operands at 512: f32 accumulation (the default) next to the opt-in f16
+        // accumulation, on adapters with SHADER_F16.
+        if info.shader_f16 {
+            let n = 512usize;
+            let half = |seed| {
+                Tensor::from_vec(operand(n * n, seed), &[n, n], &device)
+                    .and_then(|t| t.to_dtype(wgtensor::DType::F16))
+                    .unwrap()
+            };
+            let (ha, hb) = (half(5), half(6));
+            g.throughput(Throughput::Elements(2 * (n as u64).pow(3)));
+            for (label, acc16) in [("f16_f32_acc", false), ("f16_f16_acc", true)] {
+                let id = BenchmarkId::new(format!("{name}/{label}"), n);
+                g.bench_with_input(id, &n, |bch, _| {
+                    wgtensor::set_f16_accumulation(acc16);
+                    bch.iter(|| {
+                        let c = ha.matmul(&hb).unwrap();
+                        device.synchronize().unwrap();
+                        c
+                    })
+                });
+            }
+            wgtensor::set_f16_accumulation(false);
         }
         // A GEMV, [1, 2048] @ [2048, 2048]: the heuristic's pick next to the GEMV kernel.
         let v = Tensor::from_vec(operand(2048, 3), &[1, 2048], &device).unwrap();

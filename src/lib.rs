@@ -57,7 +57,10 @@ pub use memory::{
 };
 pub use profile::{KernelTime, Profile};
 pub use random::manual_seed;
-pub use tensor::{read_all, Conv2dOptions, PadMode, Tensor, WgpuBufferView};
+pub use tensor::{
+    f16_accumulation, read_all, set_f16_accumulation, Conv2dOptions, PadMode, Tensor,
+    WgpuBufferView,
+};
 
 /// The f16 type of [`DType::F16`] tensors.
 pub use half::f16;

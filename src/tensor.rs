@@ -24,6 +24,7 @@ mod view;
 
 pub use conv::Conv2dOptions;
 pub(crate) use fuse::materialize_pending;
+pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
 pub use transfer::{read_all, WgpuBufferView};
 

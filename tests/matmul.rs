@@ -186,8 +186,9 @@ fn matmul_kernels_are_valid_wgsl() {
         .unwrap_or_else(|e| panic!("{file}: {e:?}"));
     }
     assert_eq!(
-        seen, 3,
-        "matmul.wgsl, its f16-operand build and matmul_vec4.wgsl are embedded"
+        seen, 4,
+        "matmul.wgsl, its f16-operand and f16-accumulation builds and matmul_vec4.wgsl are \
+         embedded"
     );
 }
 

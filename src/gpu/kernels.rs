@@ -39,6 +39,9 @@ pub(crate) enum Shader {
     Matmul,
     /// matmul.wgsl reading f16 operands in place (packed pairs), accumulating in f32.
     MatmulF16,
+    /// matmul.wgsl in native f16 (`SHADER_F16`): f16 operands, accumulators and output (the
+    /// opt-in of `wgtensor::set_f16_accumulation`).
+    MatmulF16Acc,
     MatmulVec4,
     Gather,
     /// The first pass of an f32 sum over a packed row, four elements per load.
@@ -133,6 +136,35 @@ fn matmul_f16() -> &'static str {
     })
 }
 
+/// matmul.wgsl with f16 everywhere it holds values: operands bound as `array<f16>` (read in
+/// place, any strides), accumulators, staged tiles and the output. The register tile and its
+/// rank-1 update come from common.wgsl's f32 ones, renamed. Validated with naga like every
+/// shader (tests/shaders.rs) and run against the CPU where an adapter has `SHADER_F16`.
+fn matmul_f16_acc() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let start = COMMON
+            .find("struct Tile {")
+            .expect("common.wgsl has the register tile");
+        let end = COMMON[start..]
+            .find("// ----")
+            .map_or(COMMON.len(), |e| start + e);
+        let tile = COMMON[start..end]
+            .replace("Tile", "Tile16")
+            .replace("rank1", "rank1_16")
+            .replace("f32", "f16");
+        let body = include_str!("../../shaders/matmul.wgsl")
+            .replace("array<f32>", "array<f16>")
+            .replace("vec4<f32>", "vec4<f16>")
+            .replace("-> f32 {", "-> f16 {")
+            .replace("v: f32)", "v: f16)")
+            .replace("= 0.0;", "= f16(0.0);")
+            .replace("var t: Tile;", "var t: Tile16;")
+            .replace("rank1(&t,", "rank1_16(&t,");
+        format!("enable f16;\n{body}\n{tile}")
+    })
+}
+
 /// The subgroup first passes of reductions (composed after reduce.wgsl).
 pub(crate) const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce_subgroup.wgsl");
 
@@ -142,7 +174,7 @@ pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 13] = [
+    pub(crate) const ALL: [Shader; 14] = [
         Shader::Reduce,
         Shader::ReduceSubgroup,
         Shader::Softmax,
@@ -151,6 +183,7 @@ impl Shader {
         Shader::Join,
         Shader::Matmul,
         Shader::MatmulF16,
+        Shader::MatmulF16Acc,
         Shader::MatmulVec4,
         Shader::Gather,
         Shader::Scatter,
@@ -171,6 +204,7 @@ impl Shader {
             Shader::Matmul => "matmul.wgsl",
             // Not a file of its own: matmul.wgsl with f16 operand bindings.
             Shader::MatmulF16 => "matmul.wgsl (f16 operands)",
+            Shader::MatmulF16Acc => "matmul.wgsl (f16 accumulation)",
             Shader::MatmulVec4 => "matmul_vec4.wgsl",
             Shader::Gather => "gather.wgsl",
             Shader::Scatter => "scatter.wgsl",
@@ -190,7 +224,7 @@ impl Shader {
             Shader::Softmax | Shader::SoftmaxSubgroup => {
                 include_str!("../../shaders/softmax.wgsl")
             }
-            Shader::MatmulF16 => include_str!("../../shaders/matmul.wgsl"),
+            Shader::MatmulF16 | Shader::MatmulF16Acc => include_str!("../../shaders/matmul.wgsl"),
             other => other.body(),
         }
     }
@@ -216,6 +250,7 @@ impl Shader {
             Shader::Join => include_str!("../../shaders/join.wgsl"),
             Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
             Shader::MatmulF16 => matmul_f16(),
+            Shader::MatmulF16Acc => matmul_f16_acc(),
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
             // Shaders that read ids start with the error word's binding and `report_bad_id`.
             Shader::Sum => include_str!("../../shaders/sum.wgsl"),
@@ -251,7 +286,7 @@ impl Shader {
     /// Read-only input bindings before the output.
     pub(crate) fn inputs(self) -> usize {
         match self {
-            Shader::Matmul | Shader::MatmulF16 | Shader::MatmulVec4 => 2,
+            Shader::Matmul | Shader::MatmulF16 | Shader::MatmulF16Acc | Shader::MatmulVec4 => 2,
             // reduce binds an auxiliary input (softmax's row maxima) beside the data.
             Shader::Reduce | Shader::ReduceSubgroup => 2,
             Shader::Softmax | Shader::SoftmaxSubgroup => 1,
@@ -456,7 +491,10 @@ impl KernelCache {
                     let mut checks = wgpu::ShaderRuntimeChecks::checked();
                     checks.force_loop_bounding = !matches!(
                         shader,
-                        Shader::Matmul | Shader::MatmulF16 | Shader::MatmulVec4
+                        Shader::Matmul
+                            | Shader::MatmulF16
+                            | Shader::MatmulF16Acc
+                            | Shader::MatmulVec4
                     );
                     // SAFETY: wgpu requires shaders built without loop bounding to have no
                     // infinite loop. The matmul shaders are wgtensor's own; each loop runs from

@@ -128,9 +128,11 @@ impl MatmulKernel {
         MatmulKernel::ALL.into_iter().find(|k| k.name() == name)
     }
 
-    fn shader(self, half: bool) -> Shader {
+    fn shader(self, half: bool, acc16: bool) -> Shader {
         if self.is_vec4() {
             Shader::MatmulVec4
+        } else if acc16 {
+            Shader::MatmulF16Acc
         } else if half {
             Shader::MatmulF16
         } else {
@@ -398,16 +400,46 @@ impl GpuDevice {
         kernel: Option<MatmulKernel>,
         half: bool,
     ) -> Result<GpuBuffer> {
+        self.matmul_into(a, la, b, lb, kernel, half, false)
+    }
+
+    /// [`GpuDevice::matmul`] of f16 operands accumulated in f16 into a packed f16 output
+    /// (`SHADER_F16` devices; the caller checks). Split-K, whose partials are summed in f32,
+    /// gives way to the adapter's choice without it.
+    pub(crate) fn matmul_f16_acc(
+        &self,
+        a: &GpuBuffer,
+        la: &Layout,
+        b: &GpuBuffer,
+        lb: &Layout,
+        kernel: Option<MatmulKernel>,
+    ) -> Result<GpuBuffer> {
+        let kernel = kernel.filter(|&k| k != MatmulKernel::SplitK);
+        self.matmul_into(a, la, b, lb, kernel, true, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_into(
+        &self,
+        a: &GpuBuffer,
+        la: &Layout,
+        b: &GpuBuffer,
+        lb: &Layout,
+        kernel: Option<MatmulKernel>,
+        half: bool,
+        acc16: bool,
+    ) -> Result<GpuBuffer> {
         let op = "matmul";
         let p = Problem::new(la, lb, half);
         let out_elems = p.batches() * p.m * p.n;
         check_u32(la, lb, out_elems)?;
+        let out_bytes = out_elems as u64 * if acc16 { 2 } else { 4 };
         // Zero-filled when K = 0 (that is the whole answer); otherwise the first K chunk stores
         // every element, so no clear is needed.
         let out = if p.k == 0 {
-            self.alloc(op, out_elems as u64 * 4)?
+            self.alloc(op, out_bytes)?
         } else {
-            self.alloc_uninit(op, out_elems as u64 * 4)?
+            self.alloc_uninit(op, out_bytes)?
         };
         if out_elems == 0 || p.k == 0 {
             return Ok(out);
@@ -415,6 +447,11 @@ impl GpuDevice {
         let kernel = match kernel {
             Some(k) => k,
             None => self.tuned_matmul_kernel((a, la), (b, lb), &p)?,
+        };
+        let kernel = if acc16 && kernel == MatmulKernel::SplitK {
+            self.matmul_kernel(la, lb, true)
+        } else {
+            kernel
         };
         let limit = self.0.limits.max_compute_invocations_per_workgroup;
         if kernel.invocations() > limit {
@@ -501,7 +538,7 @@ impl GpuDevice {
                         self.launch_workgroups(
                             op,
                             Launch {
-                                shader: kernel.shader(p.half),
+                                shader: kernel.shader(p.half, acc16),
                                 entry: kernel.entry(),
                                 op_code,
                                 inputs: &[&a.buffer, &b.buffer],
@@ -547,7 +584,7 @@ impl GpuDevice {
                         self.launch_workgroups(
                             op,
                             Launch {
-                                shader: kernel.shader(p.half),
+                                shader: kernel.shader(p.half, acc16),
                                 entry: kernel.entry(),
                                 op_code,
                                 inputs: &[&a.buffer, &b.buffer],

@@ -18,6 +18,50 @@ struct Plan {
 /// Applies `torch.matmul`'s shape rules: a 1-D lhs is a row `[1, K]` and a 1-D rhs a column
 /// `[K, 1]` (the added dim is removed from the result); dims before the last two are batch
 /// dims and broadcast.
+/// [`set_f16_accumulation`]'s setting: 0 not set (read `WGTENSOR_F16_ACCUMULATE`), 1 off, 2 on.
+static F16_ACCUMULATION: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Lets f16 matrix products accumulate in f16 on GPUs that run f16 natively (`SHADER_F16`):
+/// operands, running sums and output stay f16, which halves register and workgroup-memory
+/// use and is the fast path on GPUs with double-rate f16. Off by default (f16 products then
+/// accumulate in f32 and are rounded once), as PyTorch's
+/// `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` is the opt-in there;
+/// `WGTENSOR_F16_ACCUMULATE=1` turns it on for the process. Process-wide; the CPU and
+/// adapters without `SHADER_F16` keep f32 accumulation.
+///
+/// The error grows with K: every partial sum is rounded to 11 bits, so once a sum reaches
+/// 2,048 adding 1 no longer changes it, and a sum past 65,504 is inf. Use it where K and the
+/// magnitudes are modest (or products are followed by a normalisation).
+///
+/// ```
+/// use wgtensor::{set_f16_accumulation, DType, Device, Tensor};
+/// let d = Device::best();
+/// let a = Tensor::ones(&[1, 3000], DType::F16, &d)?;
+/// let b = Tensor::ones(&[3000, 1], DType::F16, &d)?;
+/// set_f16_accumulation(true);
+/// let fast = a.matmul(&b)?.to_dtype(DType::F32)?.to_vec::<f32>()?[0];
+/// set_f16_accumulation(false);
+/// let exact = a.matmul(&b)?.to_dtype(DType::F32)?.to_vec::<f32>()?[0];
+/// assert_eq!(exact, 3000.0);
+/// // With SHADER_F16 the f16 running sum stops at 2048 (2048 + 1 rounds back to 2048).
+/// assert!(fast == 2048.0 || fast == 3000.0);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn set_f16_accumulation(allow: bool) {
+    F16_ACCUMULATION.store(
+        if allow { 2 } else { 1 },
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Whether f16 matrix products may accumulate in f16 ([`set_f16_accumulation`]).
+pub fn f16_accumulation() -> bool {
+    match F16_ACCUMULATION.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::env::var("WGTENSOR_F16_ACCUMULATE").is_ok_and(|v| v == "1"),
+        v => v == 2,
+    }
+}
+
 fn plan(lhs: &Tensor, rhs: &Tensor) -> Result<Plan> {
     let (sa, sb) = (lhs.shape(), rhs.shape());
     if sa.is_empty() || sb.is_empty() {
@@ -184,6 +228,15 @@ impl Tensor {
                 // the product is rounded once: no f32 copies of the operands.
                 let p = plan(self, rhs)?;
                 if let (Storage::Gpu(a), Storage::Gpu(b)) = (self.storage()?, rhs.storage()?) {
+                    if f16_accumulation() && a.device.native_f16() {
+                        let out = a.device.matmul_f16_acc(a, &p.la, b, &p.lb, kernel)?;
+                        return Ok(Tensor::from_parts(
+                            Storage::Gpu(out),
+                            &p.out_shape,
+                            DType::F16,
+                            self.device().clone(),
+                        ));
+                    }
                     let out = a.device.matmul(a, &p.la, b, &p.lb, kernel, true)?;
                     let f32_out = Tensor::from_parts(
                         Storage::Gpu(out),
