@@ -618,6 +618,34 @@ fn every_reduce_variant_matches_the_reference() {
                     check(&t, &v, &shape, op, Some(1), false);
                 }
             }
+            // f16 input (reduced in f32, rounded once): the forced pass against the CPU's.
+            let v = data(30 * 700, 66, 2.0);
+            let h = Tensor::from_vec(v, &[30, 700], &Device::cpu())
+                .and_then(|t| t.to_dtype(DType::F16))
+                .unwrap();
+            let g = h.to(&d).unwrap();
+            for op in ["sum", "max", "argmax"] {
+                let (want, got) = (run(&h, op, Some(1), false), run(&g, op, Some(1), false));
+                let (want, got) = (want.unwrap(), got.unwrap());
+                let as_f32 = |t: &Tensor| match t.dtype() {
+                    DType::U32 => t
+                        .to_vec::<u32>()
+                        .unwrap()
+                        .iter()
+                        .map(|&i| i as f32)
+                        .collect(),
+                    _ => values(&t.to_dtype(DType::F32).unwrap()),
+                };
+                let (want, got) = (as_f32(&want), as_f32(&got));
+                // Sums of 700 values in [-2, 2] rounded to f16: within 2 f16 ulps of ~30.
+                assert_close(
+                    &got,
+                    &want,
+                    0.0,
+                    0.07,
+                    &format!("f16 {op} on {d} with {variant}"),
+                );
+            }
             let v = data(40 * 600, 62, 2.0);
             let t = Tensor::from_vec(v, &[40, 600], &d).unwrap().t().unwrap();
             let packed = values(&t);
