@@ -119,6 +119,15 @@ fn store4(p: Problem, row: u32, col: u32, v: vec4<f32>) {
     store(p, row, col + 3u, v.w);
 }
 
+// Rows r0..r0+3 of a 4×4 block of outputs from column c0 (the tiled entries' epilogue).
+fn store_4x4(p: Problem, r0: u32, c0: u32, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>,
+             a3: vec4<f32>) {
+    store4(p, r0, c0, a0);
+    store4(p, r0 + 1u, c0, a1);
+    store4(p, r0 + 2u, c0, a2);
+    store4(p, r0 + 3u, c0, a3);
+}
+
 // Σ over this chunk of A[row, k] * B[k, col], one k at a time (k1 - k0 <= 16,384 iterations).
 fn dot(p: Problem, row: u32, col: u32) -> f32 {
     var ia = p.a + row * p.a_rs;
@@ -259,12 +268,7 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
         // The next slice overwrites the tiles: everyone must be done reading them.
         workgroupBarrier();
     }
-    let r0 = tr + lid.y * 4u;
-    let c0 = tc + lid.x * 4u;
-    store4(p, r0, c0, acc0);
-    store4(p, r0 + 1u, c0, acc1);
-    store4(p, r0 + 2u, c0, acc2);
-    store4(p, r0 + 3u, c0, acc3);
+    store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc0, acc1, acc2, acc3);
 }
 
 
@@ -348,10 +352,5 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
         cur = 1u - cur;
     }
-    let r0 = tr + lid.y * 4u;
-    let c0 = tc + lid.x * 4u;
-    store4(p, r0, c0, acc0);
-    store4(p, r0 + 1u, c0, acc1);
-    store4(p, r0 + 2u, c0, acc2);
-    store4(p, r0 + 3u, c0, acc3);
+    store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc0, acc1, acc2, acc3);
 }

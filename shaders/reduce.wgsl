@@ -193,6 +193,24 @@ fn store(item: u32, acc: Acc) {
     dst[item] = v;
 }
 
+// Thread `lid`'s fold of its elements of `item`'s chunk in the workgroup passes: consecutive
+// threads read consecutive elements (coalesced when stride_r == 1), PER_THREAD each.
+fn fold_wg(item: u32, lid: u32) -> Acc {
+    let chunks = params[1];
+    let o = item / chunks;
+    let start = (item % chunks) * params[3];
+    let end = min(params[2], start + params[3]);
+    let base = row_base(o);
+    var acc = identity();
+    for (var k = 0u; k < PER_THREAD; k = k + 1u) {
+        let r = start + k * WG + lid;
+        if (r < end) {
+            acc = combine(acc, load(o, r, base));
+        }
+    }
+    return acc;
+}
+
 @compute @workgroup_size(256)
 fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
@@ -202,19 +220,7 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
     if (item >= params[0]) {
         return;
     }
-    let chunks = params[1];
-    let o = item / chunks;
-    let start = (item % chunks) * params[3];
-    let end = min(params[2], start + params[3]);
-    let base = row_base(o);
-    var acc = identity();
-    // Consecutive threads read consecutive elements: coalesced when stride_r == 1.
-    for (var k = 0u; k < PER_THREAD; k = k + 1u) {
-        let r = start + k * WG + lid;
-        if (r < end) {
-            acc = combine(acc, load(o, r, base));
-        }
-    }
+    let acc = fold_wg(item, lid);
     tree_v[lid] = acc.v;
     tree_i[lid] = acc.i;
     workgroupBarrier();

@@ -50,19 +50,7 @@ fn reduce_wg_subgroup(inv: SubgroupInv) {
     if (item >= params[0]) {
         return;
     }
-    let chunks = params[1];
-    let o = item / chunks;
-    let start = (item % chunks) * params[3];
-    let end = min(params[2], start + params[3]);
-    let base = row_base(o);
-    var acc = identity();
-    for (var k = 0u; k < PER_THREAD; k = k + 1u) {
-        let r = start + k * WG + inv.lid;
-        if (r < end) {
-            acc = combine(acc, load(o, r, base));
-        }
-    }
-    let merged = subgroup_merge(acc, inv.lane, inv.size);
+    let merged = subgroup_merge(fold_wg(item, inv.lid), inv.lane, inv.size);
     if (inv.lane == 0u) {
         tree_v[inv.sg] = merged.v;
         tree_i[inv.sg] = merged.i;

@@ -5,26 +5,10 @@
 
 mod common;
 
-use common::{assert_close, devices, values};
+use common::{assert_close, devices, values, Vector};
 use wgtensor::nn::{self, Module};
 use wgtensor::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
 use wgtensor::{transfer_stats, DType, Device, Error, Result, Tensor};
-
-/// The loss `sum(c * p) + 0.5 * sum(p²)`, gradient `c + p`.
-struct Vector(Tensor);
-
-impl Module for Vector {
-    fn forward(&self, c: &Tensor) -> Result<Tensor> {
-        let quad = self.0.mul(&self.0)?.mul_scalar(0.5)?;
-        c.mul(&self.0)?.add(&quad)?.sum_all()
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![("p".into(), self.0.clone())]
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        vec![("p".into(), &mut self.0)]
-    }
-}
 
 /// Makes a fresh optimizer.
 type Make = fn() -> Box<dyn Optimizer>;

@@ -6,7 +6,7 @@ pub mod broadcast;
 
 use std::io::Write;
 use std::sync::Once;
-use wgtensor::{Device, Tensor};
+use wgtensor::{Device, Result, Tensor};
 
 /// The CPU plus every `gpu:N`. Without an adapter the GPU part is skipped loudly; with
 /// `WGTENSOR_REQUIRE_GPU=1` that skip is a failure (CI sets it).
@@ -188,4 +188,21 @@ pub fn gl_views() -> Vec<Device> {
         eprintln!("wgtensor tests: no GL adapter view; GL variants SKIPPED");
     }
     gl
+}
+
+/// A model of one parameter vector `p` for optimizer tests: `forward(c)` is the loss
+/// `sum(c * p) + 0.5 * sum(p²)`, whose gradient is `c + p`.
+pub struct Vector(pub Tensor);
+
+impl wgtensor::nn::Module for Vector {
+    fn forward(&self, c: &Tensor) -> Result<Tensor> {
+        let quad = self.0.mul(&self.0)?.mul_scalar(0.5)?;
+        c.mul(&self.0)?.add(&quad)?.sum_all()
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("p".into(), self.0.clone())]
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        vec![("p".into(), &mut self.0)]
+    }
 }
