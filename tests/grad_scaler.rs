@@ -10,6 +10,23 @@ use wgtensor::nn::{self, Module};
 use wgtensor::optim::{Adam, AdamW, GradScaler, Optimizer, Sgd};
 use wgtensor::{transfer_stats, DType, Device, Error, Result, Tensor};
 
+/// An optimizer with only `step` (it halves every parameter): the trait's default
+/// `step_if_finite` applies.
+struct Halve;
+
+impl Optimizer for Halve {
+    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        for (_, p) in model.named_parameters_mut() {
+            *p = nn::param(p.mul_scalar(0.5)?);
+        }
+        Ok(())
+    }
+    fn lr(&self) -> f32 {
+        0.0
+    }
+    fn set_lr(&mut self, _: f32) {}
+}
+
 /// Makes a fresh optimizer.
 type Make = fn() -> Box<dyn Optimizer>;
 
@@ -29,6 +46,7 @@ fn optimizers() -> Vec<(&'static str, Make)> {
         }),
         ("adam", || Box::new(Adam::new(0.05).weight_decay(0.01))),
         ("adamw", || Box::new(AdamW::new(0.05))),
+        ("default step_if_finite", || Box::new(Halve)),
     ]
 }
 
@@ -145,29 +163,48 @@ fn scaled_steps_child() {
                 "{name} on {dev}: no transfer and no wait in scaled steps"
             );
             // 5 iterations, one of them skipped: 65536 * 2 (after two finite) * 0.5 * 2.
-            assert_eq!(scaler.get_scale().unwrap(), 131072.0, "{name} on {dev}");
+            assert_eq!(
+                scaler.get_scale().unwrap().to_scalar::<f32>().unwrap(),
+                131072.0,
+                "{name} on {dev}"
+            );
             assert!(transfer_stats(&dev).downloads > after.downloads, "counted");
+            if name == "adam" {
+                // Adam's device step count round-trips through state_dict without a readback
+                // (only `lr` is a host value, and it is a CPU tensor), and the reloaded
+                // optimizer continues exactly as the original.
+                let state = opt.state_dict().unwrap();
+                let mut reloaded = Adam::new(1.0).weight_decay(0.01);
+                let (mut twin, at) = (Vector(m.0.detach()), transfer_stats(&dev));
+                twin.0 = nn::param(twin.0.clone());
+                reloaded.load_state_dict(state).unwrap();
+                let loaded = transfer_stats(&dev);
+                assert_eq!(
+                    (loaded.uploads, loaded.downloads),
+                    (at.uploads, at.downloads),
+                    "{dev}: loading Adam's state moved nothing"
+                );
+                let mut s2 = GradScaler::new();
+                iteration(&mut m, opt.as_mut(), &mut scaler, &c, &huge, false).unwrap();
+                iteration(&mut twin, &mut reloaded, &mut s2, &c, &huge, false).unwrap();
+                assert_close(&values(&twin.0), &values(&m.0), 1e-6, 1e-7, "reloaded Adam");
+                // A learning rate on the GPU is refused, not read back.
+                let mut st = opt.state_dict().unwrap();
+                for (k, t) in st.iter_mut() {
+                    if k == "lr" {
+                        *t = t.to(&dev).unwrap();
+                    }
+                }
+                let err = Adam::new(1.0).load_state_dict(st).unwrap_err();
+                assert!(err.to_string().contains("CPU"), "{err}");
+            }
         }
     }
     common::child_done("scaled_steps_child");
 }
 
 #[test]
-fn step_if_finite_checks_its_flag_and_the_default_reads_it() -> Result<()> {
-    /// An optimizer with only `step`: the trait's default `step_if_finite` applies.
-    struct Halve;
-    impl Optimizer for Halve {
-        fn step(&mut self, model: &mut dyn Module) -> Result<()> {
-            for (_, p) in model.named_parameters_mut() {
-                *p = nn::param(p.mul_scalar(0.5)?);
-            }
-            Ok(())
-        }
-        fn lr(&self) -> f32 {
-            0.0
-        }
-        fn set_lr(&mut self, _: f32) {}
-    }
+fn step_if_finite_checks_its_flag_and_the_default_gates_the_parameters() -> Result<()> {
     for dev in devices() {
         let mut m = Vector(nn::param(Tensor::from_vec(vec![2f32, 4.0], &[2], &dev)?));
         m.forward(&Tensor::ones(&[2], DType::F32, &dev)?)?

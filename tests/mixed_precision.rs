@@ -150,7 +150,7 @@ fn loss_scaling_keeps_small_f16_gradients_from_flushing_to_zero() -> Result<()> 
             unscaled.iter().all(|&g| g == 0.0),
             "{dev}: expected f16 underflow without scaling, got {unscaled:?}"
         );
-        let scaled = grads(&half, GradScaler::new().get_scale()?)?;
+        let scaled = grads(&half, GradScaler::new().get_scale()?.to_scalar::<f32>()?)?;
         let max = exact.iter().fold(0f32, |a, &b| a.max(b.abs()));
         assert_close(
             &scaled,

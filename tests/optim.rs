@@ -267,7 +267,7 @@ fn grad_scaler_skips_inf_steps_backs_off_and_grows() -> Result<()> {
         scaler.update()?;
         assert!(scaler.found_inf().is_none());
         assert_close(&values(&m.0), &[0.0, -0.5, -1.0], 1e-6, 0.0, "stepped");
-        assert_eq!(scaler.get_scale()?, 1024.0);
+        assert_eq!(scaler.get_scale()?.to_scalar::<f32>()?, 1024.0);
         // An overflowing step: skipped, scale halved.
         opt.zero_grad(&m);
         let huge = Tensor::full(&[3], 1e36, DType::F32, &dev)?;
@@ -275,7 +275,7 @@ fn grad_scaler_skips_inf_steps_backs_off_and_grows() -> Result<()> {
         scaler.step(&mut opt, &mut m)?;
         assert_eq!(scaler.found_inf().unwrap().to_scalar::<f32>()?, 1.0);
         scaler.update()?;
-        assert_eq!(scaler.get_scale()?, 512.0);
+        assert_eq!(scaler.get_scale()?.to_scalar::<f32>()?, 512.0);
         assert_close(&values(&m.0), &[0.0, -0.5, -1.0], 0.0, 0.0, "skipped");
         // Two finite steps in a row: scale doubles.
         for _ in 0..2 {
@@ -285,7 +285,7 @@ fn grad_scaler_skips_inf_steps_backs_off_and_grows() -> Result<()> {
             assert_eq!(scaler.found_inf().unwrap().to_scalar::<f32>()?, 0.0);
             scaler.update()?;
         }
-        assert_eq!(scaler.get_scale()?, 1024.0);
+        assert_eq!(scaler.get_scale()?.to_scalar::<f32>()?, 1024.0);
     }
     Ok(())
 }

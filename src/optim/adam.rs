@@ -390,15 +390,35 @@ impl Optimizer for Adam {
                     step.shape()
                 )));
             }
-            // The step count sets the host-side bias corrections: read once at load, never
-            // inside a step; `state_dict` keeps it on the CPU, where this read is no transfer.
-            let step = step.to_vec::<i32>()?[0];
-            if step < 1 {
-                return Err(bad(format!(
-                    "\"state.{name}.step\" is {step}, must be >= 1"
-                )));
-            }
-            new.insert(name, Moments::host(m, v, step));
+            // A CPU count (what `state_dict` gives for host-counted steps) is read from its
+            // storage; a device count (from a gated step) stays on its device and keeps
+            // counting there: no readback either way.
+            let moments = match state::cpu_i32_scalar(&step)? {
+                Some(step) if step < 1 => {
+                    return Err(bad(format!(
+                        "\"state.{name}.step\" is {step}, must be >= 1"
+                    )));
+                }
+                Some(step) => Moments::host(m, v, step),
+                None => {
+                    if step.device() != m.device() {
+                        return Err(bad(format!(
+                            "\"state.{name}.step\" is on {}, the moments on {}: keep it on \
+                             the CPU or with the moments",
+                            step.device(),
+                            m.device()
+                        )));
+                    }
+                    let dstep = step.reshape(&[])?.to_dtype(DType::F32)?;
+                    Moments {
+                        m,
+                        v,
+                        step: 1,
+                        dstep: Some(dstep),
+                    }
+                }
+            };
+            new.insert(name, moments);
         }
         self.state = new;
         if let Some(lr) = parsed.lr {

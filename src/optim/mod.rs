@@ -57,11 +57,11 @@ pub trait Optimizer {
 
     /// [`Optimizer::step`], skipped where `found_inf` (a 0-d f32 flag, as
     /// [`GradScaler::found_inf`] gives) is non-zero: parameters and state stay as they were.
-    /// [`Sgd`], [`Adam`] and [`AdamW`] decide on the device (every update is written through a
-    /// select on the flag, and Adam's step count lives on the device), so a GPU step never
-    /// waits for the flag. For CPU parameters the flag is read on the host, which costs no
-    /// transfer when it is a CPU tensor. The default reads the flag back (one download) and
-    /// calls `step` when it is zero.
+    /// The decision is made by the kernels, never on the host, so a step does not wait for the
+    /// flag: [`Sgd`], [`Adam`] and [`AdamW`] write every update and every piece of state
+    /// through a select on the flag (Adam's step count lives on the device). The default runs
+    /// `step` and then selects, per parameter, the old value where the flag is set; an
+    /// optimizer with state of its own should override it to gate that state too.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `found_inf` does not hold exactly one element; the errors
@@ -83,12 +83,21 @@ pub trait Optimizer {
     /// ```
     fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
         check_flag("Optimizer::step_if_finite", found_inf)?;
-        let flag = found_inf.to_dtype(crate::DType::F32)?.to_vec::<f32>()?[0];
-        if flag == 0.0 {
-            self.step(model)
-        } else {
-            Ok(())
+        let before: Vec<Tensor> = model.parameters();
+        self.step(model)?;
+        let _no_grad = crate::no_grad();
+        let mut masks = Masks::new(found_inf);
+        for ((_, p), old) in model.named_parameters_mut().into_iter().zip(before) {
+            if p.shape() != old.shape() || p.device() != old.device() {
+                continue;
+            }
+            let kept = masks.on(p.device())?.where_cond(&old, p)?;
+            let g = p.grad();
+            let kept = nn::param(kept);
+            kept.set_grad(g)?;
+            *p = kept;
         }
+        Ok(())
     }
 
     /// Clears every parameter's gradient (PyTorch's `zero_grad(set_to_none=True)`).
@@ -116,13 +125,14 @@ pub trait Optimizer {
     }
 
     /// Replaces the state with `state` (as [`Optimizer::state_dict`] names it; put the moment
-    /// and momentum tensors on the parameters' device first; `lr` and `step` are host scalars,
-    /// best left on the CPU, where reading them costs no transfer). Validated whole before
-    /// anything changes.
+    /// and momentum tensors on the parameters' device first). `lr` must be a CPU tensor, as
+    /// `state_dict` gives it: it is read from CPU storage, never from a device. Adam's `step`
+    /// may be a CPU count or a device count (which then keeps counting on the device).
+    /// Validated whole before anything changes.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an unknown or missing key, a bad `lr`, or moments whose
-    /// shapes disagree.
+    /// [`Error::InvalidArgument`] for an unknown or missing key, a bad or non-CPU `lr`, or
+    /// moments whose shapes disagree.
     fn load_state_dict(&mut self, state: Vec<(String, Tensor)>) -> Result<()> {
         let parsed = state::parse("Optimizer::load_state_dict", state, &[])?;
         if let Some(lr) = parsed.lr {
@@ -135,10 +145,9 @@ pub trait Optimizer {
 /// Runs `update(name, param, grad, skip)` for every parameter with a gradient and puts the
 /// result in its place as a new leaf that keeps the gradient.
 ///
-/// With a `found_inf` flag (see [`Optimizer::step_if_finite`]), CPU parameters are skipped on
-/// the host when the flag is set, and GPU parameters get `skip`, a 0-d U8 mask on their device
-/// that `update` must apply to the parameter and to every piece of state it writes
-/// (`skip.where_cond(&old, &new)`), so that nothing waits for the flag.
+/// With a `found_inf` flag (see [`Optimizer::step_if_finite`]), `update` gets `skip`, a 0-d
+/// U8 mask on the parameter's device, and must apply it to the parameter and to every piece
+/// of state it writes (`skip.where_cond(&old, &new)`), so that nothing waits for the flag.
 pub(crate) fn update_params(
     model: &mut dyn Module,
     found_inf: Option<&Tensor>,
@@ -146,35 +155,16 @@ pub(crate) fn update_params(
 ) -> Result<()> {
     let _no_grad = crate::no_grad();
     let mut devices: Vec<crate::Device> = Vec::new();
-    // Per device: `Ok(skip)` decided on the host (CPU), `Err(mask)` decided on the device.
-    let mut gates: Vec<(crate::Device, std::result::Result<bool, Tensor>)> = Vec::new();
     if let Some(f) = found_inf {
         check_flag("Optimizer::step_if_finite", f)?;
     }
+    let mut masks = found_inf.map(Masks::new);
     for (name, p) in model.named_parameters_mut() {
         let Some(g) = p.grad() else { continue };
-        let mut skip = None;
-        if let Some(flag) = found_inf {
-            let dev = p.device().clone();
-            if !gates.iter().any(|(d, _)| d == &dev) {
-                let here = if flag.device() == &dev {
-                    flag.clone()
-                } else {
-                    flag.to(&dev)?
-                };
-                let gate = if dev.is_cpu() {
-                    Ok(here.to_dtype(crate::DType::F32)?.to_vec::<f32>()?[0] != 0.0)
-                } else {
-                    Err(here.reshape(&[])?.ne_scalar(0.0)?)
-                };
-                gates.push((dev.clone(), gate));
-            }
-            match &gates.iter().find(|(d, _)| d == &dev).expect("gate").1 {
-                Ok(true) => continue,
-                Ok(false) => {}
-                Err(mask) => skip = Some(mask.clone()),
-            }
-        }
+        let skip = match &mut masks {
+            Some(m) => Some(m.on(p.device())?.clone()),
+            None => None,
+        };
         let new = update(&name, p, &g, skip.as_ref())?;
         let new = nn::param(new);
         new.set_grad(Some(g))?;
@@ -192,6 +182,37 @@ pub(crate) fn update_params(
         }
     }
     Ok(())
+}
+
+/// The skip mask of a `found_inf` flag on each device that needs it: a 0-d U8, non-zero where
+/// the flag is, made by a kernel (the flag is copied to another device only when a model spans
+/// several).
+struct Masks<'a> {
+    flag: &'a Tensor,
+    on: Vec<(crate::Device, Tensor)>,
+}
+
+impl<'a> Masks<'a> {
+    fn new(flag: &'a Tensor) -> Masks<'a> {
+        Masks {
+            flag,
+            on: Vec::new(),
+        }
+    }
+
+    fn on(&mut self, device: &crate::Device) -> Result<&Tensor> {
+        if let Some(i) = self.on.iter().position(|(d, _)| d == device) {
+            return Ok(&self.on[i].1);
+        }
+        let here = if self.flag.device() == device {
+            self.flag.clone()
+        } else {
+            self.flag.to(device)?
+        };
+        let mask = here.reshape(&[])?.ne_scalar(0.0)?;
+        self.on.push((device.clone(), mask));
+        Ok(&self.on.last().expect("pushed").1)
+    }
 }
 
 /// A `found_inf` flag holds one element.

@@ -13,7 +13,7 @@ use crate::{DType, Error, Result, Tensor};
 /// scale and the growth tracker are 0-d f32 tensors on the device of the first scaled loss,
 /// the inf/NaN check is a device-side flag ([`GradScaler::found_inf`]), and the optimizer skips
 /// a step through [`Optimizer::step_if_finite`], so a training step never waits for the device.
-/// [`GradScaler::get_scale`] reads the scale back (one download) when asked.
+/// [`GradScaler::get_scale`] hands out the scale tensor, read it when you need the number.
 ///
 /// ```
 /// use wgtensor::nn::{param, Linear, Module};
@@ -29,7 +29,7 @@ use crate::{DType, Error, Result, Tensor};
 /// assert_eq!(scaler.found_inf().unwrap().to_scalar::<f32>()?, 0.0);
 /// scaler.update()?;
 /// assert_eq!(model.weight().to_vec::<f32>()?, vec![0.8]);
-/// assert_eq!(scaler.get_scale()?, 65536.0);
+/// assert_eq!(scaler.get_scale()?.to_scalar::<f32>()?, 65536.0);
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -94,15 +94,21 @@ impl GradScaler {
         self
     }
 
-    /// The current scale, read back from the device (the starting scale before the first
-    /// [`GradScaler::scale`]). This synchronizes: call it for logging, not inside a step.
+    /// The current scale as a 0-d f32 tensor on its device (a CPU tensor holding the starting
+    /// scale before the first [`GradScaler::scale`]). Nothing is read back: call
+    /// `to_scalar::<f32>()` on it for logging, outside the step.
     ///
     /// # Errors
-    /// The errors of a readback.
-    pub fn get_scale(&self) -> Result<f32> {
+    /// Allocation errors (before the first `scale`).
+    pub fn get_scale(&self) -> Result<Tensor> {
         match &self.scale {
-            Some(s) => s.to_scalar::<f32>(),
-            None => Ok(self.init_scale),
+            Some(s) => Ok(s.clone()),
+            None => Tensor::full(
+                &[],
+                self.init_scale.into(),
+                DType::F32,
+                &crate::Device::cpu(),
+            ),
         }
     }
 

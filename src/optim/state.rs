@@ -44,9 +44,7 @@ pub(crate) fn parse(
                     t.shape()
                 )));
             }
-            // A host hyperparameter, read once when a checkpoint is loaded (never inside a
-            // step); `state_dict` keeps it on the CPU, where this read is no transfer.
-            out.lr = Some(t.to_vec::<f32>()?[0]);
+            out.lr = Some(cpu_f32_scalar(op, "lr", &t)?);
             continue;
         }
         let parsed = key
@@ -65,6 +63,39 @@ pub(crate) fn parse(
             .insert(slot.to_string(), t);
     }
     Ok(out)
+}
+
+/// The value of a one-element CPU f32 tensor, read from its storage: host hyperparameters
+/// (`lr`) come as CPU tensors from `state_dict`, so loading them moves nothing between devices.
+/// A GPU tensor here is refused rather than read back.
+pub(crate) fn cpu_f32_scalar(op: &'static str, key: &str, t: &Tensor) -> Result<f32> {
+    use crate::storage::{CpuStorage, Storage};
+    match t.storage()? {
+        Storage::Cpu(CpuStorage::F32(v)) => Ok(v[t.layout().offset]),
+        _ => Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "{key:?} must be a CPU tensor, as state_dict returns it (got one on {}); \
+                 move it with .cpu() first",
+                t.device()
+            ),
+        }),
+    }
+}
+
+/// The value of a one-element CPU i32 tensor, read from its storage; `None` for a GPU tensor.
+pub(crate) fn cpu_i32_scalar(t: &Tensor) -> Result<Option<i32>> {
+    use crate::storage::{CpuStorage, Storage};
+    Ok(match t.storage()? {
+        Storage::Cpu(CpuStorage::I32(v)) => Some(v[t.layout().offset]),
+        _ => None,
+    })
+}
+
+/// Whether `key` of an optimizer state dict holds a host scalar that stays on the CPU when a
+/// checkpoint is loaded onto a device (`lr`, Adam's `step` counts).
+pub(crate) fn stays_on_cpu(key: &str) -> bool {
+    key == "lr" || key.ends_with(".step")
 }
 
 /// Takes slot `slot` of parameter `param`, or names what is missing.
@@ -125,9 +156,9 @@ pub fn save_checkpoint(
 }
 
 /// Restores what [`save_checkpoint`] wrote: the parameters of `model` (placed on `device`) and
-/// the state of `optimizer` (moments on `device`, learning rate). The optimizer state is
-/// all validated (and moved to `device`) before anything is replaced, so a bad file leaves both
-/// as they were.
+/// the state of `optimizer` (moments on `device`; the learning rate and step counts, host
+/// scalars, on the CPU). The optimizer state is all validated (and moved to `device`) before
+/// anything is replaced, so a bad file leaves both as they were.
 ///
 /// # Errors
 /// The errors of [`nn::load_safetensors`], [`Module::load_state_dict`] and
@@ -146,7 +177,9 @@ pub fn load_checkpoint(
         if let Some(n) = name.strip_prefix("model.") {
             model_part.push((n.to_string(), t));
         } else if let Some(n) = name.strip_prefix("optimizer.") {
-            opt_part.push((n.to_string(), t.to(device)?));
+            // Moments and buffers go to the device; host scalars stay where they are read.
+            let t = if stays_on_cpu(n) { t } else { t.to(device)? };
+            opt_part.push((n.to_string(), t));
         } else {
             return Err(Error::InvalidArgument {
                 op,
