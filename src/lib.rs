@@ -39,6 +39,8 @@ mod memory;
 pub mod nn;
 mod ops;
 pub mod optim;
+#[cfg(feature = "models")]
+pub mod models;
 mod profile;
 mod random;
 mod shape;
