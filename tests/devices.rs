@@ -146,6 +146,25 @@ fn display_is_canonical_and_aliases_are_the_same_device() {
     }
 }
 
+/// A headless run (no `XDG_RUNTIME_DIR`) prints nothing from Mesa: the project's
+/// `.cargo/config.toml` sets `NODEVICE_SELECT=1` for every `cargo test` and `cargo run`, which
+/// keeps Mesa's device-select layer from opening a Wayland connection for each instance.
+#[test]
+fn a_headless_run_prints_no_mesa_runtime_dir_noise() {
+    use std::process::Command;
+    let exe = std::env::current_exe().expect("path of the running test binary");
+    let out = Command::new(exe)
+        .args(["adapters_report_names_and_limits", "--exact", "--nocapture"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WGTENSOR_DEVICE")
+        .output()
+        .expect("run the test binary again");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the child failed: {stderr}");
+    let noise = stderr.matches("XDG_RUNTIME_DIR").count();
+    assert_eq!(noise, 0, "{noise} lines of Mesa noise on stderr:\n{stderr}");
+}
+
 #[test]
 fn adapters_report_names_and_limits() {
     let adapters = wgtensor::adapters();
