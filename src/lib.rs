@@ -87,6 +87,13 @@ pub mod testing {
         crate::gpu::autotune::DEFAULT_OFF.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Makes the next safetensors save on this thread (`save_safetensors`, `save_checkpoint`,
+    /// `Module::save_weights`) fail as a full disk would, after writing `bytes` bytes of its
+    /// temporary file; the previous file must survive.
+    pub fn fail_next_save_after(bytes: usize) {
+        crate::nn::io::FAIL_NEXT_SAVE_AFTER.with(|c| c.set(Some(bytes)));
+    }
+
     /// Destroys a GPU device as a driver reset would; later calls must report `DeviceLost`.
     pub fn destroy_device(device: &Device) {
         if let Some(g) = device.as_gpu() {

@@ -94,6 +94,11 @@ pub(crate) fn serialize(tensors: &[(String, Tensor)]) -> Result<Vec<u8>> {
 /// [`Error::InvalidArgument`] for a repeated name; [`Error::Io`] when the file cannot be
 /// written; device errors from reading GPU tensors back.
 ///
+/// The save is atomic: the bytes go to a temporary file in the same directory, which is
+/// fsynced and then renamed over `path`. A save that fails (disk full, the process killed)
+/// leaves the previous file at `path` intact, and a reader that has the old file open or
+/// memory-mapped keeps reading the old bytes.
+///
 /// ```
 /// use wgtensor::nn::{load_safetensors, save_safetensors};
 /// use wgtensor::{Device, Tensor};
@@ -108,11 +113,69 @@ pub(crate) fn serialize(tensors: &[(String, Tensor)]) -> Result<Vec<u8>> {
 pub fn save_safetensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
     let path = path.as_ref();
     let bytes = serialize(tensors)?;
-    std::fs::write(path, bytes).map_err(|e| Error::Io {
+    write_atomic(path, &bytes).map_err(|e| Error::Io {
         op: "save_safetensors",
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: format!("{e}; the previous file at this path (if any) is unchanged"),
     })
+}
+
+std::thread_local! {
+    /// Test hook: the next [`write_atomic`] on this thread fails with "no space left" after
+    /// writing this many bytes of its temporary file (`testing::fail_next_save_after`).
+    pub(crate) static FAIL_NEXT_SAVE_AFTER: std::cell::Cell<Option<usize>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Replaces `path` with `bytes` so that a failure at any point (disk full, a killed process, a
+/// power cut after the rename) leaves either the old file or the new one, never a mix: the
+/// bytes go to a temporary file in the same directory (so the rename stays on one filesystem),
+/// are flushed and fsynced, and the temporary is renamed over the target; the directory is
+/// fsynced so the rename itself is durable. A reader that has the old file open or
+/// memory-mapped keeps the old bytes (the rename gives the path a new inode).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
+    })?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        match FAIL_NEXT_SAVE_AFTER.with(|c| c.take()) {
+            Some(n) => {
+                f.write_all(&bytes[..n.min(bytes.len())])?;
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "no space left on device (injected by testing::fail_next_save_after)",
+                ));
+            }
+            None => f.write_all(bytes)?,
+        }
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    };
+    if let Err(e) = write() {
+        // The temporary is garbage now; the target was never touched.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    // Make the rename durable. Some platforms cannot open a directory; the data is already safe.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 /// Converts a host tensor to `dtype` when both are floats (f32 <-> f16, through `half`); other

@@ -36,7 +36,7 @@ mod conv;
 mod ddp;
 mod dropout;
 mod embedding;
-mod io;
+pub(crate) mod io;
 mod linear;
 pub(crate) mod load;
 mod loss;
