@@ -1,20 +1,29 @@
-//! The two layers of the model examples, each next to the same math composed by hand from
-//! wgtensor's own ops, in the same run, on the CPU and on every GPU adapter:
+//! The model workloads compared with PyTorch, one row each, on the CPU and on every adapter:
 //!
-//! - `conv2d_3x3_32ch_32x32`: a 3x3, padding 1, 32 -> 32 channel convolution of 8 images of
-//!   32x32. Peer: im2col composed by hand (pad, then one `narrow` view per kernel tap, `stack`,
-//!   `reshape`, matmul): nine strided copies where `conv2d` runs one cached-index gather.
-//! - `attention_seq256_dim64`: causal self-attention of 4 heads x 256 positions x 64 dims.
-//!   Peer: `matmul`, scale, `masked_fill`, `softmax`, `matmul` written out. `sdpa` is that same
-//!   composition (no fused kernel yet), so the pair shows the wrapper costs nothing.
+//! | row | workload |
+//! |---|---|
+//! | `conv2d_fwd` | 3x3 conv, 32 -> 32 channels, 8 images of 32x32, padding 1 |
+//! | `conv2d_fwd_wgrad` | the same forward, then `sum().backward()` for the weight gradient |
+//! | `sdpa_causal` | causal `scaled_dot_product_attention`, 4 heads x 256 x 64, forward |
+//! | `layer_norm` | `layer_norm` with weight and bias over the rows of 4096 x 1024 |
+//! | `softmax` | `softmax` over the rows of 4096 x 1024 |
+//! | `cnn_digits_adam` | the `cnn_digits` model, one Adam step, batch 64 of 1x8x8 |
+//! | `char_transformer_adamw` | the `char_transformer` shape (2 blocks, width 64, 4 heads, context 64, vocabulary 65), one AdamW step, batch 32 |
+//! | `mlp_adam` | MLP 784-256-10, one Adam step, batch 128 |
 //!
-//! Forward only; GPU timings wait for the device (`Device::synchronize`), readback excluded.
-//! `cargo bench --bench models` (add `-- --quick` for a faster, noisier run).
+//! Each row runs warm-up rounds, then prints the median (and range) of 9 timed rounds on the
+//! CPU, 5 on a GPU; a round ends when the device has finished and one element of the result
+//! has been read back, as `scripts/torch_peers.py` does for PyTorch, which prints the same row
+//! names. `cargo bench --bench models [-- FILTER]` runs the rows whose `row/device` name contains
+//! FILTER.
 
-use criterion::{criterion_group, Criterion};
-use std::hint::black_box;
-use std::time::Duration;
-use wgtensor::{Conv2dOptions, DType, Device, PadMode, Tensor};
+use std::time::Instant;
+use wgtensor::nn::{
+    self, BatchNorm2d, Conv2d, Embedding, Flatten, LayerNorm, Linear, MaxPool2d, Module, ReLU,
+    Sequential, TransformerBlock,
+};
+use wgtensor::optim::{Adam, AdamW, Optimizer};
+use wgtensor::{Conv2dOptions, Device, Result, Tensor};
 
 fn devices() -> Vec<Device> {
     let mut v = vec![Device::cpu()];
@@ -26,99 +35,230 @@ fn devices() -> Vec<Device> {
     v
 }
 
-fn settle(t: &Tensor) {
-    t.device().synchronize().unwrap();
-    black_box(t);
+/// Waits for `t`'s device and reads one element, so a round includes the work it queued.
+fn settle(t: &Tensor) -> Result<()> {
+    t.device().synchronize()?;
+    std::hint::black_box(t.flatten()?.narrow(0, 0, 1)?.to_vec::<f32>()?);
+    Ok(())
 }
 
-/// im2col by hand: `[n, c, h, w]` -> `[n, c * 9, h * w]` for a 3x3 kernel, padding 1.
-fn im2col_by_hand(x: &Tensor) -> Tensor {
-    let &[n, c, h, w] = x.shape() else {
-        unreachable!()
-    };
-    let p = x.pad(&[1, 1, 1, 1], PadMode::Constant(0.0)).unwrap();
-    let mut taps = Vec::with_capacity(9);
-    for i in 0..3 {
-        for j in 0..3 {
-            taps.push(p.narrow(2, i, h).unwrap().narrow(3, j, w).unwrap());
+/// Runs `round` after warm-up and prints `row/device: median ms (min - max, n rounds)`.
+fn time(row: &str, dev: &Device, filter: &str, mut round: impl FnMut() -> Result<()>) {
+    let name = format!("{row}/{dev}");
+    if !name.contains(filter) {
+        return;
+    }
+    let (warm, n) = if dev.is_cpu() { (3, 9) } else { (2, 5) };
+    let mut ms = Vec::with_capacity(n);
+    for i in 0..warm + n {
+        let t0 = Instant::now();
+        if let Err(e) = round() {
+            println!("{name}: failed: {e}");
+            return;
+        }
+        if i >= warm {
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
         }
     }
-    let refs: Vec<&Tensor> = taps.iter().collect();
-    // [n, c, 9, h, w]: channel-major rows, as the weight [o, c, 3, 3] flattens.
-    Tensor::stack(&refs, 2)
-        .unwrap()
-        .reshape(&[n, c * 9, h * w])
-        .unwrap()
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "{name}: {:.3} ms (min {:.3}, max {:.3}, {n} rounds)",
+        ms[n / 2],
+        ms[0],
+        ms[n - 1]
+    );
 }
 
-fn conv(c: &mut Criterion) {
-    let mut g = c.benchmark_group("conv2d_3x3_32ch_32x32");
-    g.sample_size(10);
-    g.warm_up_time(Duration::from_millis(500));
-    g.measurement_time(Duration::from_secs(3));
-    for dev in devices() {
-        let x = Tensor::randn(&[8, 32, 32, 32], &dev).unwrap();
-        let w = Tensor::randn(&[32, 32, 3, 3], &dev).unwrap();
-        let o = Conv2dOptions::default().padding(1);
-        g.bench_function(format!("im2col_matmul_by_hand/{dev}"), |b| {
-            b.iter(|| {
-                let cols = im2col_by_hand(&x);
-                let y = w.reshape(&[32, 288]).unwrap().matmul(&cols).unwrap();
-                settle(&y.reshape(&[8, 32, 32, 32]).unwrap())
-            })
-        });
-        g.bench_function(format!("wgtensor_conv2d/{dev}"), |b| {
-            b.iter(|| settle(&x.conv2d(&w, None, &o).unwrap()))
-        });
+fn conv(dev: &Device, f: &str) -> Result<()> {
+    wgtensor::manual_seed(0);
+    let x = Tensor::randn(&[8, 32, 32, 32], dev)?;
+    let w = Tensor::randn(&[32, 32, 3, 3], dev)?.mul_scalar(0.05)?;
+    let o = Conv2dOptions::default().padding(1);
+    time("conv2d_fwd", dev, f, || {
+        let _g = wgtensor::no_grad();
+        settle(&x.conv2d(&w, None, &o)?)
+    });
+    let w = w.requires_grad_(true);
+    time("conv2d_fwd_wgrad", dev, f, || {
+        w.zero_grad();
+        x.conv2d(&w, None, &o)?.sum_all()?.backward()?;
+        settle(&w.grad().expect("weight gradient"))
+    });
+    Ok(())
+}
+
+fn sdpa(dev: &Device, f: &str) -> Result<()> {
+    let q = Tensor::randn(&[4, 256, 64], dev)?;
+    let k = Tensor::randn(&[4, 256, 64], dev)?;
+    let v = Tensor::randn(&[4, 256, 64], dev)?;
+    time("sdpa_causal", dev, f, || {
+        let _g = wgtensor::no_grad();
+        settle(&Tensor::scaled_dot_product_attention(
+            &q, &k, &v, None, true, 0.0, None,
+        )?)
+    });
+    Ok(())
+}
+
+fn rows(dev: &Device, f: &str) -> Result<()> {
+    let x = Tensor::randn(&[4096, 1024], dev)?;
+    let w = Tensor::randn(&[1024], dev)?;
+    let b = Tensor::randn(&[1024], dev)?;
+    time("layer_norm", dev, f, || {
+        let _g = wgtensor::no_grad();
+        settle(&x.layer_norm(Some(&w), Some(&b), 1e-5)?)
+    });
+    time("softmax", dev, f, || {
+        let _g = wgtensor::no_grad();
+        settle(&x.softmax(-1)?)
+    });
+    Ok(())
+}
+
+fn cnn(dev: &Device, f: &str) -> Result<()> {
+    wgtensor::manual_seed(0);
+    let cpu = Device::cpu();
+    let same = Conv2dOptions::default().padding(1);
+    let mut model = Sequential::new()
+        .add(Conv2d::new(1, 16, [3, 3], same, true, &cpu)?)
+        .add(BatchNorm2d::new(16, &cpu)?)
+        .add(ReLU)
+        .add(MaxPool2d::new([2, 2]))
+        .add(Conv2d::new(16, 32, [3, 3], same, true, &cpu)?)
+        .add(ReLU)
+        .add(MaxPool2d::new([2, 2]))
+        .add(Flatten::default())
+        .add(Linear::new(32 * 2 * 2, 10, true, &cpu)?);
+    model.to(dev)?;
+    let mut opt = Adam::new(3e-3);
+    let x = Tensor::rand(&[64, 1, 8, 8], dev)?;
+    let y = Tensor::from_vec((0..64u32).map(|i| i % 10).collect(), &[64], dev)?;
+    time("cnn_digits_adam", dev, f, || {
+        opt.zero_grad(&model);
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        loss.backward()?;
+        opt.step(&mut model)?;
+        settle(&loss)
+    });
+    Ok(())
+}
+
+/// The `char_transformer` example's model: token and position embeddings, pre-norm blocks, a
+/// final LayerNorm and a linear head.
+struct Gpt {
+    tok: Embedding,
+    pos: Embedding,
+    blocks: Vec<TransformerBlock>,
+    ln_f: LayerNorm,
+    head: Linear,
+    positions: Tensor,
+}
+
+impl Module for Gpt {
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let mut x = self
+            .tok
+            .forward(ids)?
+            .add(&self.pos.forward(&self.positions)?)?;
+        for b in &self.blocks {
+            x = b.forward(&x)?;
+        }
+        self.head.forward(&self.ln_f.forward(&x)?)
     }
-    g.finish();
-}
-
-fn attention(c: &mut Criterion) {
-    let mut g = c.benchmark_group("attention_seq256_dim64");
-    g.sample_size(10);
-    g.warm_up_time(Duration::from_millis(500));
-    g.measurement_time(Duration::from_secs(3));
-    for dev in devices() {
-        let q = Tensor::randn(&[4, 256, 64], &dev).unwrap();
-        let k = Tensor::randn(&[4, 256, 64], &dev).unwrap();
-        let v = Tensor::randn(&[4, 256, 64], &dev).unwrap();
-        let future = Tensor::ones(&[256, 256], DType::F32, &dev)
-            .unwrap()
-            .triu(1)
-            .unwrap()
-            .gt_scalar(0.0)
-            .unwrap();
-        g.bench_function(format!("matmul_softmax_matmul/{dev}"), |b| {
-            b.iter(|| {
-                let s = q
-                    .matmul(&k.transpose(-2, -1).unwrap())
-                    .unwrap()
-                    .mul_scalar(0.125)
-                    .unwrap();
-                let p = s
-                    .masked_fill(&future, f32::NEG_INFINITY)
-                    .unwrap()
-                    .softmax(-1)
-                    .unwrap();
-                settle(&p.matmul(&v).unwrap())
-            })
-        });
-        g.bench_function(format!("wgtensor_sdpa/{dev}"), |b| {
-            b.iter(|| {
-                settle(
-                    &Tensor::scaled_dot_product_attention(&q, &k, &v, None, true, 0.0, None)
-                        .unwrap(),
-                )
-            })
-        });
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut parts: Vec<&dyn Module> = vec![&self.tok, &self.pos];
+        parts.extend(self.blocks.iter().map(|b| b as &dyn Module));
+        parts.extend([&self.ln_f as &dyn Module, &self.head]);
+        let mut v = Vec::new();
+        for (i, m) in parts.into_iter().enumerate() {
+            for (n, t) in m.named_parameters() {
+                v.push((format!("{i}.{n}"), t));
+            }
+        }
+        v
     }
-    g.finish();
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut parts: Vec<&mut dyn Module> = vec![&mut self.tok, &mut self.pos];
+        parts.extend(self.blocks.iter_mut().map(|b| b as &mut dyn Module));
+        parts.push(&mut self.ln_f);
+        parts.push(&mut self.head);
+        let mut v = Vec::new();
+        for (i, m) in parts.into_iter().enumerate() {
+            for (n, t) in m.named_parameters_mut() {
+                v.push((format!("{i}.{n}"), t));
+            }
+        }
+        v
+    }
 }
 
-criterion_group!(benches, conv, attention);
+fn transformer(dev: &Device, f: &str) -> Result<()> {
+    wgtensor::manual_seed(0);
+    let (vocab, block, dim, batch) = (65, 64, 64, 32);
+    let cpu = Device::cpu();
+    let mut model = Gpt {
+        tok: Embedding::new(vocab, dim, &cpu)?,
+        pos: Embedding::new(block, dim, &cpu)?,
+        blocks: vec![
+            TransformerBlock::new(dim, 4, 4 * dim, true, 0.0, &cpu)?,
+            TransformerBlock::new(dim, 4, 4 * dim, true, 0.0, &cpu)?,
+        ],
+        ln_f: LayerNorm::new(dim, &cpu)?,
+        head: Linear::new(dim, vocab, true, &cpu)?,
+        positions: Tensor::from_vec((0..block as u32).collect(), &[block], dev)?,
+    };
+    model.to(dev)?;
+    let ids: Vec<u32> = (0..batch * block).map(|i| (i * 7 % vocab) as u32).collect();
+    let x = Tensor::from_vec(ids.clone(), &[batch, block], dev)?;
+    let y = Tensor::from_vec(
+        ids.iter().map(|i| (i + 1) % 65).collect(),
+        &[batch * block],
+        dev,
+    )?;
+    let mut opt = AdamW::new(3e-3).weight_decay(0.01);
+    time("char_transformer_adamw", dev, f, || {
+        opt.zero_grad(&model);
+        let logits = model.forward(&x)?.reshape(&[batch * block, vocab])?;
+        let loss = nn::cross_entropy(&logits, &y)?;
+        loss.backward()?;
+        opt.step(&mut model)?;
+        settle(&loss)
+    });
+    Ok(())
+}
+
+fn mlp(dev: &Device, f: &str) -> Result<()> {
+    wgtensor::manual_seed(1);
+    let cpu = Device::cpu();
+    let mut model = Sequential::new()
+        .add(Linear::new(784, 256, true, &cpu)?)
+        .add(ReLU)
+        .add(Linear::new(256, 10, true, &cpu)?);
+    model.to(dev)?;
+    let x = Tensor::randn(&[128, 784], dev)?;
+    let y = Tensor::from_vec((0..128u32).map(|i| i % 10).collect(), &[128], dev)?;
+    let mut opt = Adam::new(1e-3);
+    time("mlp_adam", dev, f, || {
+        opt.zero_grad(&model);
+        let loss = nn::cross_entropy(&model.forward(&x)?, &y)?;
+        loss.backward()?;
+        opt.step(&mut model)?;
+        settle(&loss)
+    });
+    Ok(())
+}
 
 fn main() {
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    // `cargo bench` passes `--bench`; the first other argument filters rows.
+    let filter = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_default();
+    for dev in devices() {
+        for run in [conv, sdpa, rows, cnn, transformer, mlp] {
+            if let Err(e) = run(&dev, &filter) {
+                println!("setup on {dev} failed: {e}");
+            }
+        }
+    }
 }
