@@ -9,7 +9,7 @@
 //! Conv(1→16, 3x3) → BatchNorm → ReLU → MaxPool 2 → Conv(16→32, 3x3) → ReLU → MaxPool 2 →
 //! Flatten → Linear(128→10), Adam, batches from a `DataLoader` that uploads the next batch while
 //! the current step runs. Deterministic for the seed. Prints `test accuracy: XX.XX%` on 399
-//! held-out images and fails below 97 %. `CI=true` trains fewer epochs (documented in README).
+//! held-out images and fails below 97 %. `CI=true` trains fewer epochs (see docs/models.md).
 
 use flate2::read::GzDecoder;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -1,4 +1,4 @@
-//! What the autotuner chose on a device ([`autotune_report`]). See the README's "Autotuning"
+//! What the autotuner chose on a device ([`autotune_report`]). See `docs/gpu.md`, "Autotuning"
 //! section: kernel variants are timed on the adapter itself on the second call of each shape
 //! class, and the winners persist in `autotune.json` under the user's cache directory
 //! (`WGTENSOR_CACHE_DIR` overrides; `WGTENSOR_AUTOTUNE=off|on|force`).

@@ -14,8 +14,9 @@ use crate::{DType, Device, Result, Tensor};
 /// segment's activations exist at a time. Parameter names are the inner module's, so weights
 /// load the same with or without checkpointing.
 ///
-/// The module must be deterministic for identical gradients (Dropout draws new masks in the
-/// recomputation, unlike PyTorch, which replays the RNG state).
+/// The recomputation replays the random generator's state from before the forward (PyTorch's
+/// `preserve_rng_state`), so a checkpointed Dropout draws the same mask twice and the gradients
+/// equal those of the module run without checkpointing.
 ///
 /// ```
 /// use wgtensor::nn::{Checkpoint, Linear, Module, ReLU, Sequential};
