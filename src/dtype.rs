@@ -124,3 +124,84 @@ with_dtype!(f16, F16, f16::from_f64, |v: f16| v.to_f64());
 with_dtype!(i32, I32, |v| v as i32, |v: i32| v as f64);
 with_dtype!(u32, U32, |v| v as u32, |v: u32| v as f64);
 with_dtype!(u8, U8, |v| v as u8, |v: u8| v as f64);
+
+/// A ggml block-quantized weight format, the element type of a [`crate::QTensor`].
+///
+/// Each row of a quantized matrix is cut into blocks of [`QType::block_len`] values along its
+/// columns; a block stores f16 scale(s) and small integers. The byte layout of a block is
+/// exactly ggml's (what GGUF files hold), so weights load without conversion.
+///
+/// | type | values per block | bytes per block | value |
+/// |---|---|---|---|
+/// | `Q8_0` | 32 | 34 | `d * q`, `q` in -128..=127 |
+/// | `Q4_0` | 32 | 18 | `d * (q - 8)`, `q` in 0..=15 |
+/// | `Q4_K` | 256 | 144 | `d * sc * q - dmin * m`, 8 sub-blocks of 32 with 6-bit `sc`, `m` |
+/// | `Q6_K` | 256 | 210 | `d * sc * (q - 32)`, 16 sub-blocks of 16 with 8-bit `sc` |
+///
+/// ```
+/// use wgtensor::QType;
+/// assert_eq!(QType::Q8_0.block_len(), 32);
+/// assert_eq!(QType::Q4_0.block_bytes(), 18);
+/// assert_eq!(QType::Q6_K.to_string(), "Q6_K");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum QType {
+    /// 32 values: one f16 scale and 32 signed bytes.
+    Q8_0,
+    /// 32 values: one f16 scale and 32 nibbles (offset by 8).
+    Q4_0,
+    /// 256 values: f16 super-scales `d`, `dmin`, 6-bit sub-block scales and mins, 4-bit values.
+    Q4_K,
+    /// 256 values: 6-bit values, 8-bit sub-block scales, one f16 super-scale.
+    Q6_K,
+}
+
+impl QType {
+    /// Every quantized type, in ggml's order.
+    pub const ALL: [QType; 4] = [QType::Q8_0, QType::Q4_0, QType::Q4_K, QType::Q6_K];
+
+    /// Values per block (the column count of a quantized matrix is a multiple of it).
+    pub fn block_len(self) -> usize {
+        match self {
+            QType::Q8_0 | QType::Q4_0 => 32,
+            QType::Q4_K | QType::Q6_K => 256,
+        }
+    }
+
+    /// Bytes per block in ggml's layout.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QType::Q8_0 => 34,
+            QType::Q4_0 => 18,
+            QType::Q4_K => 144,
+            QType::Q6_K => 210,
+        }
+    }
+
+    /// ggml's name (`Q8_0`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QType::Q8_0 => "Q8_0",
+            QType::Q4_0 => "Q4_0",
+            QType::Q4_K => "Q4_K",
+            QType::Q6_K => "Q6_K",
+        }
+    }
+
+    /// ggml's type id (`ggml_type`), as GGUF tensor infos store it.
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            QType::Q8_0 => 8,
+            QType::Q4_0 => 2,
+            QType::Q4_K => 12,
+            QType::Q6_K => 14,
+        }
+    }
+}
+
+impl fmt::Display for QType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

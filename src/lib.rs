@@ -36,11 +36,11 @@ mod dtype;
 mod error;
 mod gpu;
 mod memory;
+#[cfg(feature = "models")]
+pub mod models;
 pub mod nn;
 mod ops;
 pub mod optim;
-#[cfg(feature = "models")]
-pub mod models;
 mod profile;
 mod random;
 mod shape;
@@ -50,7 +50,7 @@ mod tensor;
 pub use autograd::{is_grad_enabled, no_grad, no_grad_scope, NoGradGuard};
 pub use autotune::{autotune_report, AutotuneEntry, AutotuneReport};
 pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
-pub use dtype::{DType, WithDType};
+pub use dtype::{DType, QType, WithDType};
 pub use error::{Error, Result};
 pub use memory::{
     empty_cache, kernel_stats, max_memory_allocated, memory_allocated, memory_reserved,
@@ -60,8 +60,8 @@ pub use memory::{
 pub use profile::{KernelTime, Profile};
 pub use random::manual_seed;
 pub use tensor::{
-    f16_accumulation, read_all, set_f16_accumulation, Conv2dOptions, PadMode, Tensor,
-    WgpuBufferView,
+    f16_accumulation, quantized_activations, read_all, set_f16_accumulation,
+    set_quantized_activations, Conv2dOptions, PadMode, QTensor, Tensor, WgpuBufferView,
 };
 
 /// The f16 type of [`DType::F16`] tensors.

@@ -16,6 +16,7 @@ mod join;
 mod matmul;
 mod norm;
 mod pad;
+mod quant;
 mod reduce;
 mod scatter;
 mod softmax;
@@ -26,6 +27,7 @@ pub use conv::Conv2dOptions;
 pub(crate) use fuse::materialize_pending;
 pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
+pub use quant::{quantized_activations, set_quantized_activations, QTensor};
 pub use transfer::{read_all, WgpuBufferView};
 
 use crate::device::DeviceInner;

@@ -10,6 +10,8 @@ pub(crate) mod join;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod normal;
+pub(crate) mod quant;
+pub(crate) mod quant_dot;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod strided;

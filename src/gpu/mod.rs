@@ -73,6 +73,7 @@ pub(crate) mod memory;
 pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod profile;
+pub(crate) mod quant;
 pub(crate) mod queue;
 pub(crate) mod reduce;
 pub(crate) mod registry;

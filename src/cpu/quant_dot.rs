@@ -1,0 +1,332 @@
+//! CPU `x @ W^T` for quantized `W` (planes of `quant.rs`), rayon over output rows.
+//!
+//! Two paths, chosen by the caller:
+//!
+//! - **Integer** (Q8_0 and Q4_0, llama.cpp's decode path): each activation row is quantized to
+//!   Q8 blocks (an f32 scale, 32 i8 rounded half to even), and every block product is an exact
+//!   integer dot product. The sums of four adjacent products form 8 lanes per block; lane `l`
+//!   accumulates `fma(d_w * d_x, lane, acc_l)` block after block, and the 8 lanes are added in
+//!   a fixed tree. AVX2 (`maddubs`/`madd`/`fmadd`, detected at run time) computes exactly this;
+//!   the portable scalar loop computes the same, so both give the same bits.
+//! - **Float** (every type; the exact mode of the integer types): each weight row is
+//!   dequantized as `quant::dequantize` does and dotted with the f32 activations over 8 lanes
+//!   in the same fixed order.
+//!
+//! Every output element is computed by one thread in one order, so results do not depend on
+//! the thread count.
+
+use super::quant::{body_bytes, dequantize, scale_halfs};
+use crate::QType;
+use half::f16;
+use rayon::prelude::*;
+
+/// Activation rows as Q8 blocks.
+pub(crate) struct Q8Rows {
+    /// One scale per block, `[m, cols / 32]`.
+    pub d: Vec<f32>,
+    /// `[m, cols]`.
+    pub q: Vec<i8>,
+}
+
+/// Quantizes `x` (rows of `cols`, a multiple of 32) to Q8 blocks: `d = max|x| / 127`,
+/// `q = round_ties_even(x / d)`.
+pub(crate) fn quantize_rows(x: &[f32]) -> Q8Rows {
+    let nb = x.len() / 32;
+    let mut d = Vec::with_capacity(nb);
+    let mut q = Vec::with_capacity(x.len());
+    for block in x.chunks_exact(32) {
+        // A NaN in the block makes its scale NaN (f32::max would drop it), so it reaches the
+        // output as the f32 product would.
+        let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let s = if block.iter().any(|v| v.is_nan()) {
+            f32::NAN
+        } else {
+            amax / 127.0
+        };
+        let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+        d.push(s);
+        q.extend(block.iter().map(|v| (v * id).round_ties_even() as i8));
+    }
+    Q8Rows { d, q }
+}
+
+/// The fixed final order of the 8 lanes.
+#[inline(always)]
+fn tree(a: [f32; 8]) -> f32 {
+    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
+/// One weight block as 32 signed values in element order.
+#[inline(always)]
+fn unpack(q: QType, body: &[u8]) -> [i8; 32] {
+    let mut w = [0i8; 32];
+    if q == QType::Q8_0 {
+        for (o, &b) in w.iter_mut().zip(body) {
+            *o = b as i8;
+        }
+    } else {
+        for j in 0..16 {
+            w[j] = (body[j] & 0xF) as i8 - 8;
+            w[j + 16] = (body[j] >> 4) as i8 - 8;
+        }
+    }
+    w
+}
+
+/// The portable integer dot product of one weight row with one Q8 activation row.
+fn dot_int_scalar(q: QType, ws: &[f16], wb: &[u8], xd: &[f32], xq: &[i8]) -> f32 {
+    let bb = body_bytes(q);
+    let mut acc = [0f32; 8];
+    for (b, (&s, &dx)) in ws.iter().zip(xd).enumerate() {
+        let w = unpack(q, &wb[b * bb..(b + 1) * bb]);
+        let x = &xq[32 * b..32 * b + 32];
+        let d = s.to_f32() * dx;
+        for (l, a) in acc.iter_mut().enumerate() {
+            let lane: i32 = (4 * l..4 * l + 4).map(|k| w[k] as i32 * x[k] as i32).sum();
+            *a = d.mul_add(lane as f32, *a);
+        }
+    }
+    tree(acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::tree;
+    use crate::QType;
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// AVX2 twin of `dot_int_scalar` for `ROWS` activation rows at once (the weight block is
+    /// loaded and unpacked once for all of them).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `xd`/`xq` hold `ROWS` rows of `ws.len()` blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_int<const ROWS: usize>(
+        q: QType,
+        ws: &[f16],
+        wb: &[u8],
+        xd: &[f32],
+        xq: &[i8],
+        out: &mut [f32],
+    ) {
+        let nb = ws.len();
+        let mut acc = [_mm256_setzero_ps(); ROWS];
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm_set1_epi8(0xF);
+        let eight = _mm256_set1_epi8(8);
+        for b in 0..nb {
+            // SAFETY (whole block): b < nb, so every load below stays inside the block's body
+            // (32 or 16 bytes at b * body) and activation row (32 bytes at 32 * (i * nb + b)).
+            let w = unsafe {
+                if q == QType::Q8_0 {
+                    _mm256_loadu_si256(wb.as_ptr().add(32 * b) as *const __m256i)
+                } else {
+                    let raw = _mm_loadu_si128(wb.as_ptr().add(16 * b) as *const __m128i);
+                    let lo = _mm_and_si128(raw, low);
+                    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+                    _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight)
+                }
+            };
+            let aw = _mm256_sign_epi8(w, w);
+            let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(ws[b].to_bits() as i32)));
+            for i in 0..ROWS {
+                let x = unsafe {
+                    _mm256_loadu_si256(xq.as_ptr().add(32 * (i * nb + b)) as *const __m256i)
+                };
+                let sx = _mm256_sign_epi8(x, w);
+                let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+                let d = _mm256_set1_ps(dw * xd[i * nb + b]);
+                acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[i]);
+            }
+        }
+        for i in 0..ROWS {
+            let mut a = [0f32; 8];
+            // SAFETY: `a` is 8 f32s, the size of one __m256.
+            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), acc[i]) };
+            out[i] = tree(a);
+        }
+    }
+}
+
+/// Whether the AVX2 kernels run (and `WGTENSOR_QUANT_SCALAR=1` does not force the portable
+/// loop, which the tests compare with).
+fn use_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| {
+            std::env::var("WGTENSOR_QUANT_SCALAR").as_deref() != Ok("1")
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The float dot product over 8 lanes in a fixed order.
+#[inline]
+fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (wc, xc) = (w.chunks_exact(8), x.chunks_exact(8));
+    let (wr, xr) = (wc.remainder(), xc.remainder());
+    for (a, b) in wc.zip(xc) {
+        for l in 0..8 {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    for (l, (a, b)) in wr.iter().zip(xr).enumerate() {
+        acc[l] += a * b;
+    }
+    tree(acc)
+}
+
+/// Weight rows per rayon task: enough work to pay for the hand-off, enough tasks to balance.
+fn rows_per_task(rows: usize, cols: usize, m: usize) -> usize {
+    let per_row = (cols * m.max(1)).max(1);
+    (65_536 / per_row)
+        .clamp(1, 256)
+        .min(rows.div_ceil(4 * rayon::current_num_threads()).max(1))
+}
+
+/// `x @ W^T`: `x` is `[m, cols]` f32, `W` the `[rows, cols]` planes; returns `[m, rows]`.
+/// `integer` picks the Q8-activation path (Q8_0 and Q4_0 only; others always run in f32).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_t(
+    q: QType,
+    rows: usize,
+    cols: usize,
+    scales: &[f16],
+    body: &[u8],
+    x: &[f32],
+    m: usize,
+    integer: bool,
+) -> crate::Result<Vec<f32>> {
+    let nb = cols / q.block_len();
+    let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
+    let mut out_t = super::strided::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
+    out_t.resize(rows * m, 0.0);
+    let per = rows_per_task(rows, cols, m);
+    let integer = integer && matches!(q, QType::Q8_0 | QType::Q4_0);
+    if integer {
+        let act = quantize_rows(x);
+        let avx2 = use_avx2();
+        out_t
+            .par_chunks_mut(per * m)
+            .enumerate()
+            .for_each(|(t, chunk)| {
+                for (k, o) in chunk.chunks_exact_mut(m).enumerate() {
+                    let r = t * per + k;
+                    let (ws, wb) = (&scales[r * ns..(r + 1) * ns], &body[r * bb..(r + 1) * bb]);
+                    int_row(q, ws, wb, &act, nb, o, avx2);
+                }
+            });
+    } else {
+        out_t
+            .par_chunks_mut(per * m)
+            .enumerate()
+            .for_each(|(t, chunk)| {
+                let mut w = vec![0f32; cols];
+                for (k, o) in chunk.chunks_exact_mut(m).enumerate() {
+                    let r = t * per + k;
+                    dequantize(
+                        q,
+                        &scales[r * ns..(r + 1) * ns],
+                        &body[r * bb..(r + 1) * bb],
+                        &mut w,
+                    );
+                    for (i, v) in o.iter_mut().enumerate() {
+                        *v = dot_f32(&w, &x[i * cols..(i + 1) * cols]);
+                    }
+                }
+            });
+    }
+    Ok(transpose(out_t, rows, m))
+}
+
+/// One weight row against every activation row (`o[i]` for row `i`).
+fn int_row(q: QType, ws: &[f16], wb: &[u8], act: &Q8Rows, nb: usize, o: &mut [f32], avx2: bool) {
+    let m = o.len();
+    if !avx2 {
+        for (i, v) in o.iter_mut().enumerate() {
+            let (xd, xq) = (
+                &act.d[i * nb..(i + 1) * nb],
+                &act.q[i * nb * 32..(i + 1) * nb * 32],
+            );
+            *v = dot_int_scalar(q, ws, wb, xd, xq);
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut i = 0;
+        while i < m {
+            let take = if m - i >= 4 { 4 } else { 1 };
+            let (xd, xq) = (
+                &act.d[i * nb..(i + take) * nb],
+                &act.q[i * nb * 32..(i + take) * nb * 32],
+            );
+            // SAFETY: `use_avx2` checked the CPU features; the slices hold `take` rows of `nb`
+            // blocks, as `dot_int` reads.
+            unsafe {
+                if take == 4 {
+                    avx2::dot_int::<4>(q, ws, wb, xd, xq, &mut o[i..i + 4]);
+                } else {
+                    avx2::dot_int::<1>(q, ws, wb, xd, xq, &mut o[i..i + 1]);
+                }
+            }
+            i += take;
+        }
+    }
+}
+
+/// `[rows, m]` to `[m, rows]` (nothing to move for one activation row).
+fn transpose(t: Vec<f32>, rows: usize, m: usize) -> Vec<f32> {
+    if m == 1 {
+        return t;
+    }
+    let mut out = vec![0f32; rows * m];
+    for r in 0..rows {
+        for i in 0..m {
+            out[i * rows + r] = t[r * m + i];
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avx2_and_scalar_give_the_same_bits() {
+        if !use_avx2() {
+            return;
+        }
+        let cols = 96;
+        let x: Vec<f32> = (0..5 * cols)
+            .map(|i| ((i * 131 % 97) as f32 - 48.0) / 17.0)
+            .collect();
+        let act = quantize_rows(&x);
+        for q in [QType::Q8_0, QType::Q4_0] {
+            let nb = cols / 32;
+            let wb: Vec<u8> = (0..nb * body_bytes(q))
+                .map(|i| (i * 89 + 7) as u8)
+                .collect();
+            let ws: Vec<f16> = (0..nb)
+                .map(|i| f16::from_f32(0.01 * (i as f32 + 1.0)))
+                .collect();
+            let mut simd = vec![0f32; 5];
+            int_row(q, &ws, &wb, &act, nb, &mut simd, true);
+            let mut scalar = vec![0f32; 5];
+            int_row(q, &ws, &wb, &act, nb, &mut scalar, false);
+            assert_eq!(
+                simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                scalar.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{q}"
+            );
+        }
+    }
+}

@@ -1,0 +1,581 @@
+//! Block-quantized weight matrices ([`QTensor`]): validation and dispatch. The block formats and
+//! CPU kernels live in `cpu/quant*.rs`, the GPU ones in `gpu/quant.rs` and `shaders/quant.wgsl`.
+
+use super::gather::host_ids;
+use super::{backend, Backend, Tensor};
+use crate::cpu::quant::{body_bytes, scale_halfs};
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, DType, Device, Error, QType, Result};
+use half::f16;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+static QUANTIZED_ACTIVATIONS: AtomicBool = AtomicBool::new(true);
+
+/// Chooses how the CPU multiplies by Q8_0 and Q4_0 weights (the default, `true`, is
+/// llama.cpp's decode path): activations are rounded to 8-bit blocks and every block product is
+/// an exact integer dot product, about 4x faster than dequantizing; `false` dequantizes each
+/// weight row to f32 and multiplies in f32 (the reference, what GPUs always do). Process-wide.
+///
+/// ```
+/// wgtensor::set_quantized_activations(false); // exact mode, e.g. to compare with PyTorch
+/// assert!(!wgtensor::quantized_activations());
+/// wgtensor::set_quantized_activations(true);
+/// ```
+pub fn set_quantized_activations(on: bool) {
+    QUANTIZED_ACTIVATIONS.store(on, Ordering::Relaxed);
+}
+
+/// Whether the CPU quantizes activations for Q8_0/Q4_0 matmuls (see
+/// [`set_quantized_activations`]).
+pub fn quantized_activations() -> bool {
+    QUANTIZED_ACTIVATIONS.load(Ordering::Relaxed)
+}
+
+/// A 2-D `[rows, cols]` matrix of ggml blocks (along `cols`) on a [`Device`]: weights that stay
+/// quantized in memory and are dequantized inside the kernels that use them.
+///
+/// Memory holds the file's bytes, rearranged into two planes per matrix (f16 scales, and the
+/// integer bodies of the blocks, which on a GPU are read as `u32` words); matrices whose body
+/// plane passes the adapter's storage binding limit are split by rows into several buffers.
+/// [`crate::memory_allocated`] counts exactly these bytes. Cloning is cheap (shared data).
+///
+/// ```
+/// use wgtensor::{Device, QTensor, QType, Tensor};
+/// let device = Device::cpu();
+/// let w = Tensor::randn(&[4, 64], &device)?;
+/// let q = QTensor::quantize(&w, QType::Q8_0)?;
+/// assert_eq!(q.shape(), [4, 64]);
+/// assert_eq!(q.size_in_bytes(), 4 * 2 * 34); // 2 blocks of 34 bytes per row
+/// let x = Tensor::randn(&[3, 64], &device)?;
+/// let y = q.matmul_t(&x)?; // x @ W^T, as nn.Linear
+/// assert_eq!(y.shape(), &[3, 4]);
+/// let dense = q.dequantize()?;
+/// let reference = x.matmul(&dense.t()?)?;
+/// let err = (&y - &reference)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(err < 0.1, "{err}");
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct QTensor(Arc<Inner>);
+
+struct Inner {
+    qtype: QType,
+    shape: [usize; 2],
+    device: Device,
+    parts: Vec<Part>,
+}
+
+/// Rows `row0..row0 + rows` of the matrix: their scales plane (F16) and body plane (U8).
+#[derive(Clone)]
+pub(crate) struct Part {
+    pub row0: usize,
+    pub rows: usize,
+    pub scales: Tensor,
+    pub body: Tensor,
+}
+
+impl std::fmt::Debug for QTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QTensor(shape={:?}, qtype={}, device={})",
+            self.0.shape, self.0.qtype, self.0.device
+        )
+    }
+}
+
+/// Blocks per row, or the error naming the shape when `cols` is not whole blocks.
+fn blocks_per_row(op: &'static str, qtype: QType, shape: [usize; 2]) -> Result<usize> {
+    let bl = qtype.block_len();
+    if shape[1] == 0 || !shape[1].is_multiple_of(bl) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "{qtype} stores rows in blocks of {bl} values, but shape {shape:?} has {} \
+                 columns; use a column count that is a positive multiple of {bl}",
+                shape[1]
+            ),
+        });
+    }
+    shape[0]
+        .checked_mul(shape[1])
+        .and_then(|n| n.checked_mul(qtype.block_bytes()))
+        .ok_or_else(|| Error::ShapeOverflow {
+            shape: shape.to_vec(),
+        })?;
+    Ok(shape[1] / bl)
+}
+
+/// Rows per part: the most whose body plane fits one binding (everything on the CPU).
+fn rows_per_part(qtype: QType, shape: [usize; 2], device: &Device) -> usize {
+    let row_bytes = (shape[1] / qtype.block_len() * body_bytes(qtype)) as u64;
+    match backend(device) {
+        Backend::Cpu => shape[0].max(1),
+        Backend::Gpu(g) => {
+            ((g.binding_limit() / row_bytes.max(1)) as usize).clamp(1, shape[0].max(1))
+        }
+    }
+}
+
+impl QTensor {
+    /// A quantized matrix from bytes in ggml's block layout (what a GGUF tensor holds): `shape`
+    /// is `[rows, cols]` (GGUF lists dims innermost first, so `[cols, rows]` there), `bytes`
+    /// holds `rows * cols / block_len` blocks. Placed on `device` (uploaded to a GPU).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `cols` is not a multiple of the block length or the byte
+    /// count is not the blocks'; GPU allocation errors.
+    ///
+    /// ```
+    /// use wgtensor::{f16, Device, QTensor, QType};
+    /// // One Q8_0 block: scale 0.5 (f16), then 32 signed bytes.
+    /// let mut block = f16::from_f32(0.5).to_le_bytes().to_vec();
+    /// block.extend((0..32).map(|i| i as u8));
+    /// let q = QTensor::from_ggml(QType::Q8_0, [1, 32], &block, &Device::cpu())?;
+    /// assert_eq!(q.dequantize()?.to_vec::<f32>()?[3], 1.5);
+    /// assert!(QTensor::from_ggml(QType::Q8_0, [1, 32], &block[..33], &Device::cpu()).is_err());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn from_ggml(
+        qtype: QType,
+        shape: [usize; 2],
+        bytes: &[u8],
+        device: &Device,
+    ) -> Result<QTensor> {
+        const OP: &str = "QTensor::from_ggml";
+        let nb = blocks_per_row(OP, qtype, shape)?;
+        let row_bytes = nb * qtype.block_bytes();
+        if bytes.len() != shape[0] * row_bytes {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "shape {shape:?} in {qtype} needs {} bytes ({} blocks of {}), got {}",
+                    shape[0] * row_bytes,
+                    shape[0] * nb,
+                    qtype.block_bytes(),
+                    bytes.len()
+                ),
+            });
+        }
+        let per = rows_per_part(qtype, shape, device);
+        let mut parts = Vec::new();
+        let mut row0 = 0;
+        while row0 < shape[0] {
+            let rows = per.min(shape[0] - row0);
+            let src = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
+            let mut scales = cpu::strided::try_vec(OP, rows * nb * scale_halfs(qtype))?;
+            let mut body = cpu::strided::try_vec(OP, rows * nb * body_bytes(qtype))?;
+            cpu::quant::split_blocks(qtype, src, &mut scales, &mut body);
+            parts.push(Part::new(scales, body, row0, rows, device)?);
+            row0 += rows;
+        }
+        Ok(QTensor(Arc::new(Inner {
+            qtype,
+            shape,
+            device: device.clone(),
+            parts,
+        })))
+    }
+
+    /// Quantizes a 2-D f32 (or f16) tensor along its rows with ggml's reference rounding
+    /// (`quantize_row_q8_0_ref`, `quantize_row_q4_0_ref`), on the tensor's device. The
+    /// rounding runs on the host (a GPU tensor is read back once): a load-time operation.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a tensor that is not 2-D, columns that are not whole
+    /// blocks, or `Q4_K`/`Q6_K` (load those from GGUF files instead).
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let w = Tensor::from_vec(vec![1f32; 32], &[1, 32], &Device::cpu())?;
+    /// let q = QTensor::quantize(&w, QType::Q4_0)?;
+    /// assert_eq!(q.dequantize()?.to_vec::<f32>()?, vec![1f32; 32]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn quantize(t: &Tensor, qtype: QType) -> Result<QTensor> {
+        const OP: &str = "QTensor::quantize";
+        let [rows, cols] = match t.shape() {
+            &[r, c] => [r, c],
+            s => {
+                return Err(Error::InvalidArgument {
+                    op: OP,
+                    message: format!("expects a 2-D [rows, cols] tensor, got shape {s:?}"),
+                })
+            }
+        };
+        if !matches!(qtype, QType::Q8_0 | QType::Q4_0) {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "quantizing to {qtype} is not implemented (Q8_0 and Q4_0 are); load \
+                     {qtype} weights from a GGUF file with QTensor::from_ggml"
+                ),
+            });
+        }
+        if !t.dtype().is_float() {
+            return Err(t.unsupported(OP));
+        }
+        let nb = blocks_per_row(OP, qtype, [rows, cols])?;
+        let x = match t.to_dtype(DType::F32)?.host_contiguous(OP)? {
+            CpuStorage::F32(v) => v,
+            _ => return Err(t.unsupported(OP)),
+        };
+        let device = t.device();
+        let per = rows_per_part(qtype, [rows, cols], device);
+        let mut parts = Vec::new();
+        let mut row0 = 0;
+        while row0 < rows {
+            let n = per.min(rows - row0);
+            let src = &x[row0 * cols..(row0 + n) * cols];
+            let mut scales = cpu::strided::try_vec(OP, n * nb)?;
+            let mut body = cpu::strided::try_vec(OP, n * nb * body_bytes(qtype))?;
+            if qtype == QType::Q8_0 {
+                cpu::quant::quantize_q8_0(src, &mut scales, &mut body);
+            } else {
+                cpu::quant::quantize_q4_0(src, &mut scales, &mut body);
+            }
+            parts.push(Part::new(scales, body, row0, n, device)?);
+            row0 += n;
+        }
+        Ok(QTensor(Arc::new(Inner {
+            qtype,
+            shape: [rows, cols],
+            device: device.clone(),
+            parts,
+        })))
+    }
+
+    /// The bytes in ggml's block layout (the inverse of [`QTensor::from_ggml`]; a GPU matrix
+    /// is read back), e.g. to write a GGUF file.
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let w = Tensor::randn(&[2, 32], &Device::cpu())?;
+    /// let q = QTensor::quantize(&w, QType::Q8_0)?;
+    /// let bytes = q.to_ggml()?;
+    /// assert_eq!(bytes.len(), 2 * 34);
+    /// let back = QTensor::from_ggml(QType::Q8_0, [2, 32], &bytes, &Device::cpu())?;
+    /// assert_eq!(back.dequantize()?.to_vec::<f32>()?, q.dequantize()?.to_vec::<f32>()?);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn to_ggml(&self) -> Result<Vec<u8>> {
+        let q = self.0.qtype;
+        let mut out = Vec::with_capacity(self.0.shape[0] * self.row_blocks() * q.block_bytes());
+        for p in &self.0.parts {
+            let scales = p.scales.to_vec::<f16>()?;
+            let body = p.body.to_vec::<u8>()?;
+            cpu::quant::join_blocks(q, &scales, &body, &mut out);
+        }
+        Ok(out)
+    }
+
+    /// The matrix in f32 on the same device (ggml's dequantization, bit for bit).
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let w = Tensor::from_vec((0..64).map(|i| i as f32 - 32.0).collect(), &[2, 32], &Device::cpu())?;
+    /// let d = QTensor::quantize(&w, QType::Q8_0)?.dequantize()?;
+    /// assert_eq!(d.shape(), &[2, 32]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn dequantize(&self) -> Result<Tensor> {
+        const OP: &str = "QTensor::dequantize";
+        let [rows, cols] = self.0.shape;
+        let storage = match backend(&self.0.device) {
+            Backend::Cpu => {
+                let mut out = cpu::strided::try_vec::<f32>(OP, rows * cols)?;
+                out.resize(rows * cols, 0.0);
+                for p in &self.0.parts {
+                    let (s, b) = p.host_planes(OP)?;
+                    let dst = &mut out[p.row0 * cols..(p.row0 + p.rows) * cols];
+                    cpu::quant::dequantize(self.0.qtype, s, b, dst);
+                }
+                Storage::Cpu(CpuStorage::F32(out))
+            }
+            Backend::Gpu(g) => Storage::Gpu(g.quant_dequantize(
+                OP,
+                self.0.qtype,
+                [rows, cols],
+                &self.gpu_parts()?,
+            )?),
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            &[rows, cols],
+            DType::F32,
+            self.0.device.clone(),
+        ))
+    }
+
+    /// `x @ W^T` (as `nn.Linear` without bias): `x` is `[.., cols]` in f32 or f16, the result
+    /// `[.., rows]` in f32, on the matrix's device. Dequantizes inside the kernel: one pass over
+    /// the weights for any number of rows of `x`. On the CPU, Q8_0 and Q4_0 round the
+    /// activations to 8-bit blocks first unless [`set_quantized_activations`] turned that off.
+    ///
+    /// # Errors
+    /// [`Error::DeviceMismatch`], [`Error::ShapeMismatch`] when the last dim of `x` is not
+    /// `cols`, [`Error::UnsupportedDType`] for integer `x`.
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let w = Tensor::ones(&[3, 32], wgtensor::DType::F32, &Device::cpu())?;
+    /// let q = QTensor::quantize(&w, QType::Q4_0)?;
+    /// let x = Tensor::ones(&[2, 1, 32], wgtensor::DType::F32, &Device::cpu())?;
+    /// let y = q.matmul_t(&x)?;
+    /// assert_eq!(y.shape(), &[2, 1, 3]);
+    /// assert_eq!(y.to_vec::<f32>()?, vec![32f32; 6]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        const OP: &str = "QTensor::matmul_t";
+        let [rows, cols] = self.0.shape;
+        self.check_device(OP, x.device())?;
+        if !x.dtype().is_float() {
+            return Err(x.unsupported(OP));
+        }
+        if x.ndim() == 0 || x.shape()[x.ndim() - 1] != cols {
+            return Err(Error::ShapeMismatch {
+                op: OP,
+                lhs: x.shape().to_vec(),
+                rhs: vec![rows, cols],
+            });
+        }
+        let m = x.numel() / cols;
+        let mut out_shape = x.shape().to_vec();
+        *out_shape.last_mut().expect("ndim checked above") = rows;
+        let x = x.to_dtype(DType::F32)?.contiguous()?;
+        let storage = match backend(&self.0.device) {
+            Backend::Cpu => {
+                let xs = x.cpu_f32(OP)?;
+                let xs = &xs[x.layout().offset..x.layout().offset + m * cols];
+                let integer = quantized_activations();
+                let mut out = Vec::new();
+                for p in &self.0.parts {
+                    let (s, b) = p.host_planes(OP)?;
+                    let y =
+                        cpu::quant_dot::matmul_t(self.0.qtype, p.rows, cols, s, b, xs, m, integer)?;
+                    if self.0.parts.len() == 1 {
+                        out = y;
+                    } else {
+                        out.resize(m * rows, 0.0);
+                        for i in 0..m {
+                            out[i * rows + p.row0..i * rows + p.row0 + p.rows]
+                                .copy_from_slice(&y[i * p.rows..(i + 1) * p.rows]);
+                        }
+                    }
+                }
+                Storage::Cpu(CpuStorage::F32(out))
+            }
+            Backend::Gpu(g) => {
+                let xb = match x.storage()? {
+                    Storage::Gpu(b) => b,
+                    Storage::Cpu(_) => return Err(x.unsupported(OP)),
+                };
+                Storage::Gpu(g.quant_matmul_t(
+                    OP,
+                    self.0.qtype,
+                    [rows, cols],
+                    &self.gpu_parts()?,
+                    (xb, x.layout().offset),
+                    m,
+                )?)
+            }
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            &out_shape,
+            DType::F32,
+            self.0.device.clone(),
+        ))
+    }
+
+    /// Embedding lookup: rows `ids` (`[n]`, U32 or I32) of the matrix, dequantized, `[n, cols]`
+    /// f32. Out-of-range ids are [`Error::IndexOutOfRange`] (on a GPU reported at the next
+    /// synchronizing call, like `index_select`).
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let w = Tensor::from_vec((0..96).map(|i| (i / 32) as f32).collect(), &[3, 32], &Device::cpu())?;
+    /// let q = QTensor::quantize(&w, QType::Q8_0)?;
+    /// let ids = Tensor::from_vec(vec![2u32, 0], &[2], &Device::cpu())?;
+    /// let e = q.gather_rows(&ids)?;
+    /// assert_eq!(e.shape(), &[2, 32]);
+    /// assert_eq!(e.to_vec::<f32>()?[0], 2.0);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn gather_rows(&self, ids: &Tensor) -> Result<Tensor> {
+        const OP: &str = "QTensor::gather_rows";
+        let [rows, cols] = self.0.shape;
+        self.check_device(OP, ids.device())?;
+        if !matches!(ids.dtype(), DType::U32 | DType::I32) || ids.ndim() != 1 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "ids must be a 1-D U32 or I32 tensor of row numbers, got {} of shape {:?}; \
+                     flatten with .reshape(&[n]) or convert with .to_dtype(DType::U32)",
+                    ids.dtype(),
+                    ids.shape()
+                ),
+            });
+        }
+        let n = ids.numel();
+        let q = self.0.qtype;
+        let storage = match backend(&self.0.device) {
+            Backend::Cpu => {
+                let host = host_ids(OP, ids, rows)?;
+                let mut out = cpu::strided::try_vec::<f32>(OP, n * cols)?;
+                out.resize(n * cols, 0.0);
+                let nb = cols / q.block_len();
+                let (ns, bb) = (nb * scale_halfs(q), nb * body_bytes(q));
+                for (dst, &id) in out.chunks_exact_mut(cols).zip(&host) {
+                    let id = id as usize;
+                    let p = self.part_of(id);
+                    let (s, b) = p.host_planes(OP)?;
+                    let r = id - p.row0;
+                    cpu::quant::dequantize(
+                        q,
+                        &s[r * ns..(r + 1) * ns],
+                        &b[r * bb..(r + 1) * bb],
+                        dst,
+                    );
+                }
+                Storage::Cpu(CpuStorage::F32(out))
+            }
+            Backend::Gpu(g) => {
+                let ids = super::gather::device_ids(ids)?;
+                Storage::Gpu(g.quant_gather_rows(
+                    OP,
+                    q,
+                    [rows, cols],
+                    &self.gpu_parts()?,
+                    ids.parts()?,
+                )?)
+            }
+        };
+        Ok(Tensor::from_parts(
+            storage,
+            &[n, cols],
+            DType::F32,
+            self.0.device.clone(),
+        ))
+    }
+
+    /// `[rows, cols]`.
+    pub fn shape(&self) -> [usize; 2] {
+        self.0.shape
+    }
+
+    /// The block format.
+    pub fn qtype(&self) -> QType {
+        self.0.qtype
+    }
+
+    /// The device holding the blocks.
+    pub fn device(&self) -> Device {
+        self.0.device.clone()
+    }
+
+    /// The matrix on `device` (shared, not copied, when it is already there). Blocks move as
+    /// they are, never dequantized.
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let q = QTensor::quantize(&Tensor::randn(&[2, 32], &Device::cpu())?, QType::Q8_0)?;
+    /// let moved = q.to(&Device::best())?;
+    /// assert_eq!(moved.size_in_bytes(), q.size_in_bytes());
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn to(&self, device: &Device) -> Result<QTensor> {
+        if *device == self.0.device {
+            return Ok(self.clone());
+        }
+        let (q, shape) = (self.0.qtype, self.0.shape);
+        // Row splits depend on the destination's binding limit: re-split through ggml bytes
+        // only when they differ.
+        if rows_per_part(q, shape, device) >= shape[0] && self.0.parts.len() == 1 {
+            let p = &self.0.parts[0];
+            let part = Part {
+                row0: 0,
+                rows: shape[0],
+                scales: p.scales.to(device)?,
+                body: p.body.to(device)?,
+            };
+            return Ok(QTensor(Arc::new(Inner {
+                qtype: q,
+                shape,
+                device: device.clone(),
+                parts: vec![part],
+            })));
+        }
+        QTensor::from_ggml(q, shape, &self.to_ggml()?, device)
+    }
+
+    /// Bytes the blocks occupy on the device (the GGUF tensor's size).
+    pub fn size_in_bytes(&self) -> usize {
+        self.0.shape[0] * self.row_blocks() * self.0.qtype.block_bytes()
+    }
+
+    fn row_blocks(&self) -> usize {
+        self.0.shape[1] / self.0.qtype.block_len()
+    }
+
+    fn part_of(&self, row: usize) -> &Part {
+        let i = self.0.parts.partition_point(|p| p.row0 + p.rows <= row);
+        &self.0.parts[i.min(self.0.parts.len() - 1)]
+    }
+
+    fn check_device(&self, op: &'static str, other: &Device) -> Result<()> {
+        if *other != self.0.device {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.0.device.to_string(),
+                rhs: other.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The parts' GPU buffers.
+    fn gpu_parts(&self) -> Result<Vec<crate::gpu::quant::QPart<'_>>> {
+        self.0
+            .parts
+            .iter()
+            .map(|p| match (p.scales.storage()?, p.body.storage()?) {
+                (Storage::Gpu(s), Storage::Gpu(b)) => Ok(crate::gpu::quant::QPart {
+                    row0: p.row0,
+                    rows: p.rows,
+                    scales: s,
+                    body: b,
+                }),
+                _ => Err(p.scales.unsupported("QTensor")),
+            })
+            .collect()
+    }
+}
+
+impl Part {
+    fn new(
+        scales: Vec<f16>,
+        body: Vec<u8>,
+        row0: usize,
+        rows: usize,
+        device: &Device,
+    ) -> Result<Part> {
+        let (ns, nb) = (scales.len(), body.len());
+        Ok(Part {
+            row0,
+            rows,
+            scales: Tensor::from_vec(scales, &[ns], device)?,
+            body: Tensor::from_vec(body, &[nb], device)?,
+        })
+    }
+
+    /// The host planes (CPU parts only).
+    fn host_planes(&self, op: &'static str) -> Result<(&[f16], &[u8])> {
+        match (self.scales.storage()?, self.body.storage()?) {
+            (Storage::Cpu(CpuStorage::F16(s)), Storage::Cpu(CpuStorage::U8(b))) => Ok((s, b)),
+            _ => Err(self.scales.unsupported(op)),
+        }
+    }
+}

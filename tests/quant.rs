@@ -1,0 +1,271 @@
+//! QTensor (ggml block-quantized matrices) against the CPU reference: dequantize then an f32
+//! matmul, on the CPU and every adapter, over edge shapes (1 row, rows not a multiple of the
+//! workgroup, one block per row, many blocks) and every block type.
+
+mod common;
+
+use common::{assert_close, data, values};
+use std::sync::{Mutex, MutexGuard};
+use wgtensor::{f16, DType, Device, Error, QTensor, QType, Tensor};
+
+/// `set_quantized_activations` is process-wide: tests that depend on it take this lock.
+fn mode(integer: bool) -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    wgtensor::set_quantized_activations(integer);
+    g
+}
+
+/// Random ggml blocks of `q` for `rows x cols` with finite f16 scales in ±`scale`.
+fn random_blocks(q: QType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    let n = rows * cols / q.block_len();
+    let noise = data(n * q.block_bytes(), seed, 1.0);
+    let mut bytes: Vec<u8> = noise.iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
+    let scales = data(2 * n, seed + 1, 0.05);
+    for b in 0..n {
+        let block = &mut bytes[b * q.block_bytes()..(b + 1) * q.block_bytes()];
+        let at: &[usize] = match q {
+            QType::Q8_0 | QType::Q4_0 => &[0],
+            QType::Q4_K => &[0, 2],
+            QType::Q6_K => &[208],
+        };
+        for (k, &o) in at.iter().enumerate() {
+            block[o..o + 2].copy_from_slice(&f16::from_f32(scales[2 * b + k]).to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// The shapes every kernel runs: one row, one block per row, rows past a workgroup, many blocks.
+fn shapes(q: QType) -> Vec<[usize; 2]> {
+    let b = q.block_len();
+    vec![
+        [1, b],
+        [3, b],
+        [1, 8 * b],
+        [7, 2 * b],
+        [65, b],
+        [257, 3 * b],
+        [33, 16 * b],
+    ]
+}
+
+fn reference(w: &Tensor, x: &Tensor) -> Vec<f32> {
+    let out = x
+        .cpu()
+        .unwrap()
+        .matmul(&w.cpu().unwrap().t().unwrap())
+        .unwrap();
+    values(&out)
+}
+
+/// `got ≈ want` for `x @ w^T` within f32 summation error: `3e-5 * sum_k |w_rk x_ik|` (the two
+/// sides add the products in different orders).
+fn close_to_dot(got: &[f32], want: &[f32], w: &Tensor, x: &Tensor, ctx: &str) {
+    let (wv, xv) = (values(&w.cpu().unwrap()), values(&x.cpu().unwrap()));
+    let (rows, cols) = (w.shape()[0], w.shape()[1]);
+    assert_eq!(got.len(), want.len(), "{ctx}");
+    for (j, (&g, &e)) in got.iter().zip(want).enumerate() {
+        let (i, r) = (j / rows, j % rows);
+        let mag: f32 = (0..cols)
+            .map(|k| (wv[r * cols + k] * xv[i * cols + k]).abs())
+            .sum();
+        let tol = 3e-5 * mag + 1e-6;
+        assert!(
+            (g - e).abs() <= tol || (g.is_nan() && e.is_nan()),
+            "{ctx}: [{i},{r}] got {g}, expected {e} (tol {tol})"
+        );
+    }
+}
+
+#[test]
+fn ggml_bytes_round_trip_and_size_is_the_files() {
+    for q in QType::ALL {
+        for shape in shapes(q) {
+            let bytes = random_blocks(q, shape[0], shape[1], 3);
+            let t = QTensor::from_ggml(q, shape, &bytes, &Device::cpu()).unwrap();
+            assert_eq!(t.size_in_bytes(), bytes.len(), "{q} {shape:?}");
+            assert_eq!(t.to_ggml().unwrap(), bytes, "{q} {shape:?}");
+            assert_eq!((t.shape(), t.qtype()), (shape, q));
+        }
+    }
+}
+
+#[test]
+fn exact_matmul_matches_dequantize_then_matmul() {
+    let _mode = mode(false);
+    for q in QType::ALL {
+        for shape in shapes(q) {
+            let bytes = random_blocks(q, shape[0], shape[1], 5);
+            let t = QTensor::from_ggml(q, shape, &bytes, &Device::cpu()).unwrap();
+            let w = t.dequantize().unwrap();
+            for m in [1, 3, 5] {
+                let x =
+                    Tensor::from_vec(data(m * shape[1], 9, 1.0), &[m, shape[1]], &Device::cpu())
+                        .unwrap();
+                let want = reference(&w, &x);
+                let got = values(&t.matmul_t(&x).unwrap());
+                close_to_dot(&got, &want, &w, &x, &format!("{q} {shape:?} m={m}"));
+            }
+        }
+    }
+}
+
+/// The integer path rounds each 32-value block of x to 8 bits: the error of output `r` is at
+/// most `sum_k |w_rk| * step_k / 2`, with `step` the block's rounding step.
+#[test]
+fn integer_matmul_is_within_the_activation_rounding_bound() {
+    let _mode = mode(true);
+    for q in [QType::Q8_0, QType::Q4_0] {
+        for shape in shapes(q) {
+            let [rows, cols] = shape;
+            let bytes = random_blocks(q, rows, cols, 11);
+            let t = QTensor::from_ggml(q, shape, &bytes, &Device::cpu()).unwrap();
+            let w = values(&t.dequantize().unwrap());
+            for m in [1, 4, 6] {
+                let xs = data(m * cols, 13, 2.0);
+                let x = Tensor::from_vec(xs.clone(), &[m, cols], &Device::cpu()).unwrap();
+                let got = values(&t.matmul_t(&x).unwrap());
+                let want = reference(&t.dequantize().unwrap(), &x);
+                for i in 0..m {
+                    let xi = &xs[i * cols..(i + 1) * cols];
+                    let steps: Vec<f32> = xi
+                        .chunks(32)
+                        .map(|b| b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0)
+                        .collect();
+                    for r in 0..rows {
+                        let bound: f32 = (0..cols)
+                            .map(|k| w[r * cols + k].abs() * steps[k / 32] * 0.5)
+                            .sum::<f32>()
+                            * 1.01
+                            + 1e-4;
+                        let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                        assert!(
+                            (g - e).abs() <= bound,
+                            "{q} {shape:?} m={m} [{i},{r}]: {g} vs {e}, bound {bound}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn nan_activations_give_nan_rows() {
+    for exact in [false, true] {
+        let _mode = mode(!exact);
+        let t = QTensor::quantize(
+            &Tensor::randn(&[5, 64], &Device::cpu()).unwrap(),
+            QType::Q8_0,
+        )
+        .unwrap();
+        let mut xs = data(128, 1, 1.0);
+        xs[70] = f32::NAN;
+        let x = Tensor::from_vec(xs, &[2, 64], &Device::cpu()).unwrap();
+        let y = values(&t.matmul_t(&x).unwrap());
+        assert!(y[..5].iter().all(|v| v.is_finite()), "exact={exact}: {y:?}");
+        assert!(y[5..].iter().all(|v| v.is_nan()), "exact={exact}: {y:?}");
+    }
+}
+
+#[test]
+fn quantize_is_ggml_reference_rounding() {
+    // One Q8_0 block: max |x| = 2.54 gives d = 0.02, q = round(x / d).
+    let mut xs = vec![0f32; 32];
+    xs[0] = 2.54;
+    xs[1] = -0.03; // -1.5 steps rounds half away from zero to -2
+    xs[2] = 0.01; // 0.5 steps rounds to 1
+    let t = Tensor::from_vec(xs.clone(), &[1, 32], &Device::cpu()).unwrap();
+    let bytes = QTensor::quantize(&t, QType::Q8_0)
+        .unwrap()
+        .to_ggml()
+        .unwrap();
+    assert_eq!(
+        f16::from_le_bytes([bytes[0], bytes[1]]),
+        f16::from_f32(2.54 / 127.0)
+    );
+    assert_eq!(&bytes[2..5], &[127u8, (-2i8) as u8, 1]);
+    // Q4_0: the largest-magnitude value (with its sign) maps to -8: d = max / -8.
+    xs[0] = -4.0;
+    xs[1] = 2.0; // 2 / 0.5 = 4 steps: q = trunc(4 + 8.5) = 12
+    let t = Tensor::from_vec(xs, &[1, 32], &Device::cpu()).unwrap();
+    let bytes = QTensor::quantize(&t, QType::Q4_0)
+        .unwrap()
+        .to_ggml()
+        .unwrap();
+    assert_eq!(f16::from_le_bytes([bytes[0], bytes[1]]).to_f32(), 0.5);
+    assert_eq!(bytes[2] & 0xF, 0); // -4 / 0.5 + 8.5 = 0.5 -> 0
+    assert_eq!(bytes[3] & 0xF, 12);
+}
+
+#[test]
+fn gather_rows_is_dequantized_rows() {
+    for q in QType::ALL {
+        let shape = [9, 2 * q.block_len()];
+        let t = QTensor::from_ggml(q, shape, &random_blocks(q, 9, shape[1], 21), &Device::cpu())
+            .unwrap();
+        let dense = values(&t.dequantize().unwrap());
+        let ids = Tensor::from_vec(vec![8i32, 0, 3, 8], &[4], &Device::cpu()).unwrap();
+        let got = values(&t.gather_rows(&ids).unwrap());
+        let c = shape[1];
+        let want: Vec<f32> = [8, 0, 3, 8]
+            .iter()
+            .flat_map(|&r| dense[r * c..(r + 1) * c].to_vec())
+            .collect();
+        assert_eq!(got, want, "{q}");
+        let bad = Tensor::from_vec(vec![9u32], &[1], &Device::cpu()).unwrap();
+        assert!(matches!(
+            t.gather_rows(&bad),
+            Err(Error::IndexOutOfRange {
+                index: 9,
+                bound: 9,
+                ..
+            })
+        ));
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let cpu = Device::cpu();
+    let bytes = random_blocks(QType::Q8_0, 2, 64, 1);
+    assert!(matches!(
+        QTensor::from_ggml(QType::Q8_0, [2, 48], &bytes, &cpu),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(QTensor::from_ggml(QType::Q8_0, [2, 64], &bytes[1..], &cpu).is_err());
+    assert!(QTensor::from_ggml(QType::Q8_0, [usize::MAX / 2, 64], &bytes, &cpu).is_err());
+    let t = QTensor::from_ggml(QType::Q8_0, [2, 64], &bytes, &cpu).unwrap();
+    let x = Tensor::zeros(&[3, 32], DType::F32, &cpu).unwrap();
+    assert!(matches!(t.matmul_t(&x), Err(Error::ShapeMismatch { .. })));
+    let xi = Tensor::zeros(&[3, 64], DType::I32, &cpu).unwrap();
+    assert!(matches!(
+        t.matmul_t(&xi),
+        Err(Error::UnsupportedDType { .. })
+    ));
+    let x3 = Tensor::zeros(&[2, 32, 32], DType::F32, &cpu).unwrap();
+    assert!(QTensor::quantize(&x3, QType::Q8_0).is_err());
+    assert!(QTensor::quantize(
+        &Tensor::zeros(&[2, 256], DType::F32, &cpu).unwrap(),
+        QType::Q4_K
+    )
+    .is_err());
+    let ids = Tensor::zeros(&[2, 2], DType::U32, &cpu).unwrap();
+    assert!(matches!(
+        t.gather_rows(&ids),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn f16_activations_and_batched_shapes() {
+    let cpu = Device::cpu();
+    let t = QTensor::quantize(&Tensor::randn(&[6, 64], &cpu).unwrap(), QType::Q4_0).unwrap();
+    let x = Tensor::from_vec(data(2 * 3 * 64, 4, 1.0), &[2, 3, 64], &cpu).unwrap();
+    let y32 = t.matmul_t(&x).unwrap();
+    let y16 = t.matmul_t(&x.to_dtype(DType::F16).unwrap()).unwrap();
+    assert_eq!(y32.shape(), &[2, 3, 6]);
+    assert_eq!(y16.dtype(), DType::F32);
+    assert_close(&values(&y16), &values(&y32), 2e-2, 2e-2, "f16 activations");
+}
