@@ -1,6 +1,6 @@
 //! Adam and AdamW with PyTorch's formulas (bias-corrected moments; AdamW's decoupled decay).
 
-use super::{check_hyper, state, update_params, Optimizer};
+use super::{check_hyper, check_state, state, update_params, Optimizer};
 use crate::nn::Module;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -285,8 +285,15 @@ impl Adam {
             self.weight_decay >= 0.0,
         )?;
         let (lr, eps, wd, decoupled) = (self.lr, self.eps, self.weight_decay, self.decoupled);
+        check_state(op, &*model, |name| match self.state.get(name) {
+            Some(s) => vec![("exp_avg", &s.m), ("exp_avg_sq", &s.v)],
+            None => Vec::new(),
+        })?;
+        // All or nothing: a step that fails midway restores the moments of every parameter
+        // (`update_params` keeps the parameters themselves unchanged).
+        let before = self.state.clone();
         let state = &mut self.state;
-        update_params(model, found_inf, |name, param, g, skip| {
+        let result = update_params(model, found_inf, |name, param, g, skip| {
             let mut p = param.clone();
             let mut g = g.clone();
             if wd != 0.0 {
@@ -296,9 +303,7 @@ impl Adam {
                     g = g.add(&p.mul_scalar(wd)?)?;
                 }
             }
-            let prev = state
-                .get(name)
-                .filter(|s| s.m.shape() == g.shape() && s.m.device() == g.device());
+            let prev = state.get(name);
             if skip.is_some() || prev.is_some_and(|s| s.dstep.is_some()) {
                 let (new, moments) = device_step(&p, &g, prev, skip, (b1, b2), lr, eps)?;
                 // A skipped step keeps the parameter from before the decoupled decay.
@@ -327,7 +332,11 @@ impl Adam {
             let new = p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)?;
             state.insert(name.to_string(), Moments::host(m, v, step));
             Ok(new)
-        })
+        });
+        if result.is_err() {
+            self.state = before;
+        }
+        result
     }
 }
 
@@ -374,11 +383,20 @@ impl Optimizer for Adam {
             let v = state::take(op, &name, &mut slots, "exp_avg_sq")?;
             let step = state::take(op, &name, &mut slots, "step")?;
             let bad = |message: String| Error::InvalidArgument { op, message };
-            if m.shape() != v.shape() || m.device() != v.device() {
+            if !m.dtype().is_float() {
                 return Err(bad(format!(
-                    "moments of {name:?} disagree: exp_avg {:?} on {}, exp_avg_sq {:?} on {}",
+                    "\"state.{name}.exp_avg\" is {}; moments are floats like their parameter",
+                    m.dtype()
+                )));
+            }
+            if m.shape() != v.shape() || m.device() != v.device() || m.dtype() != v.dtype() {
+                return Err(bad(format!(
+                    "moments of {name:?} disagree: exp_avg {} {:?} on {}, exp_avg_sq {} {:?} \
+                     on {}",
+                    m.dtype(),
                     m.shape(),
                     m.device(),
+                    v.dtype(),
                     v.shape(),
                     v.device()
                 )));

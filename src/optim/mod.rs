@@ -128,7 +128,9 @@ pub trait Optimizer {
     /// and momentum tensors on the parameters' device first). `lr` must be a CPU tensor, as
     /// `state_dict` gives it: it is read from CPU storage, never from a device. Adam's `step`
     /// may be a CPU count or a device count (which then keeps counting on the device).
-    /// Validated whole before anything changes.
+    /// Validated whole before anything changes. The optimizer holds no model, so whether each
+    /// tensor fits its parameter (shape, dtype, device) is checked by the next step, before it
+    /// changes anything, and by [`load_checkpoint`] at load time.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown or missing key, a bad or non-CPU `lr`, or
@@ -159,19 +161,26 @@ pub(crate) fn update_params(
         check_flag("Optimizer::step_if_finite", f)?;
     }
     let mut masks = found_inf.map(Masks::new);
-    for (name, p) in model.named_parameters_mut() {
+    // Every new value is computed before any parameter is replaced, so an error at one
+    // parameter leaves them all as they were (the optimizers restore their state likewise).
+    let mut params = model.named_parameters_mut();
+    let mut updated = Vec::with_capacity(params.len());
+    for (i, (name, p)) in params.iter().enumerate() {
         let Some(g) = p.grad() else { continue };
         let skip = match &mut masks {
             Some(m) => Some(m.on(p.device())?.clone()),
             None => None,
         };
-        let new = update(&name, p, &g, skip.as_ref())?;
+        let new = update(name, p, &g, skip.as_ref())?;
         let new = nn::param(new);
         new.set_grad(Some(g))?;
         if !devices.contains(new.device()) {
             devices.push(new.device().clone());
         }
-        *p = new;
+        updated.push((i, new));
+    }
+    for (i, new) in updated {
+        *params[i].1 = new;
     }
     // A step ends the fused chains it started: the new parameters and the optimizer's state
     // (moments, momentum) run now, so the next step reads buffers instead of inlining (and
@@ -213,6 +222,42 @@ impl<'a> Masks<'a> {
         self.on.push((device.clone(), mask));
         Ok(&self.on.last().expect("pushed").1)
     }
+}
+
+/// Refuses optimizer state that does not fit its parameter (state restored for another model,
+/// or edited): `slots(name)` lists the state tensors kept for parameter `name`, which must
+/// have its shape, dtype and device. Checked for every parameter with a gradient before a step
+/// changes anything, so a bad slot is a typed error naming the parameter, never a broadcast or
+/// a silent restart of the moments.
+pub(crate) fn check_state<'a>(
+    op: &'static str,
+    model: &dyn Module,
+    slots: impl Fn(&str) -> Vec<(&'static str, &'a Tensor)>,
+) -> Result<()> {
+    for (name, p) in model.named_parameters() {
+        if p.grad().is_none() {
+            continue;
+        }
+        for (slot, t) in slots(&name) {
+            if t.shape() != p.shape() || t.dtype() != p.dtype() || t.device() != p.device() {
+                return Err(Error::InvalidArgument {
+                    op,
+                    message: format!(
+                        "\"state.{name}.{slot}\" is {} {:?} on {}, but parameter {name:?} is \
+                         {} {:?} on {}: the state belongs to another model or device; load \
+                         state saved for this model (moved to its device) or start afresh",
+                        t.dtype(),
+                        t.shape(),
+                        t.device(),
+                        p.dtype(),
+                        p.shape(),
+                        p.device()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A `found_inf` flag holds one element.

@@ -1,6 +1,6 @@
 //! Stochastic gradient descent with PyTorch's `torch.optim.SGD` formulas (dampening 0).
 
-use super::{check_hyper, state, update_params, Optimizer};
+use super::{check_hyper, check_state, state, update_params, Optimizer};
 use crate::nn::Module;
 use crate::{Result, Tensor};
 use std::collections::HashMap;
@@ -81,17 +81,22 @@ impl Sgd {
             !self.nesterov || self.momentum > 0.0,
         )?;
         let (lr, mom, wd, nesterov) = (self.lr, self.momentum, self.weight_decay, self.nesterov);
+        check_state("Sgd::step", &*model, |name| match self.buffers.get(name) {
+            Some(b) => vec![("momentum_buffer", b)],
+            None => Vec::new(),
+        })?;
+        // All or nothing: a step that fails midway restores every momentum buffer
+        // (`update_params` keeps the parameters themselves unchanged).
+        let before = self.buffers.clone();
         let buffers = &mut self.buffers;
-        update_params(model, found_inf, |name, p, g, skip| {
+        let result = update_params(model, found_inf, |name, p, g, skip| {
             let mut d = if wd != 0.0 {
                 g.add(&p.mul_scalar(wd)?)?
             } else {
                 g.clone()
             };
             if mom != 0.0 {
-                let old = buffers
-                    .get(name)
-                    .filter(|b| b.shape() == d.shape() && b.device() == d.device());
+                let old = buffers.get(name);
                 let buf = match old {
                     Some(b) => b.mul_scalar(mom)?.add(&d)?,
                     None => d.clone(),
@@ -117,7 +122,11 @@ impl Sgd {
                 Some(s) => s.where_cond(p, &new),
                 None => Ok(new),
             }
-        })
+        });
+        if result.is_err() {
+            self.buffers = before;
+        }
+        result
     }
 }
 
@@ -157,6 +166,16 @@ impl Optimizer for Sgd {
         let mut new = HashMap::new();
         for (name, mut slots) in parsed.slots {
             let buf = state::take(op, &name, &mut slots, "momentum_buffer")?;
+            if !buf.dtype().is_float() {
+                return Err(crate::Error::InvalidArgument {
+                    op,
+                    message: format!(
+                        "\"state.{name}.momentum_buffer\" is {}; buffers are floats like their \
+                         parameter",
+                        buf.dtype()
+                    ),
+                });
+            }
             new.insert(name, buf);
         }
         self.buffers = new;

@@ -158,7 +158,8 @@ pub fn save_checkpoint(
 /// Restores what [`save_checkpoint`] wrote: the parameters of `model` (placed on `device`) and
 /// the state of `optimizer` (moments on `device`; the learning rate and step counts, host
 /// scalars, on the CPU). The optimizer state is all validated (and moved to `device`) before
-/// anything is replaced, so a bad file leaves both as they were.
+/// anything is replaced, so a bad file leaves both as they were: every moment and momentum
+/// buffer must name a parameter of `model` and have its shape and dtype.
 ///
 /// # Errors
 /// The errors of [`nn::load_safetensors`], [`Module::load_state_dict`] and
@@ -193,7 +194,45 @@ pub fn load_checkpoint(
     }
     let source = path.display().to_string();
     let ready = nn::prepare_assign(&*model, model_part, device, &source)?;
+    check_against_model(op, &source, &*model, &opt_part)?;
     optimizer.load_state_dict(opt_part)?;
     nn::commit_assign(model, ready);
+    Ok(())
+}
+
+/// Every per-parameter state tensor of a checkpoint (moments, momentum buffers; not the step
+/// counts) must name a parameter of `model` and have its shape and dtype.
+fn check_against_model(
+    op: &'static str,
+    source: &str,
+    model: &dyn Module,
+    state: &[(String, Tensor)],
+) -> Result<()> {
+    let params: BTreeMap<String, Tensor> = model.named_parameters().into_iter().collect();
+    for (key, t) in state {
+        let Some((param, slot)) = key.strip_prefix("state.").and_then(|k| k.rsplit_once('.'))
+        else {
+            continue;
+        };
+        if slot == "step" {
+            continue;
+        }
+        let bad = |what: String| Error::InvalidArgument {
+            op,
+            message: format!("\"optimizer.{key}\" in {source}: {what}"),
+        };
+        let Some(p) = params.get(param) else {
+            return Err(bad(format!("the model has no parameter {param:?}")));
+        };
+        if t.shape() != p.shape() || t.dtype() != p.dtype() {
+            return Err(bad(format!(
+                "is {} {:?}, but parameter {param:?} is {} {:?}",
+                t.dtype(),
+                t.shape(),
+                p.dtype(),
+                p.shape()
+            )));
+        }
+    }
     Ok(())
 }
