@@ -74,6 +74,8 @@ pub use wgpu;
 pub mod testing {
     use crate::Device;
 
+    pub use crate::ops::testing::*;
+
     /// Whether this process has enumerated GL adapters (only when asked for: `WGPU_BACKEND`,
     /// a `gl:N` device string, `adapters()`, or when no other backend found an adapter).
     pub fn gl_probed() -> bool {

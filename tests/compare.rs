@@ -4,21 +4,48 @@
 mod common;
 use common::{data, devices, values};
 use proptest::prelude::*;
+use wgtensor::testing::{compare_ops, CompareOpInfo};
 use wgtensor::{DType, Device, Error, Tensor};
 
-type Cmp = fn(&Tensor, &Tensor) -> wgtensor::Result<Tensor>;
-type CmpScalar = fn(&Tensor, f32) -> wgtensor::Result<Tensor>;
-/// Name, tensor form, scalar form, and the IEEE reference (Rust's operators).
-type Case = (&'static str, Cmp, CmpScalar, fn(f32, f32) -> bool);
+/// Rust's operators: the IEEE oracle each table entry's reference is checked against.
+fn ieee(name: &str) -> fn(f32, f32) -> bool {
+    match name {
+        "eq" => |a, b| a == b,
+        "ne" => |a, b| a != b,
+        "lt" => |a, b| a < b,
+        "le" => |a, b| a <= b,
+        "gt" => |a, b| a > b,
+        "ge" => |a, b| a >= b,
+        _ => panic!("{name}: a new comparison needs its IEEE oracle here"),
+    }
+}
 
-const OPS: [Case; 6] = [
-    ("eq", Tensor::eq, Tensor::eq_scalar, |a, b| a == b),
-    ("ne", Tensor::ne, Tensor::ne_scalar, |a, b| a != b),
-    ("lt", Tensor::lt, Tensor::lt_scalar, |a, b| a < b),
-    ("le", Tensor::le, Tensor::le_scalar, |a, b| a <= b),
-    ("gt", Tensor::gt, Tensor::gt_scalar, |a, b| a > b),
-    ("ge", Tensor::ge, Tensor::ge_scalar, |a, b| a >= b),
-];
+/// The sweep: every comparison of the table (`wgtensor::testing::compare_ops()`).
+fn ops() -> Vec<CompareOpInfo> {
+    compare_ops()
+}
+
+#[test]
+fn table_references_are_ieee() {
+    let pool = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    for op in ops() {
+        let f = ieee(op.name());
+        for a in pool {
+            for b in pool {
+                assert_eq!(op.reference(a, b), f(a, b), "{} ({a}, {b})", op.name());
+            }
+        }
+        assert_eq!(op.scalar_name(), format!("{}_scalar", op.name()));
+    }
+}
 
 /// Values with many exact ties, zeros of both signs, infinities and NaN.
 fn special(n: usize, seed: u64) -> Vec<f32> {
@@ -46,14 +73,15 @@ fn tensor_and_scalar_comparisons_follow_ieee() {
         for d in devices() {
             let ta = Tensor::from_vec(a.clone(), &[n], &d).unwrap();
             let tb = Tensor::from_vec(b.clone(), &[n], &d).unwrap();
-            for (name, op, op_scalar, f) in OPS {
-                let m = op(&ta, &tb).unwrap();
+            for op in ops() {
+                let (name, f) = (op.name(), |x, y| op.reference(x, y));
+                let m = op.call(&ta, &tb).unwrap();
                 assert_eq!(m.dtype(), DType::U8);
                 let want: Vec<u8> = a.iter().zip(&b).map(|(&x, &y)| f(x, y) as u8).collect();
                 assert_eq!(m.to_vec::<u8>().unwrap(), want, "{name} n {n} on {d}");
                 for s in [1.0, 0.0, f32::NAN, f32::NEG_INFINITY] {
                     let want: Vec<u8> = a.iter().map(|&x| f(x, s) as u8).collect();
-                    let got = op_scalar(&ta, s).unwrap().to_vec::<u8>().unwrap();
+                    let got = op.call_scalar(&ta, s).unwrap().to_vec::<u8>().unwrap();
                     assert_eq!(got, want, "{name}_scalar({s}) n {n} on {d}");
                 }
             }
@@ -70,12 +98,13 @@ fn broadcasting_and_strided_views() {
         let tb = Tensor::from_vec(b.clone(), &[5], &d).unwrap();
         let at = ta.t().unwrap(); // [5, 3], strided
         let bt = tb.reshape(&[5, 1]).unwrap(); // broadcast along the last dim
-        for (name, op, _, f) in OPS {
-            let got = op(&ta, &tb).unwrap();
+        for op in ops() {
+            let (name, f) = (op.name(), |x, y| op.reference(x, y));
+            let got = op.call(&ta, &tb).unwrap();
             assert_eq!(got.shape(), &[3, 5]);
             let want: Vec<u8> = (0..15).map(|i| f(a[i], b[i % 5]) as u8).collect();
             assert_eq!(got.to_vec::<u8>().unwrap(), want, "{name} on {d}");
-            let got = op(&at, &bt).unwrap();
+            let got = op.call(&at, &bt).unwrap();
             let want: Vec<u8> = (0..15)
                 .map(|i| f(a[(i % 3) * 5 + i / 3], b[i / 3]) as u8)
                 .collect();
@@ -235,15 +264,16 @@ fn gl_views_match_cpu() {
     );
     for d in common::gl_views() {
         let (ga, gb) = (ca.to(&d).unwrap(), cb.to(&d).unwrap());
-        for (name, op, op_scalar, _) in OPS {
-            let want = op(&ca, &cb).unwrap().to_vec::<u8>().unwrap();
+        for op in ops() {
+            let name = op.name();
+            let want = op.call(&ca, &cb).unwrap().to_vec::<u8>().unwrap();
             assert_eq!(
-                op(&ga, &gb).unwrap().to_vec::<u8>().unwrap(),
+                op.call(&ga, &gb).unwrap().to_vec::<u8>().unwrap(),
                 want,
                 "{name} on {d}"
             );
-            let want = op_scalar(&ca, 1.0).unwrap().to_vec::<u8>().unwrap();
-            let got = op_scalar(&ga, 1.0).unwrap().to_vec::<u8>().unwrap();
+            let want = op.call_scalar(&ca, 1.0).unwrap().to_vec::<u8>().unwrap();
+            let got = op.call_scalar(&ga, 1.0).unwrap().to_vec::<u8>().unwrap();
             assert_eq!(got, want, "{name}_scalar on {d}");
         }
         let mask = ca.lt(&cb).unwrap();
@@ -281,9 +311,9 @@ proptest! {
         let cb = Tensor::from_vec(b, &other, &Device::cpu()).unwrap();
         for g in common::gpus() {
             let (ga, gb) = (ca.to(&g).unwrap(), cb.to(&g).unwrap());
-            for (name, op, _, _) in OPS {
-                let want = op(&ca, &cb).unwrap().to_vec::<u8>().unwrap();
-                prop_assert_eq!(op(&ga, &gb).unwrap().to_vec::<u8>().unwrap(), want, "{}", name);
+            for op in ops() {
+                let want = op.call(&ca, &cb).unwrap().to_vec::<u8>().unwrap();
+                prop_assert_eq!(op.call(&ga, &gb).unwrap().to_vec::<u8>().unwrap(), want, "{}", op.name());
             }
         }
     }

@@ -5,7 +5,7 @@
 use super::elementwise::{map1, map2};
 use super::reduce::{ReduceOp, Rows};
 use super::strided::walk;
-use crate::cpu::compare::CmpOp;
+use crate::ops::CmpOp;
 use crate::ops::IntElem;
 use crate::shape::Layout;
 use crate::storage::CpuStorage;

@@ -17,8 +17,7 @@
 //! - Values live in their compute type: f32 for F32 and F16 (every F16 result is rounded to f16,
 //!   so a fused chain gives the bits of the op-by-op path), i32 for I32, u32 for U32 and U8.
 
-use crate::cpu::compare::CmpOp;
-use crate::ops::{BinaryOp, UnaryOp};
+use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::random::Dist;
 use crate::DType;
 use std::collections::HashMap;
@@ -475,19 +474,11 @@ fn op_fn(fns: &mut String, have: &mut Vec<String>, op: Op, dt: DType) -> String 
 }
 
 fn compare(op: CmpOp, a: NodeId, b: NodeId, operand: DType) -> String {
-    let sym = match op {
-        CmpOp::Eq => "==",
-        CmpOp::Ne => "!=",
-        CmpOp::Lt => "<",
-        CmpOp::Le => "<=",
-        CmpOp::Gt => ">",
-        CmpOp::Ge => ">=",
-    };
-    let test = format!("select(0u, 1u, v{a} {sym} v{b})");
+    let test = format!("select(0u, 1u, v{a} {} v{b})", op.wgsl());
     if is_float(operand) {
-        // IEEE: unordered compares false, except `ne`. Spelled out on the bits, since WGSL
-        // compilers may assume floats are never NaN.
-        let unordered = if op == CmpOp::Ne { "1u" } else { "0u" };
+        // IEEE: the unordered result is the table's `holds(None)`. Spelled out on the bits,
+        // since WGSL compilers may assume floats are never NaN.
+        let unordered = if op.holds(None) { "1u" } else { "0u" };
         format!("select({test}, {unordered}, is_nan(v{a}) || is_nan(v{b}))")
     } else {
         test

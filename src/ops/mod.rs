@@ -16,7 +16,10 @@
 
 use crate::{Result, Tensor};
 
+mod compare;
 mod host;
+pub(crate) mod testing;
+pub(crate) use compare::CmpOp;
 pub(crate) use host::*;
 
 /// The scalar functions of one unary op, as types so that CPU loops monomorphise per op.

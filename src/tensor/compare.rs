@@ -1,14 +1,15 @@
-//! Comparisons into U8 masks, `where_cond` and `clamp`: validate, then dispatch to
-//! `cpu/compare.rs` or `gpu/compare.rs`.
+//! Comparisons into U8 masks (their methods come from the table in `src/ops/compare.rs`),
+//! `where_cond` and `clamp`: validate, then dispatch to the typed CPU loops or generated kernels.
 
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::Tensor;
-use crate::cpu::compare::CmpOp;
+use crate::ops::CmpOp;
 use crate::shape::broadcast_shapes;
 use crate::{DType, Error, Result};
 
 impl Tensor {
-    fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
+    /// The comparison methods of the table (`src/ops/compare.rs`) land here.
+    pub(crate) fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
         let name = op.name();
         self.check_pair(name, rhs)?;
         let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
@@ -25,7 +26,7 @@ impl Tensor {
         self.typed_compare(op, Ok((rhs, &lb)), &la)
     }
 
-    fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
+    pub(crate) fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {
         if let Some(g) = blocks_needed(&[self], self.numel()) {
             return map_row_blocks(op.scalar_name(), g, self.shape(), &[self], &|b| {
                 b[0].compare_scalar_op(s, op)
@@ -121,101 +122,4 @@ impl Tensor {
         }
         self.typed_clamp(min, max)
     }
-}
-
-/// Defines the broadcasting comparisons and their scalar forms.
-macro_rules! comparisons {
-    ($($(#[$doc:meta])* $name:ident, $scalar:ident => $op:ident;)*) => {
-        impl Tensor {
-            $(
-                $(#[$doc])*
-                ///
-                /// The result is a [`DType::U8`] mask (1 true, 0 false) of the broadcast shape.
-                /// IEEE rules: comparisons with NaN are false, except `ne`, which is true.
-                ///
-                /// # Errors
-                /// [`Error::ShapeMismatch`] when the shapes do not broadcast;
-                /// [`Error::DeviceMismatch`] / [`Error::DTypeMismatch`] when the operands
-                /// differ. Every dtype compares (f16 exactly as its f32 value); a scalar on an
-                /// integer tensor must be an integer in range, else [`Error::InvalidArgument`].
-                pub fn $name(&self, rhs: &Tensor) -> Result<Tensor> {
-                    self.compare_op(rhs, CmpOp::$op)
-                }
-
-                #[doc = concat!("[`Tensor::", stringify!($name), "`] against one scalar.")]
-                ///
-                /// ```
-                /// use wgtensor::{DType, Device, Tensor};
-                /// let t = Tensor::arange(0.0, 3.0, 1.0, &Device::cpu())?;
-                #[doc = concat!("let m = t.", stringify!($scalar), "(1.0)?;")]
-                /// assert_eq!((m.dtype(), m.shape()), (DType::U8, &[3][..]));
-                /// # Ok::<(), wgtensor::Error>(())
-                /// ```
-                pub fn $scalar(&self, rhs: f32) -> Result<Tensor> {
-                    self.compare_scalar_op(rhs, CmpOp::$op)
-                }
-            )*
-        }
-    };
-}
-
-comparisons! {
-    /// `self == rhs` elementwise, with broadcasting.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let a = Tensor::from_vec(vec![1f32, 2.0, f32::NAN], &[3], &Device::cpu())?;
-    /// let b = Tensor::from_vec(vec![1f32, 5.0, f32::NAN], &[3], &Device::cpu())?;
-    /// assert_eq!(a.eq(&b)?.to_vec::<u8>()?, vec![1, 0, 0]);
-    /// assert_eq!(a.eq_scalar(2.0)?.to_vec::<u8>()?, vec![0, 1, 0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    eq, eq_scalar => Eq;
-    /// `self != rhs` elementwise, with broadcasting.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let a = Tensor::from_vec(vec![1f32, f32::NAN], &[2], &Device::cpu())?;
-    /// assert_eq!(a.ne(&a)?.to_vec::<u8>()?, vec![0, 1]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    ne, ne_scalar => Ne;
-    /// `self < rhs` elementwise, with broadcasting.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3, 1], &Device::cpu())?;
-    /// let b = Tensor::from_vec(vec![2f32, 3.0], &[1, 2], &Device::cpu())?;
-    /// assert_eq!(a.lt(&b)?.to_vec::<u8>()?, vec![1, 1, 0, 1, 0, 0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    lt, lt_scalar => Lt;
-    /// `self <= rhs` elementwise, with broadcasting.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
-    /// assert_eq!(a.le_scalar(2.0)?.to_vec::<u8>()?, vec![1, 1, 0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    le, le_scalar => Le;
-    /// `self > rhs` elementwise, with broadcasting.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
-    /// assert_eq!(a.gt_scalar(2.0)?.to_vec::<u8>()?, vec![0, 0, 1]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    gt, gt_scalar => Gt;
-    /// `self >= rhs` elementwise, with broadcasting.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let a = Tensor::from_vec(vec![1f32, 2.0, 3.0], &[3], &Device::cpu())?;
-    /// let b = Tensor::from_vec(vec![2f32], &[1], &Device::cpu())?;
-    /// assert_eq!(a.ge(&b)?.to_vec::<u8>()?, vec![0, 1, 1]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    ge, ge_scalar => Ge;
 }

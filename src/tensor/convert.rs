@@ -5,9 +5,9 @@
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::fuse::Fuser;
 use super::Tensor;
-use crate::cpu::compare::CmpOp;
 use crate::cpu::typed::Scalar;
 use crate::gpu::codegen::Expr;
+use crate::ops::CmpOp;
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};

@@ -1,0 +1,173 @@
+//! The op tables as seen by tests (`wgtensor::testing::unary_ops()` and friends): each entry
+//! names an op, calls it on tensors and gives its scalar CPU reference, so dtype, fault and f16
+//! sweeps iterate the tables instead of hand-kept lists and a new op is swept without editing
+//! the tests.
+
+use super::{BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, UnaryFn, UnaryOp, UnaryVisitor};
+use crate::{Result, Tensor};
+
+/// One unary op of the table (`src/ops/mod.rs`).
+///
+/// ```
+/// let exp = wgtensor::testing::unary_ops().into_iter().find(|o| o.name() == "exp").unwrap();
+/// assert_eq!(exp.reference(0.0), 1.0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnaryOpInfo(UnaryOp);
+
+/// One binary op of the table (`src/ops/mod.rs`), with its tensor-scalar form.
+///
+/// ```
+/// let add = wgtensor::testing::binary_ops().into_iter().find(|o| o.name() == "add").unwrap();
+/// assert_eq!((add.scalar_name(), add.reference(1.0, 2.0)), ("add_scalar", 3.0));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinaryOpInfo(BinaryOp);
+
+/// One comparison of the table (`src/ops/compare.rs`), with its tensor-scalar form.
+///
+/// ```
+/// let lt = wgtensor::testing::compare_ops().into_iter().find(|o| o.name() == "lt").unwrap();
+/// assert!(lt.reference(1.0, 2.0) && !lt.reference(f32::NAN, 2.0));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompareOpInfo(CmpOp);
+
+/// Every unary elementwise op, in table order.
+pub fn unary_ops() -> Vec<UnaryOpInfo> {
+    UnaryOp::ALL.iter().map(|&o| UnaryOpInfo(o)).collect()
+}
+
+/// Every binary elementwise op, in table order.
+pub fn binary_ops() -> Vec<BinaryOpInfo> {
+    BinaryOp::ALL.iter().map(|&o| BinaryOpInfo(o)).collect()
+}
+
+/// Every comparison, in table order.
+pub fn compare_ops() -> Vec<CompareOpInfo> {
+    CmpOp::ALL.iter().map(|&o| CompareOpInfo(o)).collect()
+}
+
+/// The integer scalar function of an op (`T` is i32 or u32).
+struct IntRef<T>(T, T);
+
+impl<T: IntElem> UnaryVisitor for IntRef<T> {
+    type Out = T;
+    fn visit<F: UnaryFn>(self, _: UnaryOp) -> T {
+        F::int(self.0)
+    }
+}
+
+impl<T: IntElem> BinaryVisitor for IntRef<T> {
+    type Out = T;
+    fn visit<F: BinaryFn>(self, _: BinaryOp) -> T {
+        F::int(self.0, self.1)
+    }
+}
+
+impl UnaryOpInfo {
+    /// The method's name (`"exp"`), as errors report it.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// Defined only for floats: integer tensors get `UnsupportedDType`.
+    pub fn float_only(self) -> bool {
+        self.0.float_only()
+    }
+
+    /// The op on a tensor (`t.exp()`).
+    pub fn call(self, t: &Tensor) -> Result<Tensor> {
+        t.unary(self.0)
+    }
+
+    /// The CPU's f32 result for one value.
+    pub fn reference(self, x: f32) -> f32 {
+        self.0.apply(x)
+    }
+
+    /// The i32 result (WGSL integer semantics), `None` for float-only ops.
+    pub fn reference_i32(self, x: i32) -> Option<i32> {
+        (!self.float_only()).then(|| self.0.visit(IntRef(x, 0)))
+    }
+
+    /// The u32 result (WGSL integer semantics), `None` for float-only ops.
+    pub fn reference_u32(self, x: u32) -> Option<u32> {
+        (!self.float_only()).then(|| self.0.visit(IntRef(x, 0)))
+    }
+}
+
+impl BinaryOpInfo {
+    /// The method's name (`"add"`), as errors report it.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The tensor-scalar method's name (`"add_scalar"`).
+    pub fn scalar_name(self) -> &'static str {
+        self.0.scalar_name()
+    }
+
+    /// Defined only for floats: integer tensors get `UnsupportedDType`.
+    pub fn float_only(self) -> bool {
+        self.0.float_only()
+    }
+
+    /// The op on two tensors, with broadcasting (`a.add(&b)`).
+    pub fn call(self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        a.binary(b, self.0)
+    }
+
+    /// The tensor-scalar form (`t.add_scalar(s)`).
+    pub fn call_scalar(self, t: &Tensor, s: f32) -> Result<Tensor> {
+        t.scalar(self.0, s, false)
+    }
+
+    /// The CPU's f32 result for one pair.
+    pub fn reference(self, a: f32, b: f32) -> f32 {
+        self.0.apply(a, b)
+    }
+
+    /// The i32 result (WGSL integer semantics), `None` for float-only ops.
+    pub fn reference_i32(self, a: i32, b: i32) -> Option<i32> {
+        (!self.float_only()).then(|| self.0.visit(IntRef(a, b)))
+    }
+
+    /// The u32 result (WGSL integer semantics), `None` for float-only ops.
+    pub fn reference_u32(self, a: u32, b: u32) -> Option<u32> {
+        (!self.float_only()).then(|| self.0.visit(IntRef(a, b)))
+    }
+}
+
+impl CompareOpInfo {
+    /// The method's name (`"lt"`), as errors report it.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The tensor-scalar method's name (`"lt_scalar"`).
+    pub fn scalar_name(self) -> &'static str {
+        self.0.scalar_name()
+    }
+
+    /// The comparison of two tensors, with broadcasting, as a U8 mask.
+    pub fn call(self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        a.compare_op(b, self.0)
+    }
+
+    /// The tensor-scalar form (`t.lt_scalar(s)`).
+    pub fn call_scalar(self, t: &Tensor, s: f32) -> Result<Tensor> {
+        t.compare_scalar_op(s, self.0)
+    }
+
+    /// Whether it holds for one pair (IEEE: NaN compares false except in `ne`). Integers
+    /// compare exactly as these f32 values when they are exact in f32.
+    pub fn reference(self, a: f32, b: f32) -> bool {
+        self.0.apply(a, b)
+    }
+
+    /// Whether it holds for one pair of integers (any integer dtype, widened to i64).
+    pub fn reference_int(self, a: i64, b: i64) -> bool {
+        self.0.holds(a.partial_cmp(&b))
+    }
+}
