@@ -150,6 +150,13 @@ pub mod testing {
         crate::gpu::softmax::row_dispatches()
     }
 
+    /// Splits quantized matrices created from now on into parts of `rows` rows on every
+    /// device (as matrices past one storage binding are split), or with `None` returns to
+    /// splitting only at the binding limit. Process-wide.
+    pub fn set_quant_part_rows(rows: Option<usize>) {
+        crate::tensor::quant_part_rows(rows.unwrap_or(0));
+    }
+
     /// Tensor-data bytes the calling thread has read out of safetensors files so far.
     pub fn safetensors_bytes_read() -> u64 {
         crate::nn::load::bytes_read()

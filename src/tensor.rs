@@ -28,6 +28,11 @@ pub(crate) use fuse::materialize_pending;
 pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
 pub use quant::{quantized_activations, set_quantized_activations, QTensor};
+
+/// Forces quantized matrices into parts of `rows` rows (0: only at the binding limit).
+pub(crate) fn quant_part_rows(rows: usize) {
+    quant::FORCED_PART_ROWS.store(rows, std::sync::atomic::Ordering::Relaxed);
+}
 pub use transfer::{read_all, WgpuBufferView};
 
 use crate::device::DeviceInner;

@@ -94,20 +94,119 @@ fn ggml_bytes_round_trip_and_size_is_the_files() {
 #[test]
 fn exact_matmul_matches_dequantize_then_matmul() {
     let _mode = mode(false);
-    for q in QType::ALL {
-        for shape in shapes(q) {
-            let bytes = random_blocks(q, shape[0], shape[1], 5);
-            let t = QTensor::from_ggml(q, shape, &bytes, &Device::cpu()).unwrap();
-            let w = t.dequantize().unwrap();
-            for m in [1, 3, 5] {
-                let x =
-                    Tensor::from_vec(data(m * shape[1], 9, 1.0), &[m, shape[1]], &Device::cpu())
+    for device in common::devices() {
+        for q in QType::ALL {
+            for shape in shapes(q) {
+                let bytes = random_blocks(q, shape[0], shape[1], 5);
+                let t = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+                let w = QTensor::from_ggml(q, shape, &bytes, &Device::cpu())
+                    .unwrap()
+                    .dequantize()
+                    .unwrap();
+                for m in [1, 3, 5, 9] {
+                    let x = Tensor::from_vec(data(m * shape[1], 9, 1.0), &[m, shape[1]], &device)
                         .unwrap();
-                let want = reference(&w, &x);
-                let got = values(&t.matmul_t(&x).unwrap());
-                close_to_dot(&got, &want, &w, &x, &format!("{q} {shape:?} m={m}"));
+                    let want = reference(&w, &x);
+                    let y = t.matmul_t(&x).unwrap();
+                    assert_eq!((y.shape(), y.device()), (&[m, shape[0]][..], &device));
+                    close_to_dot(
+                        &values(&y),
+                        &want,
+                        &w,
+                        &x,
+                        &format!("{q} {shape:?} m={m} on {device}"),
+                    );
+                }
             }
         }
+    }
+}
+
+/// Every device decodes blocks as the CPU does (within the rounding of a fused multiply-add,
+/// which a GPU compiler may use).
+#[test]
+fn dequantize_matches_the_cpu_on_every_device() {
+    for device in common::gpus() {
+        for q in QType::ALL {
+            for shape in shapes(q) {
+                let bytes = random_blocks(q, shape[0], shape[1], 7);
+                let cpu = values(
+                    &QTensor::from_ggml(q, shape, &bytes, &Device::cpu())
+                        .unwrap()
+                        .dequantize()
+                        .unwrap(),
+                );
+                let t = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+                let d = t.dequantize().unwrap();
+                assert_eq!((d.shape(), d.device()), (&shape[..], &device));
+                let amax = cpu.iter().fold(0f32, |a, v| a.max(v.abs()));
+                assert_close(
+                    &values(&d),
+                    &cpu,
+                    1e-6,
+                    1e-6 * amax,
+                    &format!("{q} {shape:?} on {device}"),
+                );
+                assert_eq!(t.to_ggml().unwrap(), bytes, "{q} {shape:?} on {device}");
+            }
+        }
+    }
+}
+
+/// Matrices split into row parts (as those past one storage binding are) give the results of
+/// one part.
+#[test]
+fn matrices_split_into_parts_give_the_same_results() {
+    let _mode = mode(false);
+    for device in common::devices() {
+        for q in [QType::Q8_0, QType::Q6_K] {
+            let shape = [23, 2 * q.block_len()];
+            let bytes = random_blocks(q, shape[0], shape[1], 17);
+            let whole = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+            wgtensor::testing::set_quant_part_rows(Some(7));
+            let split = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+            let moved = whole.to(&Device::cpu()).unwrap().to(&device).unwrap();
+            wgtensor::testing::set_quant_part_rows(None);
+            let x = Tensor::from_vec(data(6 * shape[1], 3, 1.0), &[6, shape[1]], &device).unwrap();
+            let ids = Tensor::from_vec(vec![22u32, 0, 7, 13, 6], &[5], &device).unwrap();
+            let ctx = format!("{q} on {device}");
+            assert_eq!(split.size_in_bytes(), whole.size_in_bytes());
+            assert_eq!(split.to_ggml().unwrap(), bytes, "{ctx}");
+            assert_eq!(moved.to_ggml().unwrap(), bytes, "{ctx}");
+            assert_eq!(
+                values(&split.dequantize().unwrap()),
+                values(&whole.dequantize().unwrap()),
+                "{ctx}"
+            );
+            assert_eq!(
+                values(&split.matmul_t(&x).unwrap()),
+                values(&whole.matmul_t(&x).unwrap()),
+                "{ctx}"
+            );
+            assert_eq!(
+                values(&split.gather_rows(&ids).unwrap()),
+                values(&whole.gather_rows(&ids).unwrap()),
+                "{ctx}"
+            );
+        }
+    }
+}
+
+/// GPU memory holds exactly the file's bytes (two planes, no padding beyond a word each).
+#[test]
+fn device_memory_is_the_files_bytes() {
+    for device in common::gpus() {
+        let q = QType::Q8_0;
+        let bytes = random_blocks(q, 64, 256, 1);
+        let before = wgtensor::memory_allocated(&device);
+        let t = QTensor::from_ggml(q, [64, 256], &bytes, &device).unwrap();
+        let used = wgtensor::memory_allocated(&device) - before;
+        assert!(
+            used >= bytes.len() as u64 && used <= bytes.len() as u64 + 8,
+            "{used} for {}",
+            bytes.len()
+        );
+        drop(t);
     }
 }
 
@@ -153,19 +252,22 @@ fn integer_matmul_is_within_the_activation_rounding_bound() {
 
 #[test]
 fn nan_activations_give_nan_rows() {
-    for exact in [false, true] {
-        let _mode = mode(!exact);
-        let t = QTensor::quantize(
-            &Tensor::randn(&[5, 64], &Device::cpu()).unwrap(),
-            QType::Q8_0,
-        )
-        .unwrap();
-        let mut xs = data(128, 1, 1.0);
-        xs[70] = f32::NAN;
-        let x = Tensor::from_vec(xs, &[2, 64], &Device::cpu()).unwrap();
-        let y = values(&t.matmul_t(&x).unwrap());
-        assert!(y[..5].iter().all(|v| v.is_finite()), "exact={exact}: {y:?}");
-        assert!(y[5..].iter().all(|v| v.is_nan()), "exact={exact}: {y:?}");
+    for device in common::devices() {
+        for exact in [false, true] {
+            let _mode = mode(!exact);
+            for q in QType::ALL {
+                let shape = [5, 2 * q.block_len()];
+                let t = QTensor::from_ggml(q, shape, &random_blocks(q, 5, shape[1], 2), &device)
+                    .unwrap();
+                let mut xs = data(2 * shape[1], 1, 1.0);
+                xs[shape[1] + 6] = f32::NAN;
+                let x = Tensor::from_vec(xs, &[2, shape[1]], &device).unwrap();
+                let y = values(&t.matmul_t(&x).unwrap());
+                let ctx = format!("{q} exact={exact} on {device}: {y:?}");
+                assert!(y[..5].iter().all(|v| v.is_finite()), "{ctx}");
+                assert!(y[5..].iter().all(|v| v.is_nan()), "{ctx}");
+            }
+        }
     }
 }
 
@@ -201,28 +303,52 @@ fn quantize_is_ggml_reference_rounding() {
 
 #[test]
 fn gather_rows_is_dequantized_rows() {
-    for q in QType::ALL {
-        let shape = [9, 2 * q.block_len()];
-        let t = QTensor::from_ggml(q, shape, &random_blocks(q, 9, shape[1], 21), &Device::cpu())
-            .unwrap();
-        let dense = values(&t.dequantize().unwrap());
-        let ids = Tensor::from_vec(vec![8i32, 0, 3, 8], &[4], &Device::cpu()).unwrap();
-        let got = values(&t.gather_rows(&ids).unwrap());
-        let c = shape[1];
-        let want: Vec<f32> = [8, 0, 3, 8]
-            .iter()
-            .flat_map(|&r| dense[r * c..(r + 1) * c].to_vec())
-            .collect();
-        assert_eq!(got, want, "{q}");
-        let bad = Tensor::from_vec(vec![9u32], &[1], &Device::cpu()).unwrap();
-        assert!(matches!(
-            t.gather_rows(&bad),
-            Err(Error::IndexOutOfRange {
-                index: 9,
-                bound: 9,
-                ..
-            })
-        ));
+    for device in common::devices() {
+        for q in QType::ALL {
+            let shape = [9, 2 * q.block_len()];
+            let bytes = random_blocks(q, 9, shape[1], 21);
+            let dense = values(
+                &QTensor::from_ggml(q, shape, &bytes, &Device::cpu())
+                    .unwrap()
+                    .dequantize()
+                    .unwrap(),
+            );
+            let t = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+            let ids = Tensor::from_vec(vec![8i32, 0, 3, 8], &[4], &device).unwrap();
+            let got = t.gather_rows(&ids).unwrap();
+            assert_eq!(got.shape(), &[4, shape[1]]);
+            let c = shape[1];
+            let want: Vec<f32> = [8, 0, 3, 8]
+                .iter()
+                .flat_map(|&r| dense[r * c..(r + 1) * c].to_vec())
+                .collect();
+            let amax = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+            assert_close(
+                &values(&got),
+                &want,
+                1e-6,
+                1e-6 * amax,
+                &format!("{q} on {device}"),
+            );
+            // A bad id: found before running on the CPU, by the kernel (at the readback) on a GPU.
+            let bad = Tensor::from_vec(vec![1u32, 9], &[2], &device).unwrap();
+            let err = t.gather_rows(&bad).and_then(|g| g.to_vec::<f32>());
+            assert!(
+                matches!(
+                    err,
+                    Err(Error::IndexOutOfRange {
+                        index: 9,
+                        bound: 9,
+                        ..
+                    })
+                ),
+                "{q} on {device}: {err:?}"
+            );
+            let neg = Tensor::from_vec(vec![-1i32], &[1], &device).unwrap();
+            assert!(t.gather_rows(&neg).and_then(|g| g.to_vec::<f32>()).is_err());
+            // The device stays usable.
+            assert_eq!(t.gather_rows(&ids).unwrap().shape(), &[4, c]);
+        }
     }
 }
 

@@ -30,9 +30,10 @@ fn validate(name: &str, source: &str) {
             "{name}: entry point {} is not a compute shader",
             ep.name
         );
-        if name.starts_with("matmul") {
-            // Matmul tiles its own 2-D workgroups (dispatched with `launch_workgroups`); they
-            // must stay within WebGPU's default 256 invocations per workgroup.
+        if name.starts_with("matmul") || (name == "quant.wgsl" && ep.name == "matvec") {
+            // Matmul tiles its own 2-D workgroups and the quantized matvec takes one workgroup
+            // per weight row (both dispatched with `launch_workgroups`); they must stay within
+            // WebGPU's default 256 invocations per workgroup.
             let total: u32 = ep.workgroup_size.iter().product();
             assert!(
                 total <= 256,

@@ -34,12 +34,13 @@ pub(crate) fn slot() -> usize {
 
 /// Ops that report through the error word, by code (the low byte of the word's last entry;
 /// bit 8 says the ids were signed).
-const OPS: [&str; 5] = [
+const OPS: [&str; 6] = [
     "index_select",
     "gather",
     "scatter_add",
     "index_add",
     "cross_entropy",
+    "QTensor::gather_rows",
 ];
 
 /// The code a kernel reports for `op` with ids of the given signedness.

@@ -50,6 +50,8 @@ pub(crate) enum Shader {
     Scatter,
     /// Fused log-softmax + negative log-likelihood, forward and backward.
     CrossEntropy,
+    /// Block-quantized matrices: matvec/matmul, dequantize and row gather.
+    Quant,
     /// A generated elementwise kernel (one per op chain, dtypes and input packing).
     Generated(GeneratedRef),
 }
@@ -174,7 +176,7 @@ pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 14] = [
+    pub(crate) const ALL: [Shader; 15] = [
         Shader::Reduce,
         Shader::ReduceSubgroup,
         Shader::Softmax,
@@ -189,6 +191,7 @@ impl Shader {
         Shader::Scatter,
         Shader::CrossEntropy,
         Shader::Sum,
+        Shader::Quant,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -210,6 +213,7 @@ impl Shader {
             Shader::Scatter => "scatter.wgsl",
             Shader::Sum => "sum.wgsl",
             Shader::CrossEntropy => "cross_entropy.wgsl",
+            Shader::Quant => "quant.wgsl",
             Shader::Generated(g) => &g.0.label,
         }
     }
@@ -221,6 +225,7 @@ impl Shader {
             Shader::Gather => include_str!("../../shaders/gather.wgsl"),
             Shader::Scatter => include_str!("../../shaders/scatter.wgsl"),
             Shader::CrossEntropy => include_str!("../../shaders/cross_entropy.wgsl"),
+            Shader::Quant => include_str!("../../shaders/quant.wgsl"),
             Shader::Softmax | Shader::SoftmaxSubgroup => {
                 include_str!("../../shaders/softmax.wgsl")
             }
@@ -266,6 +271,10 @@ impl Shader {
                 include_str!("../../shaders/ids.wgsl"),
                 include_str!("../../shaders/cross_entropy.wgsl")
             ),
+            Shader::Quant => concat!(
+                include_str!("../../shaders/ids.wgsl"),
+                include_str!("../../shaders/quant.wgsl")
+            ),
             Shader::Generated(g) => &g.0.source,
         }
     }
@@ -279,7 +288,7 @@ impl Shader {
     pub(crate) fn checked(self) -> bool {
         matches!(
             self,
-            Shader::Gather | Shader::Scatter | Shader::CrossEntropy
+            Shader::Gather | Shader::Scatter | Shader::CrossEntropy | Shader::Quant
         )
     }
 
@@ -300,6 +309,8 @@ impl Shader {
             Shader::Sum => 1,
             // Logits, targets, per-row log-sum-exp and per-row gradient scale.
             Shader::CrossEntropy => 4,
+            // Scales, bodies, and the activations or ids.
+            Shader::Quant => 3,
             Shader::Generated(g) => g.0.inputs,
         }
     }

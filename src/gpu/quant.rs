@@ -1,12 +1,16 @@
-//! GPU kernels of quantized matrices (`shaders/quant.wgsl`).
+//! GPU kernels of quantized matrices (`shaders/quant.wgsl`): `x @ W^T`, dequantize and the row
+//! gather of embeddings, one launch per part (row range) of the matrix, each binding only its
+//! own planes, so matrices past one storage binding run.
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
+use super::ids;
+use super::kernels::{Launch, Shader};
+use super::params::w;
 use crate::{Error, QType, Result};
 
 /// One row range of a quantized matrix on the device: its scales plane (f16 pairs) and body
 /// plane (bytes read as `u32` words).
-#[allow(dead_code)] // read by the kernels that follow
 pub(crate) struct QPart<'a> {
     pub row0: usize,
     pub rows: usize,
@@ -14,45 +18,162 @@ pub(crate) struct QPart<'a> {
     pub body: &'a GpuBuffer,
 }
 
-impl GpuDevice {
-    fn quant_pending(&self, op: &'static str, q: QType) -> Error {
-        Error::UnsupportedDType {
+/// Activation rows per matvec workgroup (`MT` in the shader).
+const MT: usize = 4;
+
+fn code(q: QType) -> u32 {
+    match q {
+        QType::Q8_0 => 0,
+        QType::Q4_0 => 1,
+        QType::Q4_K => 2,
+        QType::Q6_K => 3,
+    }
+}
+
+/// Elements a u32 index in the shaders can address.
+fn check_u32(op: &'static str, what: &str, n: usize) -> Result<()> {
+    if n > u32::MAX as usize {
+        return Err(Error::InvalidArgument {
             op,
-            dtype: crate::DType::U8,
-            device: format!("{} ({q} kernels are not built yet)", self.label()),
-        }
+            message: format!(
+                "{what} has {n} elements, more than the 2^32 a GPU kernel indexes; split it"
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl GpuDevice {
+    /// The common params of a part: `[rows, cols, blocks per row, m, row0, rows_total, qtype,
+    /// x_offset, n, ids_offset, code]`.
+    fn quant_params(q: QType, shape: [usize; 2], p: &QPart<'_>) -> Vec<u32> {
+        let nb = shape[1] / q.block_len();
+        vec![
+            w(p.rows),
+            w(shape[1]),
+            w(nb),
+            0,
+            w(p.row0),
+            w(shape[0]),
+            code(q),
+            0,
+            0,
+            0,
+            0,
+        ]
     }
 
+    /// `[rows, cols]` f32: every element of every part.
     pub(crate) fn quant_dequantize(
         &self,
         op: &'static str,
         q: QType,
-        _shape: [usize; 2],
-        _parts: &[QPart<'_>],
+        shape: [usize; 2],
+        parts: &[QPart<'_>],
     ) -> Result<GpuBuffer> {
-        Err(self.quant_pending(op, q))
+        let n = shape[0] * shape[1];
+        check_u32(op, "the dequantized matrix", n)?;
+        // Every element is written by the part holding its row.
+        let out = self.alloc_uninit(op, n as u64 * 4)?;
+        for p in parts {
+            let params = Self::quant_params(q, shape, p);
+            self.launch(
+                op,
+                Launch {
+                    shader: Shader::Quant,
+                    entry: "dequant",
+                    op_code: None,
+                    inputs: &[&p.scales.buffer, &p.body.buffer, &p.scales.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                    threads: (p.rows * shape[1]) as u64,
+                },
+            )?;
+        }
+        Ok(out)
     }
 
+    /// `x @ W^T`: `x` is `m` packed rows of `cols` f32 from element `x.1` of `x.0`; the result
+    /// is `[m, rows]` f32.
     pub(crate) fn quant_matmul_t(
         &self,
         op: &'static str,
         q: QType,
-        _shape: [usize; 2],
-        _parts: &[QPart<'_>],
-        _x: (&GpuBuffer, usize),
-        _m: usize,
+        shape: [usize; 2],
+        parts: &[QPart<'_>],
+        x: (&GpuBuffer, usize),
+        m: usize,
     ) -> Result<GpuBuffer> {
-        Err(self.quant_pending(op, q))
+        check_u32(op, "the activations", x.1 + m * shape[1])?;
+        check_u32(op, "the output", m * shape[0])?;
+        // Every output element is written by the part holding its weight row.
+        let out = self.alloc_uninit(op, (m * shape[0]) as u64 * 4)?;
+        let max = self.0.limits.max_compute_workgroups_per_dimension as usize;
+        let groups = m.div_ceil(MT);
+        if groups > max {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "{m} activation rows need {groups} workgroups in one dimension, more than \
+                     this adapter's {max}; split x into chunks of {} rows",
+                    max * MT
+                ),
+            });
+        }
+        for p in parts {
+            let mut params = Self::quant_params(q, shape, p);
+            params[3] = w(m);
+            params[7] = w(x.1);
+            // One workgroup per weight row, the rows spread over x and y.
+            let gx = p.rows.min(max);
+            let gy = p.rows.div_ceil(gx.max(1));
+            self.launch_workgroups(
+                op,
+                Launch {
+                    shader: Shader::Quant,
+                    entry: "matvec",
+                    op_code: None,
+                    inputs: &[&p.scales.buffer, &p.body.buffer, &x.0.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                    threads: (p.rows * m) as u64,
+                },
+                [gx as u32, gy as u32, groups as u32],
+            )?;
+        }
+        Ok(out)
     }
 
+    /// Rows `ids` of the matrix, dequantized: `[n, cols]` f32. Bad ids are found by the kernel.
     pub(crate) fn quant_gather_rows(
         &self,
         op: &'static str,
         q: QType,
-        _shape: [usize; 2],
-        _parts: &[QPart<'_>],
-        _ids: super::gather::Ids<'_>,
+        shape: [usize; 2],
+        parts: &[QPart<'_>],
+        (ids, ids_offset, n, signed): super::gather::Ids<'_>,
     ) -> Result<GpuBuffer> {
-        Err(self.quant_pending(op, q))
+        check_u32(op, "the gathered rows", n * shape[1])?;
+        // Every element is written: a row by the part holding it, a bad id's zeros by part 0.
+        let out = self.alloc_uninit(op, (n * shape[1]) as u64 * 4)?;
+        for p in parts {
+            let mut params = Self::quant_params(q, shape, p);
+            params[8] = w(n);
+            params[9] = w(ids_offset);
+            params[10] = ids::code(op, signed);
+            self.launch(
+                op,
+                Launch {
+                    shader: Shader::Quant,
+                    entry: "gather",
+                    op_code: None,
+                    inputs: &[&p.scales.buffer, &p.body.buffer, &ids.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                    threads: (n * shape[1]) as u64,
+                },
+            )?;
+        }
+        Ok(out)
     }
 }

@@ -107,9 +107,17 @@ fn blocks_per_row(op: &'static str, qtype: QType, shape: [usize; 2]) -> Result<u
     Ok(shape[1] / bl)
 }
 
+/// Rows per part forced by `wgtensor::testing::set_quant_part_rows` (0: not forced).
+pub(crate) static FORCED_PART_ROWS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// Rows per part: the most whose body plane fits one binding (everything on the CPU).
 fn rows_per_part(qtype: QType, shape: [usize; 2], device: &Device) -> usize {
     let row_bytes = (shape[1] / qtype.block_len() * body_bytes(qtype)) as u64;
+    let forced = FORCED_PART_ROWS.load(Ordering::Relaxed);
+    if forced > 0 {
+        return forced;
+    }
     match backend(device) {
         Backend::Cpu => shape[0].max(1),
         Backend::Gpu(g) => {

@@ -1,0 +1,223 @@
+// quant.wgsl: ggml block-quantized matrices (QTensor), dequantized inside the kernels.
+//
+// A matrix is stored as two planes per row range ("part"), see src/cpu/quant.rs: `scales`, the
+// f16 scales packed two per word (read with unpack2x16float), and `body`, the integer bodies of
+// the blocks as bytes packed four per word (every block body is a whole number of words).
+// Block types (params[6]): 0 = Q8_0, 1 = Q4_0, 2 = Q4_K, 3 = Q6_K, decoded exactly as ggml's
+// dequantize_row_* (the CPU twin is `cpu::quant::dequantize_block`).
+//
+// Computes   matvec:  dst[i, row0 + r] = sum_k W[r, k] * x[i, k]  (x @ W^T for this part's rows)
+//            dequant: dst[row0 + r, k] = W[r, k]
+//            gather:  dst[t, k] = W[ids[t] - row0, k] for ids inside this part; an id outside
+//                     0..rows_total writes 0 and is reported to the error word (ids.wgsl) by
+//                     the part holding row 0
+// Bindings   @group(0) @binding(0) scales : array<u32>, read-only
+//            @group(0) @binding(1) body   : array<u32>, read-only
+//            @group(0) @binding(2) aux    : array<u32>, read-only: x as f32 bits (matvec), ids
+//                                           (gather), unused (dequant: any buffer)
+//            @group(0) @binding(3) dst    : array<f32>, read-write
+//            @group(0) @binding(4) params : array<u32>, read-only:
+//                [rows, cols, blocks per row, m, row0, rows_total, qtype, x_offset,
+//                 n, ids_offset, code]
+// Dispatch   matvec: 64 threads per workgroup, one workgroup per (weight row, group of MT
+//            activation rows): x and y flatten the row over a 2-D grid, z is the group; each
+//            thread takes every 64th block of the row, then the workgroup adds the 64 partial
+//            sums in a fixed tree (same bits on every run).
+//            dequant, gather: 256 threads, one output element per thread (item()).
+
+@group(0) @binding(0) var<storage, read> scales: array<u32>;
+@group(0) @binding(1) var<storage, read> body: array<u32>;
+@group(0) @binding(2) var<storage, read> aux: array<u32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(4) var<storage, read> params: array<u32>;
+
+const WG: u32 = 64u;
+// Activation rows per workgroup: each weight block is decoded once for all of them.
+const MT: u32 = 4u;
+
+var<workgroup> partial: array<f32, 256>; // WG * MT
+
+// Scale number i of the scales plane.
+fn scale(i: u32) -> f32 {
+    let w = unpack2x16float(scales[i >> 1u]);
+    return select(w.x, w.y, (i & 1u) == 1u);
+}
+
+// Byte p of the body plane, unsigned and sign-extended.
+fn ubyte(p: u32) -> u32 {
+    return (body[p >> 2u] >> ((p & 3u) * 8u)) & 0xFFu;
+}
+
+fn sbyte(p: u32) -> i32 {
+    return bitcast<i32>(ubyte(p) << 24u) >> 24u;
+}
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j of the Q4_K body at `base`.
+fn scale_min_k4(base: u32, j: u32) -> vec2<u32> {
+    if (j < 4u) {
+        return vec2<u32>(ubyte(base + j) & 63u, ubyte(base + j + 4u) & 63u);
+    }
+    let s = (ubyte(base + j + 4u) & 15u) | ((ubyte(base + j - 4u) >> 6u) << 4u);
+    let m = (ubyte(base + j + 4u) >> 4u) | ((ubyte(base + j) >> 6u) << 4u);
+    return vec2<u32>(s, m);
+}
+
+// Element j of block b (numbered within the part) of a matrix of type q.
+fn value(q: u32, b: u32, j: u32) -> f32 {
+    if (q == 0u) {
+        return f32(sbyte(b * 32u + j)) * scale(b);
+    }
+    if (q == 1u) {
+        let v = ubyte(b * 16u + (j & 15u));
+        let nib = select(v & 15u, v >> 4u, j >= 16u);
+        return f32(i32(nib) - 8) * scale(b);
+    }
+    if (q == 2u) {
+        let base = b * 140u;
+        let k = j / 64u;
+        let l = j % 64u;
+        let sm = scale_min_k4(base, 2u * k + select(0u, 1u, l >= 32u));
+        let qb = ubyte(base + 12u + 32u * k + (l % 32u));
+        let qv = select(qb & 15u, qb >> 4u, l >= 32u);
+        return (scale(2u * b) * f32(sm.x)) * f32(qv) - scale(2u * b + 1u) * f32(sm.y);
+    }
+    let base = b * 208u;
+    let n = j / 128u;
+    let l = j % 128u;
+    let g = l / 32u;
+    let ll = l % 32u;
+    let qlb = ubyte(base + 64u * n + ll + 32u * (g & 1u));
+    let nib = select(qlb & 15u, qlb >> 4u, g >= 2u);
+    let qh = (ubyte(base + 128u + 32u * n + ll) >> (2u * g)) & 3u;
+    let sc = sbyte(base + 192u + 8u * n + ll / 16u + 2u * g);
+    return (scale(b) * f32(sc)) * f32(i32(nib | (qh << 4u)) - 32);
+}
+
+fn xv(i: u32) -> f32 {
+    return bitcast<f32>(aux[i]);
+}
+
+// Signed byte k (0..3) of a word.
+fn lane(w: u32, k: u32) -> f32 {
+    return f32(bitcast<i32>(w << (24u - 8u * k)) >> 24u);
+}
+
+@compute @workgroup_size(64)
+fn matvec(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let rows = params[0];
+    let cols = params[1];
+    let nb = params[2];
+    let m = params[3];
+    let q = params[6];
+    let xoff = params[7];
+    // Uniform per workgroup, so the early exit keeps the barriers below in uniform control flow.
+    let r = wid.y * nwg.x + wid.x;
+    if (r >= rows) {
+        return;
+    }
+    let i0 = wid.z * MT;
+    let mt = min(MT, m - i0);
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    let bl = select(256u, 32u, q < 2u);
+    // At most nb / 64 iterations (a row of 65,536 * 64 * 32 values would be needed to pass
+    // lavapipe's loop cap).
+    for (var b = lid; b < nb; b = b + WG) {
+        let gb = r * nb + b;
+        let k0 = b * bl;
+        if (q == 0u) {
+            let d = scale(gb);
+            for (var w = 0u; w < 8u; w = w + 1u) {
+                let word = body[gb * 8u + w];
+                let q0 = lane(word, 0u);
+                let q1 = lane(word, 1u);
+                let q2 = lane(word, 2u);
+                let q3 = lane(word, 3u);
+                for (var t = 0u; t < mt; t = t + 1u) {
+                    let xo = xoff + (i0 + t) * cols + k0 + 4u * w;
+                    acc[t] = acc[t] + d * (q0 * xv(xo) + q1 * xv(xo + 1u) + q2 * xv(xo + 2u) + q3 * xv(xo + 3u));
+                }
+            }
+        } else if (q == 1u) {
+            let d = scale(gb);
+            for (var w = 0u; w < 4u; w = w + 1u) {
+                let word = body[gb * 4u + w];
+                for (var t = 0u; t < mt; t = t + 1u) {
+                    let xo = xoff + (i0 + t) * cols + k0 + 4u * w;
+                    var s = 0.0;
+                    for (var k = 0u; k < 4u; k = k + 1u) {
+                        let v = (word >> (8u * k)) & 0xFFu;
+                        s = s + f32(i32(v & 15u) - 8) * xv(xo + k) + f32(i32(v >> 4u) - 8) * xv(xo + k + 16u);
+                    }
+                    acc[t] = acc[t] + d * s;
+                }
+            }
+        } else {
+            for (var j = 0u; j < bl; j = j + 1u) {
+                let wv = value(q, gb, j);
+                for (var t = 0u; t < mt; t = t + 1u) {
+                    acc[t] = acc[t] + wv * xv(xoff + (i0 + t) * cols + k0 + j);
+                }
+            }
+        }
+    }
+    for (var t = 0u; t < MT; t = t + 1u) {
+        partial[t * WG + lid] = acc[t];
+    }
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            for (var t = 0u; t < MT; t = t + 1u) {
+                partial[t * WG + lid] = partial[t * WG + lid] + partial[t * WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid < mt) {
+        dst[(i0 + lid) * params[5] + params[4] + r] = partial[lid * WG];
+    }
+}
+
+@compute @workgroup_size(256)
+fn dequant(inv: Invocation) {
+    let i = item(inv);
+    let cols = params[1];
+    if (i >= params[0] * cols) {
+        return;
+    }
+    let q = params[6];
+    let bl = select(256u, 32u, q < 2u);
+    let r = i / cols;
+    let k = i % cols;
+    dst[(params[4] + r) * cols + k] = value(q, r * params[2] + k / bl, k % bl);
+}
+
+@compute @workgroup_size(256)
+fn gather(inv: Invocation) {
+    let i = item(inv);
+    let cols = params[1];
+    if (i >= params[8] * cols) {
+        return;
+    }
+    let row0 = params[4];
+    let t = i / cols;
+    let k = i % cols;
+    let id = aux[params[9] + t];
+    let code = params[10];
+    if (bad_id(code, id, params[5])) {
+        if (row0 == 0u) {
+            report_bad_id(code, id, params[5]);
+            dst[i] = 0.0;
+        }
+        return;
+    }
+    if (id < row0 || id >= row0 + params[0]) {
+        return;
+    }
+    let q = params[6];
+    let bl = select(256u, 32u, q < 2u);
+    dst[i] = value(q, (id - row0) * params[2] + k / bl, k % bl);
+}
