@@ -149,6 +149,67 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2_rows {
+    use super::tree;
+    use crate::QType;
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// `W` weight rows against one activation row: the activation block is loaded once for
+    /// all of them and the `W` accumulator chains run side by side (the decode shape). Each
+    /// row's arithmetic is exactly `dot_int`'s, so the bits are the same.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `ws[k]`/`wb[k]` hold `xd.len()` blocks, `xq` 32
+    /// values per block.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_rows<const W: usize>(
+        q: QType,
+        ws: [&[f16]; W],
+        wb: [&[u8]; W],
+        xd: &[f32],
+        xq: &[i8],
+        out: &mut [f32],
+    ) {
+        let nb = xd.len();
+        let mut acc = [_mm256_setzero_ps(); W];
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm_set1_epi8(0xF);
+        let eight = _mm256_set1_epi8(8);
+        for b in 0..nb {
+            // SAFETY (whole block): b < nb, so the loads stay inside block b of each weight
+            // row's body (32 or 16 bytes) and of the activation row (32 bytes).
+            let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(32 * b) as *const __m256i) };
+            let dx = xd[b];
+            for k in 0..W {
+                let w = unsafe {
+                    if q == QType::Q8_0 {
+                        _mm256_loadu_si256(wb[k].as_ptr().add(32 * b) as *const __m256i)
+                    } else {
+                        let raw = _mm_loadu_si128(wb[k].as_ptr().add(16 * b) as *const __m128i);
+                        let lo = _mm_and_si128(raw, low);
+                        let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+                        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight)
+                    }
+                };
+                let aw = _mm256_sign_epi8(w, w);
+                let sx = _mm256_sign_epi8(x, w);
+                let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(ws[k][b].to_bits() as i32)));
+                let d = _mm256_set1_ps(dw * dx);
+                acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[k]);
+            }
+        }
+        for k in 0..W {
+            let mut a = [0f32; 8];
+            // SAFETY: `a` is 8 f32s, the size of one __m256.
+            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), acc[k]) };
+            out[k] = tree(a);
+        }
+    }
+}
+
 /// Whether the AVX2 kernels run (and `WGTENSOR_QUANT_SCALAR=1` does not force the portable
 /// loop, which the tests compare with).
 fn use_avx2() -> bool {
@@ -213,13 +274,35 @@ pub(crate) fn matmul_t(
     if integer {
         let act = quantize_rows(x);
         let avx2 = use_avx2();
+        let plane = |r: usize| (&scales[r * ns..(r + 1) * ns], &body[r * bb..(r + 1) * bb]);
         out_t
             .par_chunks_mut(per * m)
             .enumerate()
             .for_each(|(t, chunk)| {
-                for (k, o) in chunk.chunks_exact_mut(m).enumerate() {
-                    let r = t * per + k;
-                    let (ws, wb) = (&scales[r * ns..(r + 1) * ns], &body[r * bb..(r + 1) * bb]);
+                let mut k = 0;
+                #[cfg(target_arch = "x86_64")]
+                if avx2 && m == 1 {
+                    // One activation row (decode): weight rows four at a time.
+                    while k + 4 <= chunk.len() {
+                        let r = t * per + k;
+                        let p = [plane(r), plane(r + 1), plane(r + 2), plane(r + 3)];
+                        // SAFETY: `use_avx2` checked the CPU; each plane holds `nb` blocks
+                        // and `act` one row of `nb` blocks.
+                        unsafe {
+                            avx2_rows::dot_rows::<4>(
+                                q,
+                                p.map(|p| p.0),
+                                p.map(|p| p.1),
+                                &act.d,
+                                &act.q,
+                                &mut chunk[k..k + 4],
+                            )
+                        };
+                        k += 4;
+                    }
+                }
+                for (j, o) in chunk[k * m..].chunks_exact_mut(m).enumerate() {
+                    let (ws, wb) = plane(t * per + k + j);
                     int_row(q, ws, wb, &act, nb, o, avx2);
                 }
             });
@@ -322,6 +405,29 @@ mod tests {
             int_row(q, &ws, &wb, &act, nb, &mut simd, true);
             let mut scalar = vec![0f32; 5];
             int_row(q, &ws, &wb, &act, nb, &mut scalar, false);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let one = Q8Rows {
+                    d: act.d[..nb].to_vec(),
+                    q: act.q[..32 * nb].to_vec(),
+                };
+                let mut four = [0f32; 4];
+                // SAFETY: AVX2 was detected; four rows of `nb` blocks.
+                unsafe {
+                    avx2_rows::dot_rows::<4>(
+                        q,
+                        [&ws[..]; 4],
+                        [&wb[..]; 4],
+                        &one.d,
+                        &one.q,
+                        &mut four,
+                    )
+                };
+                assert!(
+                    four.iter().all(|v| v.to_bits() == scalar[0].to_bits()),
+                    "{q}"
+                );
+            }
             assert_eq!(
                 simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 scalar.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
