@@ -434,3 +434,79 @@ fn truncations_and_byte_flips_never_panic() {
         }
     }
 }
+
+/// A file written by llama.cpp's Python `gguf` package (scripts/make_gguf_fixture.py): its
+/// metadata and every tensor type read as gguf-py wrote them, wgtensor's Q8_0/Q4_0 quantizer
+/// gives gguf-py's bytes, and Q4_K/Q6_K dequantize to gguf-py's values, on every device.
+#[test]
+fn a_file_from_the_python_gguf_package_reads_the_same() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf/fixture.gguf");
+    let f = GgufFile::open(&path).unwrap();
+    let md = f.metadata();
+    assert_eq!(f.architecture(), Some("llama"));
+    assert_eq!(md["llama.block_count"].as_u64(), Some(2));
+    assert_eq!(md["llama.context_length"].as_u64(), Some(128));
+    assert_eq!(md["llama.rope.freq_base"], GgufValue::F32(10000.0));
+    assert_eq!(md["test.flag"], GgufValue::Bool(true));
+    assert_eq!(md["test.name"].as_str(), Some("gguf-py fixture"));
+    let floats: Vec<f64> = md["test.floats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(floats, vec![0.5, -1.25, 3.0]);
+    let tokens: Vec<&str> = md["tokenizer.ggml.tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(tokens, vec!["<s>", "</s>", "hello", "wörld"]);
+    let cpu = Device::cpu();
+    let source = dense(f.load("source", &cpu, DType::F32).unwrap());
+    assert_eq!(source.shape(), &[6, 64]);
+    let src = source.to_vec::<f32>().unwrap();
+    for device in common::devices() {
+        let h = dense(f.load("dense.f16", &device, DType::F32).unwrap());
+        let want: Vec<f32> = src.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+        assert_eq!(h.to_vec::<f32>().unwrap(), want, "F16 on {device}");
+        let b = dense(f.load("dense.bf16", &device, DType::F32).unwrap());
+        let want = dense(f.load("dense.bf16.expected", &device, DType::F32).unwrap());
+        assert_eq!(
+            b.to_vec::<f32>().unwrap(),
+            want.to_vec::<f32>().unwrap(),
+            "BF16 on {device}"
+        );
+        for (name, q) in [("q8_0", QType::Q8_0), ("q4_0", QType::Q4_0)] {
+            let t = quant(f.load(name, &device, DType::F32).unwrap());
+            let (_, file_bytes) = f.tensor_bytes(name).unwrap();
+            let ours = QTensor::quantize(&source.to(&device).unwrap(), q).unwrap();
+            assert_eq!(
+                ours.to_ggml().unwrap(),
+                file_bytes,
+                "{name}: wgtensor's rounding is gguf-py's"
+            );
+            assert_eq!(t.to_ggml().unwrap(), file_bytes, "{name} on {device}");
+        }
+        for name in ["q4_k", "q6_k"] {
+            let t = quant(f.load(name, &device, DType::F32).unwrap());
+            let want = dense(
+                f.load(&format!("{name}.expected"), &cpu, DType::F32)
+                    .unwrap(),
+            );
+            assert_eq!(t.shape()[..], want.shape()[..], "{name}");
+            let want = want.to_vec::<f32>().unwrap();
+            let amax = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let got = t.dequantize().unwrap().to_vec::<f32>().unwrap();
+            common::assert_close(
+                &got,
+                &want,
+                1e-6,
+                1e-6 * amax,
+                &format!("{name} on {device}"),
+            );
+        }
+    }
+}
