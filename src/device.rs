@@ -255,6 +255,17 @@ impl Device {
         }
     }
 
+    /// Waits until the device has finished the work submitted so far (this thread's uploads
+    /// included) and reports only this thread's errors: unlike [`Device::synchronize`] it
+    /// neither runs other threads' pending fused work nor takes their errors. What a
+    /// data-loader worker needs to hand over a resident batch.
+    pub(crate) fn wait_own_work(&self, op: &'static str) -> Result<()> {
+        match &self.0 {
+            DeviceInner::Cpu => Ok(()),
+            DeviceInner::Gpu(g) => g.wait(op, None),
+        }
+    }
+
     /// Sets how long a wait for this GPU may take before [`Error::Timeout`] (default 120 s).
     /// No effect on the CPU.
     ///

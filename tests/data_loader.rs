@@ -221,3 +221,107 @@ fn errors_end_the_epoch_and_bad_arguments_are_errors() {
     let (ds, _) = dataset(3);
     assert!(ds.get(3).is_err());
 }
+
+/// Panics at sample `panic_at` (in `get`) while `armed`, or in the collate function.
+struct Panicky {
+    panic_at: usize,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Dataset for Panicky {
+    type Item = f32;
+    fn len(&self) -> usize {
+        10
+    }
+    fn get(&self, i: usize) -> Result<f32> {
+        if i == self.panic_at && self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("decoder bug at {i}");
+        }
+        Ok(i as f32)
+    }
+}
+
+/// A `Dataset::get` or collate function that panics ends the epoch with an `Err` carrying the
+/// panic message and the sample index (not a silently short epoch), and the next epoch works.
+#[test]
+fn a_panicking_dataset_or_collate_yields_an_err_and_the_next_epoch_works() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for dev in devices() {
+        let ds = Panicky {
+            panic_at: 6,
+            armed: AtomicBool::new(true),
+        };
+        let collate_panics = Arc::new(AtomicBool::new(false));
+        let flag = collate_panics.clone();
+        let mut loader = DataLoader::with_collate(ds, 4, &dev, move |items: Vec<f32>, dev| {
+            if flag.load(Ordering::SeqCst) && items.contains(&9.0) {
+                panic!("collate cannot stack {} items", items.len());
+            }
+            let n = items.len();
+            Tensor::from_vec(items, &[n], dev)
+        })
+        .unwrap();
+        let results: Vec<Result<Tensor>> = loader.iter().collect();
+        assert_eq!(
+            results.len(),
+            2,
+            "{dev}: a good batch, then the panic's error"
+        );
+        assert_eq!(
+            values(results[0].as_ref().unwrap()),
+            vec![0.0, 1.0, 2.0, 3.0]
+        );
+        match &results[1] {
+            Err(Error::InvalidArgument { message, .. }) => assert!(
+                message.contains("sample 6") && message.contains("decoder bug at 6"),
+                "{dev}: {message}"
+            ),
+            other => panic!("{dev}: expected the panic as an error, got {other:?}"),
+        }
+        // The next epoch runs whole once the dataset behaves.
+        loader.dataset().armed.store(false, Ordering::SeqCst);
+        let all: Vec<f32> = loader.iter().flat_map(|b| values(&b.unwrap())).collect();
+        assert_eq!(all, (0..10).map(|i| i as f32).collect::<Vec<_>>(), "{dev}");
+        // A panic in the collate function: the error names the batch's samples.
+        collate_panics.store(true, Ordering::SeqCst);
+        let results: Vec<Result<Tensor>> = loader.iter().collect();
+        assert_eq!(
+            results.len(),
+            3,
+            "{dev}: two good batches, then the collate panic"
+        );
+        match &results[2] {
+            Err(Error::InvalidArgument { message, .. }) => assert!(
+                message.contains("[8, 9]") && message.contains("cannot stack 2 items"),
+                "{dev}: {message}"
+            ),
+            other => panic!("{dev}: expected the collate panic as an error, got {other:?}"),
+        }
+        collate_panics.store(false, Ordering::SeqCst);
+        assert_eq!(loader.iter().filter(|b| b.is_ok()).count(), 3, "{dev}");
+    }
+}
+
+/// The worker waits for its own uploads only: an error that escaped wgpu's scopes on the
+/// training thread is reported to the training thread, not to the loader's worker.
+#[test]
+fn the_worker_does_not_take_the_training_threads_errors() {
+    for dev in common::gpus() {
+        let mut loader = slow_loader(&dev, 8, None);
+        wgtensor::testing::inject_uncaptured_error(&dev);
+        for (k, batch) in loader.iter().enumerate() {
+            assert!(
+                batch.is_ok(),
+                "{dev}: batch {k} took the trainer's error: {batch:?}"
+            );
+        }
+        match dev.synchronize() {
+            Err(Error::Wgpu { message, .. }) => {
+                assert!(message.contains("escaped"), "{dev}: {message}")
+            }
+            other => panic!("{dev}: the training thread lost its error: {other:?}"),
+        }
+        dev.synchronize().expect("the error is reported once");
+    }
+}

@@ -225,12 +225,18 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
                 for chunk in chunks {
                     let start = Instant::now();
                     let batch = chunk
-                        .into_iter()
-                        .map(|i| dataset.get(i))
+                        .iter()
+                        .map(|&i| {
+                            guarded("Dataset::get", &format!("sample {i}"), || dataset.get(i))
+                        })
                         .collect::<Result<Vec<_>>>()
-                        .and_then(|items| collate(items, &device))
-                        // The batch is resident once the device has finished its uploads.
-                        .and_then(|b| device.synchronize().map(|()| b));
+                        .and_then(|items| {
+                            let what = format!("the batch of samples {chunk:?}");
+                            guarded("DataLoader collate", &what, || collate(items, &device))
+                        })
+                        // The batch is resident once the device has finished its uploads. Only
+                        // this thread's errors are taken: the training thread's stay its own.
+                        .and_then(|b| device.wait_own_work("DataLoader").map(|()| b));
                     let failed = batch.is_err();
                     // A closed channel means the consumer dropped the epoch: stop.
                     if tx.send((batch, start.elapsed())).is_err() || failed {
@@ -258,8 +264,30 @@ impl<D: Dataset, B: Send + 'static> DataLoader<D, B> {
     }
 }
 
+/// Runs user code (`Dataset::get`, the collate function) on the worker, turning a panic into
+/// an error that carries its message and what was being read, so the epoch reports it instead
+/// of ending early.
+fn guarded<T>(op: &'static str, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::InvalidArgument {
+            op,
+            message: format!("panicked on {what}: {}", panic_text(&*p)),
+        })
+    })
+}
+
+/// The message of a panic payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// One epoch of a [`DataLoader`]: an iterator of batches (or of the error that stopped the
-/// epoch, after which it ends). Dropping it stops the worker.
+/// epoch, after which it ends). A `Dataset::get` or collate function that returns an error or
+/// panics ends the epoch with an `Err` (a panic's carries its message and the sample index);
+/// the next epoch starts afresh. Dropping it stops the worker.
 pub struct Batches<B> {
     rx: Option<Receiver<(Result<B>, Duration)>>,
     worker: Option<JoinHandle<()>>,
@@ -275,7 +303,17 @@ impl<B> Iterator for Batches<B> {
             return Some(Err(e));
         }
         let start = Instant::now();
-        let (batch, prepare) = self.rx.as_ref()?.recv().ok()?;
+        let Ok((batch, prepare)) = self.rx.as_ref()?.recv() else {
+            // The worker is gone: it finished the epoch, or died outside the guarded calls.
+            self.rx = None;
+            let died = self.worker.take().and_then(|h| h.join().err());
+            return died.map(|p| {
+                Err(Error::InvalidArgument {
+                    op: "DataLoader",
+                    message: format!("the loader's worker thread panicked: {}", panic_text(&*p)),
+                })
+            });
+        };
         let wait = start.elapsed();
         let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         s.batches += 1;

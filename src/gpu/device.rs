@@ -86,8 +86,11 @@ pub(crate) struct Inner {
 pub(crate) struct Health {
     lost: AtomicBool,
     lost_reason: Mutex<String>,
-    /// Errors that escaped every error scope. Reported (and cleared) at the next sync point.
-    uncaptured: Mutex<Vec<String>>,
+    /// Errors that escaped every error scope, with the thread whose wgtensor call raised them
+    /// (wgpu reports them synchronously, on that thread). Each is reported (and cleared) at
+    /// that thread's next sync point, never at another thread's: a data-loader worker must not
+    /// take the training thread's errors.
+    uncaptured: Mutex<Vec<(std::thread::ThreadId, String)>>,
     /// Whether `uncaptured` is non-empty: the per-op check reads only this.
     any_uncaptured: AtomicBool,
 }
@@ -159,7 +162,7 @@ impl GpuDevice {
                 _ => {}
             }
             if let Ok(mut v) = h.uncaptured.lock() {
-                v.push(e.to_string());
+                v.push((std::thread::current().id(), e.to_string()));
             }
             h.any_uncaptured.store(true, Ordering::SeqCst);
         }));
@@ -269,10 +272,18 @@ impl GpuDevice {
         if !self.0.health.any_uncaptured.load(Ordering::SeqCst) {
             return Ok(());
         }
+        let me = std::thread::current().id();
         let pending: Vec<String> = match self.0.health.uncaptured.lock() {
             Ok(mut v) => {
-                self.0.health.any_uncaptured.store(false, Ordering::SeqCst);
-                std::mem::take(&mut *v)
+                let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut *v)
+                    .into_iter()
+                    .partition(|(t, _)| *t == me);
+                self.0
+                    .health
+                    .any_uncaptured
+                    .store(!others.is_empty(), Ordering::SeqCst);
+                *v = others;
+                mine.into_iter().map(|(_, e)| e).collect()
             }
             Err(_) => Vec::new(),
         };
