@@ -18,8 +18,8 @@ use std::fmt;
 ///   and `neg` wrap; `x / 0 == x`, `i32::MIN / -1 == i32::MIN`, `x % 0 == 0`,
 ///   `i32::MIN % -1 == 0`; `%` truncates (the sign of the dividend, like C's `fmod`). Sums and
 ///   products wrap in the same dtype (there is no i64); `mean` is an error (as PyTorch).
-///   Float-only ops (exp, log, sqrt, sigmoid, tanh, gelu, sin, cos, pow) and matmul return
-///   [`crate::Error::UnsupportedDType`], naming `to_dtype` as the fix.
+///   Float-only ops (exp, log, sqrt, sigmoid, tanh, gelu, softplus, silu, sin, cos, pow) and
+///   matmul return [`crate::Error::UnsupportedDType`], naming `to_dtype` as the fix.
 /// - [`DType::U8`]: storage and masks (comparison results, `where_cond` conditions),
 ///   comparisons, `where_cond` values, cat/stack and conversion; no arithmetic.
 ///

@@ -293,3 +293,42 @@ fn every_f16_bit_pattern_round_trips_exactly() {
         }
     }
 }
+
+/// Whether `word` stands in `text` as a whole word (not inside `softplus` for `plus`).
+fn has_word(text: &str, word: &str) -> bool {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|w| w == word)
+}
+
+/// The docs that list ops are checked against the op tables, so they cannot drift: the
+/// float-only list of `DType`'s rustdoc names every float-only op (and no other), and the
+/// guide's op list names every elementwise op and comparison.
+#[test]
+fn dtype_docs_list_every_op_of_the_tables() {
+    use wgtensor::testing::{binary_ops, compare_ops, unary_ops};
+    let src = include_str!("../src/dtype.rs");
+    let start = src
+        .find("Float-only ops (")
+        .expect("DType docs list the float-only ops");
+    let list = &src[start..start + src[start..].find(')').unwrap()];
+    let names = || {
+        let u = unary_ops().into_iter().map(|o| (o.name(), o.float_only()));
+        u.chain(binary_ops().into_iter().map(|o| (o.name(), o.float_only())))
+    };
+    for (name, float_only) in names() {
+        assert_eq!(
+            has_word(list, name),
+            float_only,
+            "src/dtype.rs's float-only list and the op table disagree on {name}: {list}"
+        );
+    }
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/tensors.md"))
+        .expect("docs/tensors.md");
+    let cmp = compare_ops().into_iter().map(|o| o.name());
+    for name in names().map(|(n, _)| n).chain(cmp) {
+        assert!(
+            has_word(&guide, name),
+            "docs/tensors.md does not list {name}"
+        );
+    }
+}

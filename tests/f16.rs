@@ -8,6 +8,7 @@ mod common;
 
 use common::{assert_close, data, devices, gl_views, is_child, run_child};
 use half::f16;
+use wgtensor::testing::{binary_ops, compare_ops, unary_ops};
 use wgtensor::{DType, Device, Result, Tensor};
 
 fn h(v: &[f32]) -> Vec<f16> {
@@ -150,24 +151,29 @@ fn f16_elementwise_checks() {
         // Unary ops: within one f16 rounding of the CPU (math in f32 on both).
         let pos = ht(&h(&data(333, 5, 4.0)), &[333], &d);
         let cpos = ht(&h(&data(333, 5, 4.0)), &[333], &cpu);
-        type Un = fn(&Tensor) -> Result<Tensor>;
-        let unary: [(&str, Un); 11] = [
-            ("neg", Tensor::neg),
-            ("abs", Tensor::abs),
-            ("exp", Tensor::exp),
-            ("sqrt", |t| t.abs()?.sqrt()),
-            ("log", |t| t.abs()?.add_scalar(0.5)?.log()),
-            ("relu", Tensor::relu),
-            ("sigmoid", Tensor::sigmoid),
-            ("tanh", Tensor::tanh),
-            ("gelu", Tensor::gelu),
-            ("sin", Tensor::sin),
-            ("cos", Tensor::cos),
-        ];
-        for (name, op) in unary {
-            let got = op(&pos).unwrap();
-            assert_eq!(got.dtype(), DType::F16, "{name}");
-            assert_close(&f32s(&got), &f32s(&op(&cpos).unwrap()), 2e-3, 2e-3, name);
+        // Every op of the table (a new one is swept without editing this file), on the raw
+        // values and on positive ones (the domain of log, sqrt and pow).
+        let shift = |t: &Tensor| t.abs().unwrap().add_scalar(0.5).unwrap();
+        let (ppos, pcpos) = (shift(&pos), shift(&cpos));
+        for op in unary_ops() {
+            let name = op.name();
+            for (x, cx) in [(&pos, &cpos), (&ppos, &pcpos)] {
+                let got = op.call(x).unwrap();
+                assert_eq!(got.dtype(), DType::F16, "{name}");
+                assert_close(&f32s(&got), &f32s(&op.call(cx).unwrap()), 2e-3, 2e-3, name);
+            }
+        }
+        for op in binary_ops() {
+            let name = op.name();
+            for (x, cx) in [(&pos, &cpos), (&ppos, &pcpos)] {
+                let got = op.call(x, &ppos).unwrap();
+                assert_eq!(got.dtype(), DType::F16, "{name}");
+                let want = op.call(cx, &pcpos).unwrap();
+                assert_close(&f32s(&got), &f32s(&want), 2e-3, 2e-3, name);
+                let got = op.call_scalar(x, 1.5).unwrap();
+                let want = op.call_scalar(cx, 1.5).unwrap();
+                assert_close(&f32s(&got), &f32s(&want), 2e-3, 2e-3, op.scalar_name());
+            }
         }
         let p = pos.abs().unwrap().pow_scalar(1.5).unwrap();
         assert_close(
@@ -270,20 +276,15 @@ fn f16_compare_where_clamp_checks() {
     let (ca, cb) = (ht(&a, &[203], &cpu), ht(&b, &[203], &cpu));
     for d in devices() {
         let (ta, tb) = (ht(&a, &[203], &d), ht(&b, &[203], &d));
-        type Cmp = fn(&Tensor, &Tensor) -> Result<Tensor>;
-        type CmpCase = (&'static str, Cmp, fn(f16, f16) -> bool);
-        let cmps: [CmpCase; 6] = [
-            ("eq", Tensor::eq, |x, y| x == y),
-            ("ne", Tensor::ne, |x, y| x != y),
-            ("lt", Tensor::lt, |x, y| x < y),
-            ("le", Tensor::le, |x, y| x <= y),
-            ("gt", Tensor::gt, |x, y| x > y),
-            ("ge", Tensor::ge, |x, y| x >= y),
-        ];
-        for (name, op, f) in cmps {
-            let m = op(&ta, &tb).unwrap();
+        // Every comparison of the table; f16 compares exactly as its f32 value.
+        for op in compare_ops() {
+            let (name, m) = (op.name(), op.call(&ta, &tb).unwrap());
             assert_eq!(m.dtype(), DType::U8);
-            let want: Vec<u8> = a.iter().zip(&b).map(|(x, y)| u8::from(f(*x, *y))).collect();
+            let want: Vec<u8> = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| u8::from(op.reference(x.to_f32(), y.to_f32())))
+                .collect();
             assert_eq!(m.to_vec::<u8>().unwrap(), want, "{name} on {d}");
         }
         let m = ta.gt_scalar(0.5).unwrap().to_vec::<u8>().unwrap();

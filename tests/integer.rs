@@ -6,6 +6,7 @@
 mod common;
 
 use common::devices;
+use wgtensor::testing::{binary_ops, unary_ops};
 use wgtensor::{DType, Device, Error, Result, Tensor};
 
 const EDGE_I: [i32; 12] = [
@@ -100,6 +101,68 @@ fn faults_row_11_i32_arithmetic_matches_wgsl_on_every_device() {
         let abs = x.abs().unwrap().to_vec::<i32>().unwrap();
         assert_eq!(abs, [7, i32::MIN, 7, 7, i32::MIN], "wrapping abs on {d}");
         assert_eq!(x.relu().unwrap().to_vec::<i32>().unwrap(), [7, 0, 0, 7, 0]);
+    }
+}
+
+/// Every integer op of the table (`wgtensor::testing`), unary and binary, i32 and u32, on every
+/// device and GL view against the table's host reference: a new integer op is swept here
+/// without editing this file (the references themselves are checked against the WGSL oracles
+/// above on the CPU device).
+#[test]
+fn every_integer_op_of_the_table_matches_its_reference_on_every_device() {
+    let (ai, bi) = pairs(&EDGE_I);
+    let (au, bu) = pairs(&EDGE_U);
+    let int_unary: Vec<_> = unary_ops()
+        .into_iter()
+        .filter(|o| !o.float_only())
+        .collect();
+    let int_binary: Vec<_> = binary_ops()
+        .into_iter()
+        .filter(|o| !o.float_only())
+        .collect();
+    assert!(int_unary.len() >= 3 && int_binary.len() >= 7);
+    for d in devices().into_iter().chain(common::gl_views()) {
+        let (ta, tb) = (
+            Tensor::from_slice(&ai, &[ai.len()], &d).unwrap(),
+            Tensor::from_slice(&bi, &[bi.len()], &d).unwrap(),
+        );
+        let (ua, ub) = (
+            Tensor::from_slice(&au, &[au.len()], &d).unwrap(),
+            Tensor::from_slice(&bu, &[bu.len()], &d).unwrap(),
+        );
+        for op in &int_unary {
+            let name = op.name();
+            let want: Vec<i32> = ai.iter().map(|&x| op.reference_i32(x).unwrap()).collect();
+            let got = op.call(&ta).unwrap();
+            assert_eq!(got.dtype(), DType::I32, "{name}");
+            assert_eq!(got.to_vec::<i32>().unwrap(), want, "i32 {name} on {d}");
+            let want: Vec<u32> = au.iter().map(|&x| op.reference_u32(x).unwrap()).collect();
+            let got = op.call(&ua).unwrap().to_vec::<u32>().unwrap();
+            assert_eq!(got, want, "u32 {name} on {d}");
+        }
+        for op in &int_binary {
+            let name = op.name();
+            let want: Vec<i32> = ai
+                .iter()
+                .zip(&bi)
+                .map(|(&x, &y)| op.reference_i32(x, y).unwrap())
+                .collect();
+            let got = op.call(&ta, &tb).unwrap().to_vec::<i32>().unwrap();
+            assert_eq!(got, want, "i32 {name} on {d}");
+            let want: Vec<i32> = ai
+                .iter()
+                .map(|&x| op.reference_i32(x, 3).unwrap())
+                .collect();
+            let got = op.call_scalar(&ta, 3.0).unwrap().to_vec::<i32>().unwrap();
+            assert_eq!(got, want, "i32 {} on {d}", op.scalar_name());
+            let want: Vec<u32> = au
+                .iter()
+                .zip(&bu)
+                .map(|(&x, &y)| op.reference_u32(x, y).unwrap())
+                .collect();
+            let got = op.call(&ua, &ub).unwrap().to_vec::<u32>().unwrap();
+            assert_eq!(got, want, "u32 {name} on {d}");
+        }
     }
 }
 
@@ -431,19 +494,16 @@ fn float_rem_truncates_like_wgsl_on_every_device() {
 fn float_only_ops_and_integer_matmul_are_typed_errors() {
     for d in devices() {
         let t = Tensor::ones(&[2, 2], DType::I32, &d).unwrap();
-        type Un = fn(&Tensor) -> Result<Tensor>;
-        let ops: [(&str, Un); 10] = [
-            ("exp", Tensor::exp),
-            ("log", Tensor::log),
-            ("sqrt", Tensor::sqrt),
-            ("sigmoid", Tensor::sigmoid),
-            ("tanh", Tensor::tanh),
-            ("gelu", Tensor::gelu),
-            ("sin", Tensor::sin),
-            ("cos", Tensor::cos),
-            ("pow", |t| t.pow(t)),
-            ("matmul", |t| t.matmul(t)),
-        ];
+        // Every float-only op of the table, and matmul.
+        type Un = Box<dyn Fn(&Tensor) -> Result<Tensor>>;
+        let mut ops: Vec<(&str, Un)> = vec![("matmul", Box::new(|t| t.matmul(t)))];
+        for op in unary_ops().into_iter().filter(|o| o.float_only()) {
+            ops.push((op.name(), Box::new(move |t| op.call(t))));
+        }
+        for op in binary_ops().into_iter().filter(|o| o.float_only()) {
+            ops.push((op.name(), Box::new(move |t| op.call(t, t))));
+        }
+        assert!(ops.len() >= 11, "the table lost its float-only ops");
         for (name, f) in ops {
             match f(&t) {
                 Err(e @ Error::UnsupportedDType { .. }) => {
