@@ -192,22 +192,41 @@ fn matrices_split_into_parts_give_the_same_results() {
     }
 }
 
-/// GPU memory holds exactly the file's bytes (two planes, no padding beyond a word each).
+/// GPU memory holds exactly the file's bytes (two planes, no padding beyond a word each), both
+/// allocated and reserved (weights get buffers of their size, not allocator buckets). In a
+/// child process: other tests allocating on the device at the same time would skew the counts.
 #[test]
 fn device_memory_is_the_files_bytes() {
-    for device in common::gpus() {
-        let q = QType::Q8_0;
-        let bytes = random_blocks(q, 64, 256, 1);
-        let before = wgtensor::memory_allocated(&device);
-        let t = QTensor::from_ggml(q, [64, 256], &bytes, &device).unwrap();
-        let used = wgtensor::memory_allocated(&device) - before;
-        assert!(
-            used >= bytes.len() as u64 && used <= bytes.len() as u64 + 8,
-            "{used} for {}",
-            bytes.len()
-        );
-        drop(t);
+    if !common::gpus().is_empty() {
+        common::run_child("child_device_memory", &[]);
     }
+}
+
+#[test]
+fn child_device_memory() {
+    if !common::is_child("child_device_memory") {
+        return;
+    }
+    for device in common::gpus() {
+        for (q, shape) in [
+            (QType::Q8_0, [96, 256]),
+            (QType::Q4_0, [33, 2048]),
+            (QType::Q6_K, [5, 512]),
+        ] {
+            let bytes = random_blocks(q, shape[0], shape[1], 1);
+            wgtensor::empty_cache(&device);
+            let before = wgtensor::memory_allocated(&device);
+            let reserved = wgtensor::memory_reserved(&device);
+            let t = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+            let used = wgtensor::memory_allocated(&device) - before;
+            let held = wgtensor::memory_reserved(&device) - reserved;
+            let n = bytes.len() as u64;
+            assert!(used >= n && used <= n + 8, "{q}: {used} allocated for {n}");
+            assert!(held >= n && held <= n + 8, "{q}: {held} reserved for {n}");
+            drop(t);
+        }
+    }
+    common::child_done("child_device_memory");
 }
 
 /// The integer path rounds each 32-value block of x to 8 bits: the error of output `r` is at

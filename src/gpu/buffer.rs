@@ -60,7 +60,7 @@ impl GpuDevice {
     /// request is a typed error, never a wgpu validation error. Empty tensors get a small buffer
     /// that is never bound to a dispatch.
     pub(crate) fn alloc(&self, op: &'static str, bytes: u64) -> Result<GpuBuffer> {
-        let (buf, fresh) = self.alloc_inner(op, bytes)?;
+        let (buf, fresh) = self.alloc_inner(op, bytes, false)?;
         if !fresh {
             // Reused buffers hold a previous tensor's bytes; fresh ones are zeroed by wgpu.
             self.record(op, |enc| enc.clear_buffer(&buf.buffer, 0, None))?;
@@ -72,10 +72,17 @@ impl GpuDevice {
     /// overwrites completely. Never combine with a clear: `write_buffer` data lands before the
     /// pending encoder's commands, so a recorded clear would wipe it.
     pub(crate) fn alloc_uninit(&self, op: &'static str, bytes: u64) -> Result<GpuBuffer> {
-        Ok(self.alloc_inner(op, bytes)?.0)
+        Ok(self.alloc_inner(op, bytes, false)?.0)
     }
 
-    fn alloc_inner(&self, op: &'static str, bytes: u64) -> Result<(GpuBuffer, bool)> {
+    /// Like [`alloc_uninit`](Self::alloc_uninit) with a capacity of exactly the padded size
+    /// (no bucket rounding): for long-lived weights, whose reserved bytes must stay those of
+    /// the file (quantized matrices). Freed, it is pooled like any buffer of its size.
+    pub(crate) fn alloc_exact_uninit(&self, op: &'static str, bytes: u64) -> Result<GpuBuffer> {
+        Ok(self.alloc_inner(op, bytes, true)?.0)
+    }
+
+    fn alloc_inner(&self, op: &'static str, bytes: u64, exact: bool) -> Result<(GpuBuffer, bool)> {
         // wgpu errors raised from here on are wgtensor's (see `Inside`).
         let _inside = super::device::Inside::enter();
         self.check(op)?;
@@ -94,7 +101,11 @@ impl GpuDevice {
         }
         // Larger than one binding is fine: such tensors are processed in blocks (see
         // `tensor/chunked.rs`); larger than one buffer is refused above.
-        let capacity = super::memory::bucket(size.max(ALIGN), limits);
+        let capacity = if exact {
+            size.max(ALIGN)
+        } else {
+            super::memory::bucket(size.max(ALIGN), limits)
+        };
         let (buffer, fresh) = self.obtain(op, size, capacity)?;
         self.count_alloc(size);
         Ok((

@@ -47,13 +47,27 @@ impl GpuDevice {
     /// Uploads `bytes` into a new buffer (`.to(&gpu)`). Returns once the bytes are staged: the
     /// GPU receives them with the next submitted batch, so the host can go on preparing work.
     pub(crate) fn upload(&self, op: &'static str, bytes: &[u8]) -> Result<GpuBuffer> {
+        self.upload_into(op, bytes, false)
+    }
+
+    /// [`upload`](Self::upload) into a buffer of exactly the padded size (long-lived weights;
+    /// see `alloc_exact_uninit`).
+    pub(crate) fn upload_exact(&self, op: &'static str, bytes: &[u8]) -> Result<GpuBuffer> {
+        self.upload_into(op, bytes, true)
+    }
+
+    fn upload_into(&self, op: &'static str, bytes: &[u8], exact: bool) -> Result<GpuBuffer> {
         // wgpu errors raised from here on are wgtensor's (see `Inside`).
         let _inside = super::device::Inside::enter();
         // Transfers are where a device the application destroyed is noticed: one non-blocking
         // poll runs its lost callback (cheap next to the copy; per-op calls do not poll).
         self.poll_once();
         self.check(op)?;
-        let buf = self.alloc_uninit(op, bytes.len() as u64)?;
+        let buf = if exact {
+            self.alloc_exact_uninit(op, bytes.len() as u64)?
+        } else {
+            self.alloc_uninit(op, bytes.len() as u64)?
+        };
         if bytes.is_empty() {
             return Ok(buf);
         }

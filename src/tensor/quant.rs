@@ -571,11 +571,28 @@ impl Part {
         device: &Device,
     ) -> Result<Part> {
         let (ns, nb) = (scales.len(), body.len());
+        let (scales, body) = match backend(device) {
+            Backend::Cpu => (
+                Tensor::from_vec(scales, &[ns], device)?,
+                Tensor::from_vec(body, &[nb], device)?,
+            ),
+            // Weights live as long as the model: buffers of exactly their size, so the device
+            // holds the file's bytes and no allocator rounding (up to 2 MiB a buffer).
+            Backend::Gpu(g) => {
+                let op = "QTensor";
+                let s = g.upload_exact(op, bytemuck::cast_slice(&scales))?;
+                let b = g.upload_exact(op, &body)?;
+                (
+                    Tensor::from_parts(Storage::Gpu(s), &[ns], DType::F16, device.clone()),
+                    Tensor::from_parts(Storage::Gpu(b), &[nb], DType::U8, device.clone()),
+                )
+            }
+        };
         Ok(Part {
             row0,
             rows,
-            scales: Tensor::from_vec(scales, &[ns], device)?,
-            body: Tensor::from_vec(body, &[nb], device)?,
+            scales,
+            body,
         })
     }
 
