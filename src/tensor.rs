@@ -5,6 +5,7 @@ mod attention;
 mod chunked;
 mod compare;
 mod conv;
+mod conv_cpu;
 mod convert;
 mod create;
 mod cross_entropy;

@@ -51,10 +51,10 @@ fn conv_ref(
     (out, [oh, ow])
 }
 
-#[test]
-fn conv2d_matches_direct_loops_on_every_device() {
-    // (input, weight, options): padding, stride, dilation, groups, 1x1, batch 1, odd sizes.
-    let cases: Vec<([usize; 4], [usize; 4], Conv2dOptions)> = vec![
+/// (input, weight, options): padding, stride, dilation, groups, 1x1, depthwise, batch 1, odd
+/// sizes, and one wide enough that the CPU kernel unfolds it in several blocks of rows.
+fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dOptions)> {
+    vec![
         ([1, 1, 5, 5], [1, 1, 3, 3], Conv2dOptions::default()),
         (
             [2, 3, 7, 6],
@@ -82,8 +82,17 @@ fn conv2d_matches_direct_loops_on_every_device() {
                 groups: 1,
             },
         ),
-    ];
-    for (xs, ws, o) in cases {
+        (
+            [2, 64, 5, 130],
+            [3, 64, 3, 3],
+            Conv2dOptions::default().padding(1),
+        ),
+    ]
+}
+
+#[test]
+fn conv2d_matches_direct_loops_on_every_device() {
+    for (xs, ws, o) in conv_cases() {
         let x = data(xs.iter().product(), 1, 1.0);
         let wt = data(ws.iter().product(), 2, 1.0);
         let b = data(ws[0], 3, 1.0);
@@ -102,6 +111,113 @@ fn conv2d_matches_direct_loops_on_every_device() {
                 &format!("conv2d {xs:?} {ws:?} {o:?} on {dev}"),
             );
         }
+    }
+}
+
+/// Gradients of `sum(conv2d(x, wt) * gy)` by direct loops: `(dx, dw)`.
+fn conv_grad_ref(
+    x: &[f32],
+    [n, c, h, w]: [usize; 4],
+    wt: &[f32],
+    [o, cg, kh, kw]: [usize; 4],
+    gy: &[f32],
+    o2: &Conv2dOptions,
+) -> (Vec<f32>, Vec<f32>) {
+    let (s, p, d, g) = (o2.stride, o2.padding, o2.dilation, o2.groups);
+    let oh = (h + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1;
+    let ow = (w + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
+    let og = o / g;
+    let mut dx = vec![0f64; x.len()];
+    let mut dw = vec![0f64; wt.len()];
+    for b in 0..n {
+        for oc in 0..o {
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let gv = gy[((b * o + oc) * oh + y) * ow + xo] as f64;
+                    for ci in 0..cg {
+                        let ic = oc / og * cg + ci;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (y * s[0] + i * d[0]) as isize - p[0] as isize;
+                                let ix = (xo * s[1] + j * d[1]) as isize - p[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let xi = ((b * c + ic) * h + iy as usize) * w + ix as usize;
+                                let wi = ((oc * cg + ci) * kh + i) * kw + j;
+                                dx[xi] += gv * wt[wi] as f64;
+                                dw[wi] += gv * x[xi] as f64;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let f = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect();
+    (f(dx), f(dw))
+}
+
+#[test]
+fn conv2d_gradients_match_direct_loops_on_every_device() {
+    for (xs, ws, o) in conv_cases() {
+        let x = data(xs.iter().product(), 11, 1.0);
+        let wt = data(ws.iter().product(), 12, 1.0);
+        let (y, [oh, ow]) = conv_ref(&x, xs, &wt, ws, None, &o);
+        let gy = data(y.len(), 13, 1.0);
+        assert_eq!(y.len(), xs[0] * ws[0] * oh * ow);
+        let (want_dx, want_dw) = conv_grad_ref(&x, xs, &wt, ws, &gy, &o);
+        for dev in devices() {
+            let xt = Tensor::from_vec(x.clone(), &xs, &dev)
+                .unwrap()
+                .requires_grad_(true);
+            let wtt = Tensor::from_vec(wt.clone(), &ws, &dev)
+                .unwrap()
+                .requires_grad_(true);
+            let g = Tensor::from_vec(gy.clone(), &[xs[0], ws[0], oh, ow], &dev).unwrap();
+            xt.conv2d(&wtt, None, &o)
+                .unwrap()
+                .backward_with(&g)
+                .unwrap();
+            let ctx = format!("conv2d gradients {xs:?} {ws:?} {o:?} on {dev}");
+            let dx = values(&xt.grad().expect("input gradient"));
+            assert_close(&dx, &want_dx, 1e-4, 1e-4, &format!("dx of {ctx}"));
+            let dw = values(&wtt.grad().expect("weight gradient"));
+            assert_close(&dw, &want_dw, 1e-4, 1e-3, &format!("dw of {ctx}"));
+            if !dev.is_cpu() {
+                continue;
+            }
+            // The weight alone (the input a constant) takes the same values.
+            let w2 = Tensor::from_vec(wt.clone(), &ws, &dev)
+                .unwrap()
+                .requires_grad_(true);
+            let x2 = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
+            x2.conv2d(&w2, None, &o).unwrap().backward_with(&g).unwrap();
+            assert_eq!(values(&w2.grad().expect("weight gradient")), dw, "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn conv2d_propagates_nan_like_direct_loops() {
+    let (xs, ws) = ([2, 3, 6, 5], [4, 3, 3, 3]);
+    let mut x = data(180, 21, 1.0);
+    x[40] = f32::NAN;
+    let wt = data(4 * 27, 22, 1.0);
+    let o = Conv2dOptions::default().padding(1).stride(2);
+    let (want, _) = conv_ref(&x, xs, &wt, ws, None, &o);
+    assert!(want.iter().any(|v| v.is_nan()) && want.iter().any(|v| !v.is_nan()));
+    for dev in devices() {
+        let xt = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
+        let w = Tensor::from_vec(wt.clone(), &ws, &dev).unwrap();
+        let y = xt.conv2d(&w, None, &o).unwrap();
+        assert_close(
+            &values(&y),
+            &want,
+            1e-4,
+            1e-4,
+            &format!("NaN conv2d on {dev}"),
+        );
     }
 }
 

@@ -10,6 +10,7 @@
 //! (matmul), `reduce.rs` (reductions, softmax), `shape.rs` (views, joins, selections, transfers).
 
 mod api;
+pub(crate) mod conv;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
 pub(crate) mod linalg;

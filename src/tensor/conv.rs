@@ -326,9 +326,10 @@ impl Tensor {
     ///
     /// `self` is `[N, C, H, W]` (or unbatched `[C, H, W]`), `weight` is `[O, C / groups, kH, kW]`
     /// and `bias` is `[O]`; the result is `[N, O, H', W']` with
-    /// `H' = (H + 2 * padding - dilation * (kH - 1) - 1) / stride + 1`. On every device it is an
-    /// im2col gather (a cached index map) and a batched matmul (the tuned kernel on a GPU, the
-    /// gemm crate on the CPU); a 1x1 kernel with stride 1 and no padding skips the gather.
+    /// `H' = (H + 2 * padding - dilation * (kH - 1) - 1) / stride + 1`. On a GPU it is an im2col
+    /// gather (a cached index map) and the tuned batched matmul; on the CPU (f32) each image is
+    /// unfolded a block of output rows at a time straight into the gemm crate's kernels, and
+    /// both gradients run the same way. A 1x1 kernel with stride 1 and no padding is a matmul.
     /// Gradients flow to the input, the weight and the bias.
     ///
     /// ```
@@ -403,6 +404,26 @@ impl Tensor {
         let [oh, ow] = win.out;
         let (l, kk) = (oh * ow, cg * kh * kw);
         let pointwise = kh == 1 && kw == 1 && win.s == [1, 1] && win.p == [0, 0];
+        if !pointwise && x.conv2d_on_cpu(weight) {
+            let geo = crate::cpu::conv::Geom {
+                n,
+                c,
+                h,
+                w,
+                o,
+                g,
+                k: [kh, kw],
+                s: win.s,
+                p: win.p,
+                d: win.d,
+                out: win.out,
+            };
+            let mut out = x.conv2d_cpu(weight, geo)?;
+            if let Some(b) = bias {
+                out = out.add(&b.reshape(&[1, o, 1, 1])?)?;
+            }
+            return restore(out, unbatched);
+        }
         let cols = if pointwise {
             x.reshape(&[n, g, cg, h * w])?
         } else {

@@ -1,0 +1,328 @@
+//! CPU 2-d convolution by blocks of output rows: each block of one image is unfolded (im2col)
+//! into a small buffer that stays in cache and goes straight into the `gemm` crate's kernels,
+//! so no im2col matrix of the whole batch (or image) is ever built. The input and weight
+//! gradients run the same way (`gemm` with the buffer transposed, then a fold back for the
+//! input). Images run in parallel; every sum has a fixed order, so results do not depend on the
+//! number of threads.
+
+use super::strided::try_vec;
+use crate::Result;
+use rayon::prelude::*;
+
+/// Unfolded elements per block (256 KiB of f32): a block and the gemm panels fit in L2.
+const BLOCK_ELEMS: usize = 1 << 16;
+
+/// Weight-gradient partial sums: images are split into at most this many fixed runs (not one
+/// per thread), each summed in order, then the runs in order.
+const WGRAD_PARTS: usize = 8;
+
+/// Sizes of one convolution (validated by `Tensor::conv2d`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub g: usize,
+    pub k: [usize; 2],
+    pub s: [usize; 2],
+    pub p: [usize; 2],
+    pub d: [usize; 2],
+    pub out: [usize; 2],
+}
+
+impl Geom {
+    fn cg(&self) -> usize {
+        self.c / self.g
+    }
+    fn og(&self) -> usize {
+        self.o / self.g
+    }
+    /// Rows of the unfolded matrix of one group: `cg * kh * kw`.
+    fn kk(&self) -> usize {
+        self.cg() * self.k[0] * self.k[1]
+    }
+    fn l(&self) -> usize {
+        self.out[0] * self.out[1]
+    }
+    /// Output rows per block.
+    fn rows_per_block(&self) -> usize {
+        (BLOCK_ELEMS / (self.kk() * self.out[1]).max(1)).clamp(1, self.out[0])
+    }
+    /// The output columns `lo..hi` whose input column `ox * s + j * d - p` is inside the image.
+    fn cols_in(&self, j: usize) -> (usize, usize) {
+        let ow = self.out[1];
+        let off = (j * self.d[1]) as isize - self.p[1] as isize;
+        let lo = if off >= 0 {
+            0
+        } else {
+            (off.unsigned_abs()).div_ceil(self.s[1])
+        };
+        let hi = if off >= self.w as isize {
+            0
+        } else {
+            ((self.w as isize - off) as usize).div_ceil(self.s[1])
+        };
+        let lo = lo.min(ow);
+        (lo, hi.clamp(lo, ow))
+    }
+    /// Input row of output row `oy` at tap row `i`, or `None` in the padding.
+    fn row_in(&self, oy: usize, i: usize) -> Option<usize> {
+        let y = (oy * self.s[0] + i * self.d[0]).checked_sub(self.p[0])?;
+        (y < self.h).then_some(y)
+    }
+
+    /// Visits the unfolded rows of group `gi`, output rows `oy0..oy1`, in runs:
+    /// `f(col_index, Some(input_index), len)` for `len` columns that read the input at
+    /// `input_index + k * stride`, `f(col_index, None, len)` for columns in the padding.
+    fn walk(
+        &self,
+        gi: usize,
+        oy0: usize,
+        oy1: usize,
+        mut f: impl FnMut(usize, Option<usize>, usize),
+    ) {
+        let [kh, kw] = self.k;
+        let (ow, hw, rows) = (self.out[1], self.h * self.w, oy1 - oy0);
+        for ci in 0..self.cg() {
+            let chan = (gi * self.cg() + ci) * hw;
+            for i in 0..kh {
+                for j in 0..kw {
+                    let r = (ci * kh + i) * kw + j;
+                    let (lo, hi) = self.cols_in(j);
+                    for oy in oy0..oy1 {
+                        let at = r * rows * ow + (oy - oy0) * ow;
+                        match self.row_in(oy, i) {
+                            None => f(at, None, ow),
+                            Some(y) => {
+                                f(at, None, lo);
+                                if hi > lo {
+                                    let x0 = lo * self.s[1] + j * self.d[1] - self.p[1];
+                                    f(at + lo, Some(chan + y * self.w + x0), hi - lo);
+                                }
+                                f(at + hi, None, ow - hi);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `cols[kk, (oy1 - oy0) * ow]` = the unfolded input of group `gi` of one image `x`.
+    fn unfold(&self, x: &[f32], gi: usize, oy0: usize, oy1: usize, cols: &mut [f32]) {
+        let s = self.s[1];
+        self.walk(gi, oy0, oy1, |at, src, len| {
+            let dst = &mut cols[at..at + len];
+            match src {
+                None => dst.fill(0.0),
+                Some(src) if s == 1 => dst.copy_from_slice(&x[src..src + len]),
+                Some(src) => dst
+                    .iter_mut()
+                    .zip(x[src..].iter().step_by(s))
+                    .for_each(|(d, &v)| *d = v),
+            }
+        });
+    }
+
+    /// Adds the unfolded gradient `cols` of group `gi`, rows `oy0..oy1`, into image `dx`.
+    fn fold(&self, cols: &[f32], gi: usize, oy0: usize, oy1: usize, dx: &mut [f32]) {
+        let s = self.s[1];
+        self.walk(gi, oy0, oy1, |at, dst, len| {
+            if let Some(dst) = dst {
+                let src = &cols[at..at + len];
+                if s == 1 {
+                    dx[dst..dst + len]
+                        .iter_mut()
+                        .zip(src)
+                        .for_each(|(d, &v)| *d += v);
+                } else {
+                    dx[dst..]
+                        .iter_mut()
+                        .step_by(s)
+                        .zip(src)
+                        .for_each(|(d, &v)| *d += v);
+                }
+            }
+        });
+    }
+
+    /// The output-row blocks `(oy0, oy1)` of one image.
+    fn blocks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let r = self.rows_per_block();
+        (0..self.out[0])
+            .step_by(r)
+            .map(move |a| (a, (a + r).min(self.out[0])))
+    }
+}
+
+/// `c (m x n, row stride c_rs) (= or +=) A · B` with element strides for A (`a_rs`, `a_ks`)
+/// and B (`b_ks`, `b_cs`), single-threaded: the images are the parallel dimension.
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    [m, n, k]: [usize; 3],
+    c: &mut [f32],
+    c_rs: usize,
+    acc: bool,
+    a: &[f32],
+    [a_rs, a_ks]: [usize; 2],
+    b: &[f32],
+    [b_ks, b_cs]: [usize; 2],
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !acc {
+            for r in 0..m {
+                c[r * c_rs..r * c_rs + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    assert!((m - 1) * c_rs + n <= c.len());
+    assert!((m - 1) * a_rs + (k - 1) * a_ks < a.len());
+    assert!((k - 1) * b_ks + (n - 1) * b_cs < b.len());
+    // SAFETY: every index gemm forms is within the bounds asserted above; `c` is exclusively
+    // borrowed and does not alias `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            c_rs as isize,
+            acc,
+            a.as_ptr(),
+            a_ks as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_ks as isize,
+            if acc { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// Convolution of packed `x` `[n, c, h, w]` with packed `wt` `[o, c / g, kh, kw]` (no bias):
+/// packed `[n, o, oh, ow]`.
+pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
+    let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
+    let chw = geo.c * geo.h * geo.w;
+    let mut out = try_vec::<f32>("conv2d", geo.n * geo.o * l)?;
+    out.resize(geo.n * geo.o * l, 0.0);
+    let ow = geo.out[1];
+    let cap = kk * geo.rows_per_block() * ow;
+    out.par_chunks_mut((geo.o * l).max(1))
+        .enumerate()
+        .for_each_init(
+            || vec![0f32; cap],
+            |cols, (b, y)| {
+                let img = &x[b * chw..(b + 1) * chw];
+                for gi in 0..geo.g {
+                    for (oy0, oy1) in geo.blocks() {
+                        let nb = (oy1 - oy0) * ow;
+                        geo.unfold(img, gi, oy0, oy1, &mut cols[..kk * nb]);
+                        gemm(
+                            [og, nb, kk],
+                            &mut y[gi * og * l + oy0 * ow..],
+                            l,
+                            false,
+                            &wt[gi * og * kk..],
+                            [kk, 1],
+                            cols,
+                            [nb, 1],
+                        );
+                    }
+                }
+            },
+        );
+    Ok(out)
+}
+
+/// Gradient of the input: packed `[n, c, h, w]` from the output gradient `gy` `[n, o, oh, ow]`.
+pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
+    let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
+    let chw = geo.c * geo.h * geo.w;
+    let mut dx = try_vec::<f32>("conv2d backward", geo.n * chw)?;
+    dx.resize(geo.n * chw, 0.0);
+    let ow = geo.out[1];
+    let cap = kk * geo.rows_per_block() * ow;
+    dx.par_chunks_mut(chw.max(1)).enumerate().for_each_init(
+        || vec![0f32; cap],
+        |cols, (b, dimg)| {
+            let g = &gy[b * geo.o * l..(b + 1) * geo.o * l];
+            for gi in 0..geo.g {
+                for (oy0, oy1) in geo.blocks() {
+                    let nb = (oy1 - oy0) * ow;
+                    // cols[kk, nb] = W_g^T [kk, og] · gy block [og, nb]
+                    gemm(
+                        [kk, nb, og],
+                        cols,
+                        nb,
+                        false,
+                        &wt[gi * og * kk..],
+                        [1, kk],
+                        &g[gi * og * l + oy0 * ow..],
+                        [l, 1],
+                    );
+                    geo.fold(&cols[..kk * nb], gi, oy0, oy1, dimg);
+                }
+            }
+        },
+    );
+    Ok(dx)
+}
+
+/// Gradient of the weight: packed `[o, c / g, kh, kw]`.
+pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Vec<f32>> {
+    let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
+    let chw = geo.c * geo.h * geo.w;
+    let ow = geo.out[1];
+    let cap = kk * geo.rows_per_block() * ow;
+    let wlen = geo.o * kk;
+    let parts = geo.n.clamp(1, WGRAD_PARTS);
+    let per = geo.n.div_ceil(parts);
+    let mut partial = try_vec::<f32>("conv2d backward", parts * wlen)?;
+    partial.resize(parts * wlen, 0.0);
+    partial
+        .par_chunks_mut(wlen.max(1))
+        .enumerate()
+        .for_each(|(part, dw)| {
+            let mut cols = vec![0f32; cap];
+            for b in part * per..((part + 1) * per).min(geo.n) {
+                let img = &x[b * chw..(b + 1) * chw];
+                let g = &gy[b * geo.o * l..(b + 1) * geo.o * l];
+                for gi in 0..geo.g {
+                    for (oy0, oy1) in geo.blocks() {
+                        let nb = (oy1 - oy0) * ow;
+                        geo.unfold(img, gi, oy0, oy1, &mut cols[..kk * nb]);
+                        // dW_g [og, kk] += gy block [og, nb] · cols^T [nb, kk]
+                        gemm(
+                            [og, kk, nb],
+                            &mut dw[gi * og * kk..],
+                            kk,
+                            true,
+                            &g[gi * og * l + oy0 * ow..],
+                            [l, 1],
+                            &cols,
+                            [1, nb],
+                        );
+                    }
+                }
+            }
+        });
+    let (first, rest) = partial.split_at_mut(wlen);
+    for p in rest.chunks(wlen.max(1)) {
+        first.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+    }
+    partial.truncate(wlen);
+    Ok(partial)
+}
