@@ -211,3 +211,85 @@ fn every_layer_norm_variant_matches_the_reference() {
         assert!(wgtensor::testing::force_row_variant(None));
     }
 }
+
+/// Gradients of `sum(layer_norm(x, w, b) * g)` in f64: `(dx, dw, db)`.
+fn grad_reference(x: &[f32], g: &[f32], len: usize, w: Option<&[f32]>, eps: f32) -> [Vec<f32>; 3] {
+    let n = len as f64;
+    let (mut dx, mut dw, mut db) = (Vec::new(), vec![0f64; len], vec![0f64; len]);
+    for (row, gr) in x.chunks(len).zip(g.chunks(len)) {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let rstd = 1.0 / (var + eps as f64).sqrt();
+        let xh: Vec<f64> = row.iter().map(|&v| (v as f64 - mean) * rstd).collect();
+        let gh: Vec<f64> = (0..len)
+            .map(|k| gr[k] as f64 * w.map_or(1.0, |w| w[k] as f64))
+            .collect();
+        let a = gh.iter().sum::<f64>() / n;
+        let b = gh.iter().zip(&xh).map(|(g, x)| g * x).sum::<f64>() / n;
+        for k in 0..len {
+            dx.push((rstd * (gh[k] - a - xh[k] * b)) as f32);
+            dw[k] += gr[k] as f64 * xh[k];
+            db[k] += gr[k] as f64;
+        }
+    }
+    let f = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect();
+    [dx, f(dw), f(db)]
+}
+
+/// Every device's gradients against the f64 formulas, with and without weight and bias, rows
+/// past one parallel block and past the CPU's parallel threshold, lengths off the vector width.
+#[test]
+fn backward_matches_the_formulas_on_every_device() {
+    for (rows, len) in [(3usize, 7usize), (130, 300), (70, 1025)] {
+        let xv = data(rows * len, 31, 3.0);
+        let gv = data(rows * len, 32, 1.0);
+        let wv = data(len, 33, 1.5);
+        let bv = data(len, 34, 1.0);
+        for (use_w, use_b) in [(true, true), (false, false), (true, false), (false, true)] {
+            let wref = use_w.then_some(&wv[..]);
+            let [dx, dw, db] = grad_reference(&xv, &gv, len, wref, 1e-5);
+            for d in devices() {
+                let ctx = format!("[{rows}, {len}] weight {use_w} bias {use_b} on {d}");
+                let x = Tensor::from_vec(xv.clone(), &[rows, len], &d)
+                    .unwrap()
+                    .requires_grad_(true);
+                let leaf = |v: &Vec<f32>| {
+                    Tensor::from_vec(v.clone(), &[len], &d)
+                        .unwrap()
+                        .requires_grad_(true)
+                };
+                let (w, b) = (leaf(&wv), leaf(&bv));
+                let g = Tensor::from_vec(gv.clone(), &[rows, len], &d).unwrap();
+                x.layer_norm(use_w.then_some(&w), use_b.then_some(&b), 1e-5)
+                    .unwrap()
+                    .backward_with(&g)
+                    .unwrap();
+                assert_close(
+                    &values(&x.grad().unwrap()),
+                    &dx,
+                    1e-3,
+                    1e-4,
+                    &format!("dx {ctx}"),
+                );
+                if use_w {
+                    assert_close(
+                        &values(&w.grad().unwrap()),
+                        &dw,
+                        1e-3,
+                        1e-3,
+                        &format!("dw {ctx}"),
+                    );
+                }
+                if use_b {
+                    assert_close(
+                        &values(&b.grad().unwrap()),
+                        &db,
+                        1e-3,
+                        1e-3,
+                        &format!("db {ctx}"),
+                    );
+                }
+            }
+        }
+    }
+}

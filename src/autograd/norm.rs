@@ -19,6 +19,20 @@ pub(crate) fn layer_norm(
     let (xs, w) = (x.clone(), weight.cloned());
     let has_bias = bias.is_some();
     record("layer_norm", out, &inputs, move |g, _| {
+        // On the CPU one kernel computes every gradient (two passes over each row).
+        let want_wb = w.is_some() || has_bias;
+        if let Some((dx, wb)) = Tensor::layer_norm_cpu_grads(&xs, w.as_ref(), g, eps, want_wb)? {
+            let mut grads = vec![Some(dx)];
+            if let Some((dw, db)) = wb {
+                if w.is_some() {
+                    grads.push(Some(dw));
+                }
+                if has_bias {
+                    grads.push(Some(db));
+                }
+            }
+            return Ok(grads);
+        }
         let len = *xs.shape().last().unwrap_or(&1);
         let rows = xs.numel() / len.max(1);
         // x̂ by the forward kernel itself; rstd from the row variance.

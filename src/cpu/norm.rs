@@ -1,9 +1,55 @@
-//! CPU layer_norm over the last dim: the fallback device and the oracle for
-//! `shaders/layer_norm.wgsl`. Two passes per row (mean, then the centred sum of squares), f32
-//! data with f64 row statistics, rayon over rows for large inputs.
+//! CPU layer_norm over the last dim, forward and backward: the fallback device and the oracle
+//! for `shaders/layer_norm.wgsl`. One read of a row computes its statistics (8 f64 lanes the
+//! compiler vectorises: the row stays in cache for the second, centred pass), one more writes
+//! the output; no allocation per row, rayon over blocks of rows. A row's result never depends
+//! on how rows are split across threads.
 
-use super::strided::PAR_THRESHOLD;
+use super::strided::{try_vec, PAR_THRESHOLD};
+use crate::Result;
 use rayon::prelude::*;
+
+const LANES: usize = 8;
+
+/// Rows per parallel task, and per partial sum of the weight and bias gradients: fixed, so the
+/// gradients' summation order does not depend on the number of threads.
+const ROWS_PER_TASK: usize = 64;
+
+/// Sum of `f(x)` over `xs` in 8 independent f64 lanes (vectorisable; lanes added in order).
+#[inline(always)]
+fn lane_sum(xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0f64; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f(v as f64);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += f(v as f64);
+    }
+    acc.iter().sum()
+}
+
+/// Mean and `1 / sqrt(var + eps)` of one row (biased variance, two passes over the cached row).
+#[inline(always)]
+fn stats(xs: &[f32], eps: f32) -> (f32, f32) {
+    let n = xs.len() as f64;
+    let mean = lane_sum(xs, |v| v) / n;
+    let var = lane_sum(xs, |v| (v - mean) * (v - mean)) / n;
+    (mean as f32, (1.0 / (var + eps as f64).sqrt()) as f32)
+}
+
+/// Runs `f(first_row, out_rows)` over blocks of `ROWS_PER_TASK` rows of `out` (`len` wide), in
+/// parallel when the data is large.
+fn by_blocks(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let block = ROWS_PER_TASK * len;
+    let run = |(i, o): (usize, &mut [f32])| f(i * ROWS_PER_TASK, o);
+    if out.len() >= PAR_THRESHOLD {
+        out.par_chunks_mut(block).enumerate().for_each(run);
+    } else {
+        out.chunks_mut(block).enumerate().for_each(run);
+    }
+}
 
 /// layer_norm of the packed `[rows, len]` data `x` (`len > 0`).
 pub(crate) fn layer_norm(
@@ -12,28 +58,121 @@ pub(crate) fn layer_norm(
     weight: Option<&[f32]>,
     bias: Option<&[f32]>,
     eps: f32,
-) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    let row = |(o, xs): (&mut [f32], &[f32])| {
-        let n = len as f64;
-        let mean = xs.iter().map(|&v| v as f64).sum::<f64>() / n;
-        let var = xs.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-        let rstd = 1.0 / (var + eps as f64).sqrt();
-        for (k, (o, &v)) in o.iter_mut().zip(xs).enumerate() {
-            let mut y = ((v as f64 - mean) * rstd) as f32;
-            if let Some(w) = weight {
-                y *= w[k];
+) -> Result<Vec<f32>> {
+    let mut out = try_vec::<f32>("layer_norm", x.len())?;
+    out.resize(x.len(), 0.0);
+    by_blocks(&mut out, len, |first, o| {
+        for (r, o) in o.chunks_mut(len).enumerate() {
+            let xs = &x[(first + r) * len..][..len];
+            let (mean, rstd) = stats(xs, eps);
+            match (weight, bias) {
+                (Some(w), Some(b)) => {
+                    for (((o, &v), &w), &b) in o.iter_mut().zip(xs).zip(w).zip(b) {
+                        *o = (v - mean) * rstd * w + b;
+                    }
+                }
+                (Some(w), None) => {
+                    for ((o, &v), &w) in o.iter_mut().zip(xs).zip(w) {
+                        *o = (v - mean) * rstd * w;
+                    }
+                }
+                (None, Some(b)) => {
+                    for ((o, &v), &b) in o.iter_mut().zip(xs).zip(b) {
+                        *o = (v - mean) * rstd + b;
+                    }
+                }
+                (None, None) => {
+                    for (o, &v) in o.iter_mut().zip(xs) {
+                        *o = (v - mean) * rstd;
+                    }
+                }
             }
-            if let Some(b) = bias {
-                y += b[k];
+        }
+    });
+    Ok(out)
+}
+
+/// The gradients of [`layer_norm`] from the output gradient `g` (same shape as `x`): `dx`, and
+/// when `want_wb` the `[len]` sums over rows of `g * x̂` (weight) and `g` (bias). With
+/// `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
+/// `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))` (PyTorch's formulas).
+pub(crate) fn layer_norm_backward(
+    x: &[f32],
+    g: &[f32],
+    len: usize,
+    weight: Option<&[f32]>,
+    eps: f32,
+    want_wb: bool,
+) -> Result<(Vec<f32>, Option<(Vec<f32>, Vec<f32>)>)> {
+    let op = "layer_norm backward";
+    let rows = x.len() / len;
+    let tasks = rows.div_ceil(ROWS_PER_TASK);
+    let mut dx = try_vec::<f32>(op, x.len())?;
+    dx.resize(x.len(), 0.0);
+    // Per task: the partial weight and bias gradients of its rows.
+    let mut partial = try_vec::<f32>(op, if want_wb { tasks * 2 * len } else { 0 })?;
+    partial.resize(if want_wb { tasks * 2 * len } else { 0 }, 0.0);
+    let task = |t: usize, dxs: &mut [f32], part: &mut [f32]| {
+        let mut gh = vec![0f32; len];
+        for (r, d) in dxs.chunks_mut(len).enumerate() {
+            let at = (t * ROWS_PER_TASK + r) * len;
+            let (xs, gs) = (&x[at..at + len], &g[at..at + len]);
+            let (mean, rstd) = stats(xs, eps);
+            match weight {
+                Some(w) => gh
+                    .iter_mut()
+                    .zip(gs)
+                    .zip(w)
+                    .for_each(|((h, &g), &w)| *h = g * w),
+                None => gh.copy_from_slice(gs),
             }
-            *o = y;
+            let n = len as f64;
+            let a = (lane_sum(&gh, |v| v) / n) as f32;
+            // mean(ĝ · x̂), x̂ recomputed from the cached row.
+            let mut acc = [0f64; LANES];
+            for (k, (&h, &v)) in gh.iter().zip(xs).enumerate() {
+                acc[k % LANES] += (h * ((v - mean) * rstd)) as f64;
+            }
+            let b = (acc.iter().sum::<f64>() / n) as f32;
+            for ((d, &h), &v) in d.iter_mut().zip(&gh).zip(xs) {
+                *d = rstd * (h - a - (v - mean) * rstd * b);
+            }
+            if want_wb {
+                let (pw, pb) = part.split_at_mut(len);
+                for (((pw, pb), &gv), &v) in pw.iter_mut().zip(pb).zip(gs).zip(xs) {
+                    *pw += gv * ((v - mean) * rstd);
+                    *pb += gv;
+                }
+            }
         }
     };
-    if x.len() >= PAR_THRESHOLD {
-        out.par_chunks_mut(len).zip(x.par_chunks(len)).for_each(row);
+    let block = ROWS_PER_TASK * len;
+    if want_wb {
+        let run = |(t, (d, p)): (usize, (&mut [f32], &mut [f32]))| task(t, d, p);
+        if x.len() >= PAR_THRESHOLD {
+            dx.par_chunks_mut(block)
+                .zip(partial.par_chunks_mut(2 * len))
+                .enumerate()
+                .for_each(run);
+        } else {
+            dx.chunks_mut(block)
+                .zip(partial.chunks_mut(2 * len))
+                .enumerate()
+                .for_each(run);
+        }
     } else {
-        out.chunks_mut(len).zip(x.chunks(len)).for_each(row);
+        by_blocks(&mut dx, len, |first, d| {
+            task(first / ROWS_PER_TASK, d, &mut [])
+        });
     }
-    out
+    if !want_wb {
+        return Ok((dx, None));
+    }
+    // The tasks' partial sums, added in task order.
+    let (mut dw, mut db) = (vec![0f32; len], vec![0f32; len]);
+    for p in partial.chunks(2 * len) {
+        dw.iter_mut().zip(&p[..len]).for_each(|(a, b)| *a += b);
+        db.iter_mut().zip(&p[len..]).for_each(|(a, b)| *a += b);
+    }
+    Ok((dx, Some((dw, db))))
 }

@@ -122,7 +122,7 @@ impl Tensor {
                     w.as_deref(),
                     b.as_deref(),
                     eps,
-                )))
+                )?))
             }
             Storage::Gpu(buf) => {
                 fn gpu(p: &Option<Tensor>) -> Result<Option<&crate::gpu::buffer::GpuBuffer>> {
@@ -138,5 +138,33 @@ impl Tensor {
             }
         };
         Ok(self.derived(storage, self.shape()))
+    }
+
+    /// layer_norm's gradients by the CPU kernel when `x` is an f32 CPU tensor (else `None`,
+    /// and the caller composes them from ops): `dx`, and with `want_wb` the weight and bias
+    /// gradients `[len]`.
+    pub(crate) fn layer_norm_cpu_grads(
+        x: &Tensor,
+        weight: Option<&Tensor>,
+        g: &Tensor,
+        eps: f32,
+        want_wb: bool,
+    ) -> Result<Option<(Tensor, Option<(Tensor, Tensor)>)>> {
+        let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
+        if !f32_cpu(x) || !f32_cpu(g) || !weight.is_none_or(f32_cpu) || x.numel() == 0 {
+            return Ok(None);
+        }
+        let op = "layer_norm backward";
+        let len = *x.shape().last().unwrap_or(&1);
+        let (xc, gc) = (x.contiguous()?, g.contiguous()?);
+        let wc = weight.map(Tensor::contiguous).transpose()?;
+        let w = wc.as_ref().map(|w| w.cpu_f32(op)).transpose()?;
+        let (dx, wb) =
+            cpu::norm::layer_norm_backward(xc.cpu_f32(op)?, gc.cpu_f32(op)?, len, w, eps, want_wb)?;
+        let cpu = |v: Vec<f32>, shape: &[usize]| x.derived(Storage::Cpu(CpuStorage::F32(v)), shape);
+        Ok(Some((
+            cpu(dx, x.shape()),
+            wb.map(|(dw, db)| (cpu(dw, &[len]), cpu(db, &[len]))),
+        )))
     }
 }
