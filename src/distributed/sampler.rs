@@ -6,18 +6,20 @@ use crate::{Error, Result};
 /// disjoint shard (rank `r` takes positions `r, r + world, r + 2 world, ...` of the epoch's
 /// permutation), so the shards together cover the data set once. The permutation is drawn from
 /// `seed + epoch`, identical on every rank; [`DistributedSampler::shuffle`]`(false)` keeps the
-/// natural order. With [`DistributedSampler::drop_last`] every rank gets `len / world` indices
-/// (the tail is dropped), so all ranks run the same number of steps.
+/// natural order. Every rank gets the same number of indices, so all ranks run the same number
+/// of steps: `ceil(len / world)`, the permutation padded by repeating its first indices (as
+/// PyTorch does), or with [`DistributedSampler::drop_last`] `len / world` (the tail dropped).
 ///
 /// ```
 /// use wgtensor::distributed::DistributedSampler;
 /// let s = DistributedSampler::new(5, 1, 2)?.shuffle(false);
-/// assert_eq!(s.indices(0), vec![1, 3]);
+/// assert_eq!(s.indices(0), vec![1, 3, 0]); // 5 padded to 6 with the first index
 /// let all: Vec<usize> = (0..2)
 ///     .flat_map(|r| DistributedSampler::new(5, r, 2).unwrap().indices(3))
 ///     .collect();
 /// let mut sorted = all.clone();
 /// sorted.sort();
+/// sorted.dedup();
 /// assert_eq!(sorted, vec![0, 1, 2, 3, 4]);
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
@@ -123,10 +125,62 @@ impl DistributedSampler {
         };
         if self.drop_last {
             all.truncate(self.len - self.len % self.world_size);
+        } else if !all.is_empty() {
+            // Every rank must run the same number of steps, or DDP's collectives hang at the
+            // end of the epoch: pad to a multiple of the world size by repeating indices from
+            // the start (PyTorch's padding, cycling when the padding is longer than the data).
+            let total = self.len.div_ceil(self.world_size) * self.world_size;
+            let pad: Vec<usize> = all.iter().copied().cycle().take(total - self.len).collect();
+            all.extend(pad);
         }
         all.into_iter()
             .skip(self.rank)
             .step_by(self.world_size)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DistributedSampler;
+
+    /// 10 samples over 3 ranks: 4 each (PyTorch pads 10 to 12 with the first 2 indices of the
+    /// epoch's order); uneven shards would leave one rank waiting in a collective.
+    #[test]
+    fn every_rank_gets_the_same_count_padded_like_pytorch() {
+        for (len, world) in [(10, 3), (11, 2), (2, 5), (1, 4), (12, 3), (0, 3)] {
+            for shuffle in [false, true] {
+                let shards: Vec<Vec<usize>> = (0..world)
+                    .map(|r| {
+                        let s = DistributedSampler::new(len, r, world).unwrap().seed(4);
+                        s.shuffle(shuffle).indices(1)
+                    })
+                    .collect();
+                let per = len.div_ceil(world);
+                for s in &shards {
+                    assert_eq!(s.len(), per, "{len} over {world}: {shards:?}");
+                }
+                // Interleaved back, the shards are the epoch's order followed by its start.
+                let order = if shuffle {
+                    crate::random::permutation(len, 4, 1)
+                } else {
+                    (0..len).collect()
+                };
+                let merged: Vec<usize> = (0..per * world)
+                    .map(|i| shards[i % world][i / world])
+                    .collect();
+                let want: Vec<usize> = order.iter().copied().cycle().take(per * world).collect();
+                assert_eq!(merged, want, "{len} over {world}");
+                let dropped: Vec<usize> = (0..world)
+                    .map(|r| {
+                        DistributedSampler::new(len, r, world)
+                            .unwrap()
+                            .drop_last(true)
+                    })
+                    .map(|s| s.indices(1).len())
+                    .collect();
+                assert_eq!(dropped, vec![len / world; world]);
+            }
+        }
     }
 }
