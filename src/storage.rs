@@ -44,6 +44,18 @@ impl CpuStorage {
         }
     }
 
+    /// The raw bytes, writable (the in-place append of a KV cache).
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            CpuStorage::F32(v) => bytemuck::cast_slice_mut(v),
+            CpuStorage::F16(v) => bytemuck::cast_slice_mut(v),
+            CpuStorage::I32(v) => bytemuck::cast_slice_mut(v),
+            CpuStorage::U32(v) => bytemuck::cast_slice_mut(v),
+            CpuStorage::U8(v) => v,
+        }
+    }
+
     /// Rebuilds typed host data from bytes read back from a GPU buffer (one copy).
     pub(crate) fn from_bytes(dtype: DType, bytes: &[u8]) -> crate::Result<CpuStorage> {
         fn typed<T: bytemuck::Pod>(bytes: &[u8]) -> crate::Result<Vec<T>> {

@@ -2,6 +2,7 @@
 //! validate arguments and dispatch to `cpu/` or `gpu/`; no kernel lives here.
 
 mod attention;
+mod attention_decode;
 mod chunked;
 mod compare;
 mod conv;

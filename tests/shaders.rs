@@ -30,10 +30,14 @@ fn validate(name: &str, source: &str) {
             "{name}: entry point {} is not a compute shader",
             ep.name
         );
-        if name.starts_with("matmul") || (name == "quant.wgsl" && ep.name == "matvec") {
-            // Matmul tiles its own 2-D workgroups and the quantized matvec takes one workgroup
-            // per weight row (both dispatched with `launch_workgroups`); they must stay within
-            // WebGPU's default 256 invocations per workgroup.
+        if name.starts_with("matmul")
+            || name.starts_with("attention_decode")
+            || (name == "quant.wgsl" && ep.name == "matvec")
+        {
+            // Matmul tiles its own 2-D workgroups, the quantized matvec takes one workgroup per
+            // weight row and decode attention 64 invocations per head (all dispatched with
+            // `launch_workgroups`); they must stay within WebGPU's default 256 invocations per
+            // workgroup.
             let total: u32 = ep.workgroup_size.iter().product();
             assert!(
                 total <= 256,

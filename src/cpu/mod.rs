@@ -1,6 +1,7 @@
 //! The native CPU backend: the fallback device when no GPU exists and the oracle every GPU kernel
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
+pub(crate) mod attention_decode;
 pub(crate) mod conv;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;

@@ -157,6 +157,39 @@ impl GpuDevice {
         Ok(out)
     }
 
+    /// Copies the first `len` bytes of `src` to byte `at` of `dst`, recorded in the pending
+    /// batch (after the work already recorded, so earlier kernels read `dst` as it was).
+    /// `at` and `len` are multiples of 4.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn copy_into(
+        &self,
+        op: &'static str,
+        src: &GpuBuffer,
+        dst: &GpuBuffer,
+        at: u64,
+        len: u64,
+    ) -> Result<()> {
+        if !at.is_multiple_of(ALIGN)
+            || !len.is_multiple_of(ALIGN)
+            || at + len > dst.size
+            || len > src.size
+        {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "a copy of {len} bytes to byte {at} of a {}-byte buffer (a wgtensor bug)",
+                    dst.size
+                ),
+            });
+        }
+        if len > 0 {
+            self.record(op, |enc| {
+                enc.copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, at, len)
+            })?;
+        }
+        Ok(())
+    }
+
     /// One buffer holding `parts` back to back (each a whole number of 4-byte words).
     pub(crate) fn assemble(
         &self,

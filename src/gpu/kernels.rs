@@ -52,6 +52,8 @@ pub(crate) enum Shader {
     CrossEntropy,
     /// Block-quantized matrices: matvec/matmul, dequantize and row gather.
     Quant,
+    /// Attention of one query position over a KV cache, online softmax in one pass.
+    AttentionDecode,
     /// A generated elementwise kernel (one per op chain, dtypes and input packing).
     Generated(GeneratedRef),
 }
@@ -176,7 +178,7 @@ pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 15] = [
+    pub(crate) const ALL: [Shader; 16] = [
         Shader::Reduce,
         Shader::ReduceSubgroup,
         Shader::Softmax,
@@ -192,6 +194,7 @@ impl Shader {
         Shader::CrossEntropy,
         Shader::Sum,
         Shader::Quant,
+        Shader::AttentionDecode,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -214,6 +217,7 @@ impl Shader {
             Shader::Sum => "sum.wgsl",
             Shader::CrossEntropy => "cross_entropy.wgsl",
             Shader::Quant => "quant.wgsl",
+            Shader::AttentionDecode => "attention_decode.wgsl",
             Shader::Generated(g) => &g.0.label,
         }
     }
@@ -259,6 +263,7 @@ impl Shader {
             Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
             // Shaders that read ids start with the error word's binding and `report_bad_id`.
             Shader::Sum => include_str!("../../shaders/sum.wgsl"),
+            Shader::AttentionDecode => include_str!("../../shaders/attention_decode.wgsl"),
             Shader::Gather => concat!(
                 include_str!("../../shaders/ids.wgsl"),
                 include_str!("../../shaders/gather.wgsl")
@@ -311,6 +316,8 @@ impl Shader {
             Shader::CrossEntropy => 4,
             // Scales, bodies, and the activations or ids.
             Shader::Quant => 3,
+            // The query and the key and value caches.
+            Shader::AttentionDecode => 3,
             Shader::Generated(g) => g.0.inputs,
         }
     }

@@ -1,6 +1,84 @@
 //! Pretrained language models on any device (feature `models`).
 //!
 //! The top layer of wgtensor: it builds on tensors, `nn` and the checkpoint loaders, and nothing
-//! below imports it.
+//! below imports it. [`AutoModel::load`] reads a Hugging Face model directory (`config.json`,
+//! `model.safetensors` or a sharded index; f32, f16 or bf16 weights) of the Llama family (Llama
+//! 2 and 3, Mistral, Qwen2) or GPT-2 onto a device in f32 or f16; [`CausalLM::forward`] runs new
+//! positions through a [`KvCache`]; [`CausalLM::generate`] samples on the device; [`Tokenizer`]
+//! reads `tokenizer.json`. See `docs/pretrained.md`.
 
+mod cache;
+mod config;
+mod generate;
 pub mod gguf;
+mod load;
+mod model;
+mod tokenizer;
+mod weight;
+
+pub use cache::KvCache;
+pub use config::{Architecture, ModelConfig, RopeScaling};
+pub use generate::{GenerateOptions, TokenStream};
+pub use load::Progress;
+pub use model::CausalLM;
+pub use tokenizer::{TextStream, Tokenizer};
+pub use weight::Weight;
+
+use crate::{DType, Device, Error, Result};
+use std::path::Path;
+
+/// Loads pretrained models, as transformers' `AutoModelForCausalLM.from_pretrained` does.
+pub struct AutoModel;
+
+impl AutoModel {
+    /// Loads a model directory (`config.json` + `model.safetensors` or
+    /// `model.safetensors.index.json`) onto `device`, dense weights in `dtype` (F32 or F16;
+    /// norms and biases stay f32). The files are memory-mapped and read one tensor at a time.
+    ///
+    /// ```no_run
+    /// use wgtensor::models::AutoModel;
+    /// use wgtensor::{DType, Device};
+    /// let model = AutoModel::load("path/to/llama", &Device::best(), DType::F16)?;
+    /// println!("{} layers", model.config().num_layers);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Io`] for a missing file; [`Error::Format`] for a corrupt file, an unknown
+    /// architecture, a missing tensor or one whose shape disagrees with `config.json`;
+    /// [`Error::InvalidArgument`] for a dtype other than F32 or F16; allocation errors.
+    pub fn load(path: impl AsRef<Path>, device: &Device, dtype: DType) -> Result<CausalLM> {
+        Self::load_with_progress(path, device, dtype, &mut |_, _| {})
+    }
+
+    /// [`AutoModel::load`], calling `progress(bytes loaded, total bytes)` after each tensor.
+    ///
+    /// # Errors
+    /// See [`AutoModel::load`].
+    pub fn load_with_progress(
+        path: impl AsRef<Path>,
+        device: &Device,
+        dtype: DType,
+        progress: Progress<'_>,
+    ) -> Result<CausalLM> {
+        let path = path.as_ref();
+        if !matches!(dtype, DType::F32 | DType::F16) {
+            return Err(Error::InvalidArgument {
+                op: "AutoModel::load",
+                message: format!("dtype must be F32 or F16, got {dtype}"),
+            });
+        }
+        if path.is_dir() {
+            return load::load_hf(path, device, dtype, progress);
+        }
+        Err(Error::Io {
+            op: "AutoModel::load",
+            path: path.display().to_string(),
+            message: if path.exists() {
+                "not a model directory (config.json + model.safetensors)".into()
+            } else {
+                "no such file or directory".into()
+            },
+        })
+    }
+}

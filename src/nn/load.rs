@@ -378,3 +378,119 @@ pub(crate) fn load_any_host(path: &Path) -> Result<Vec<(String, Tensor)>> {
         read_file("load_safetensors", path, None)
     }
 }
+
+/// One safetensors checkpoint (a single file or the shards of an index), memory-mapped, read one
+/// tensor at a time: loading a model through it holds about one tensor on the host beyond the
+/// mapped files (the pretrained-model loader of `wgtensor::models` uploads each tensor before it
+/// reads the next).
+#[cfg_attr(not(feature = "models"), allow(dead_code))]
+pub(crate) struct Checkpoint {
+    files: Vec<(Mapped, usize, safetensors::tensor::Metadata)>,
+    /// Tensor name -> index into `files`.
+    index: BTreeMap<String, usize>,
+}
+
+#[cfg_attr(not(feature = "models"), allow(dead_code))]
+impl Checkpoint {
+    /// Opens `path`: a `.safetensors` file, or a `*.index.json` naming shards beside it. Every
+    /// header is validated here (offsets inside the file, sizes matching shapes).
+    pub(crate) fn open(path: &Path) -> Result<Checkpoint> {
+        let op = "load_checkpoint";
+        let is_index = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".index.json"));
+        let files: Vec<PathBuf> = if is_index {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+                op,
+                path: shown.clone(),
+                message: e.to_string(),
+            })?;
+            let format = |message: String| Error::Format {
+                op,
+                path: shown.clone(),
+                message,
+            };
+            let json: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
+            let map = json
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| {
+                    format("no \"weight_map\" object (tensor name -> shard file)".into())
+                })?;
+            let mut shards: Vec<String> = Vec::new();
+            for (name, file) in map {
+                let file = file
+                    .as_str()
+                    .ok_or_else(|| format(format!("weight_map[{name:?}] is not a file name")))?;
+                if !shards.iter().any(|s| s == file) {
+                    shards.push(file.to_string());
+                }
+            }
+            shards.sort();
+            let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            shards.into_iter().map(|f| dir.join(f)).collect()
+        } else {
+            vec![path.to_path_buf()]
+        };
+        let mut out = Checkpoint {
+            files: Vec::with_capacity(files.len()),
+            index: BTreeMap::new(),
+        };
+        for f in files {
+            let mapped = Mapped::open(&f, op)?;
+            let (n, meta) = SafeTensors::read_metadata(&mapped.map).map_err(|e| Error::Format {
+                op,
+                path: mapped.path.clone(),
+                message: e.to_string(),
+            })?;
+            let i = out.files.len();
+            for name in meta.tensors().into_keys() {
+                out.index.insert(name, i);
+            }
+            out.files.push((mapped, n, meta));
+        }
+        Ok(out)
+    }
+
+    /// The shape of `name`, if the checkpoint has it.
+    pub(crate) fn shape(&self, name: &str) -> Option<&[usize]> {
+        let (_, _, meta) = &self.files[*self.index.get(name)?];
+        meta.info(name).map(|i| i.shape.as_slice())
+    }
+
+    /// Bytes of tensor data in the mapped files.
+    pub(crate) fn data_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|(m, n, _)| (m.map.len() - 8 - n) as u64)
+            .sum()
+    }
+
+    /// The tensor `name` as a host tensor, floats in `dtype` (the rules of
+    /// [`load_safetensors`]); `Ok(None)` when the checkpoint lacks it.
+    pub(crate) fn load(&self, name: &str, dtype: Option<DType>) -> Result<Option<Tensor>> {
+        let Some(&i) = self.index.get(name) else {
+            return Ok(None);
+        };
+        let (mapped, n, meta) = &self.files[i];
+        let format = |message: String| Error::Format {
+            op: "load_checkpoint",
+            path: mapped.path.clone(),
+            message,
+        };
+        let info = meta
+            .info(name)
+            .ok_or_else(|| format(format!("tensor {name:?} vanished from the header")))?;
+        let (a, b) = info.data_offsets;
+        let data = mapped
+            .map
+            .get(8 + n + a..8 + n + b)
+            .ok_or_else(|| format(format!("tensor {name:?} lies past the end of the file")))?;
+        let view = TensorView::new(info.dtype, info.shape.clone(), data)
+            .map_err(|e| format(format!("tensor {name:?}: {e}")))?;
+        convert("load_checkpoint", &mapped.path, name, &view, dtype).map(Some)
+    }
+}

@@ -74,6 +74,12 @@ impl StorageCell {
         self.exported.store(true, Ordering::SeqCst);
     }
 
+    /// The materialised storage for an in-place write; `None` while a program is pending.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn get_mut(&mut self) -> Option<&mut Storage> {
+        self.value.get_mut()
+    }
+
     /// The storage, running the pending program first if there is one.
     pub(crate) fn get(&self) -> Result<&Storage> {
         if let Some(s) = self.value.get() {

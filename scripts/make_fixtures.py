@@ -1,0 +1,216 @@
+"""Writes the tiny random language models of tests/models_*.rs with the `transformers`, `tokenizers`
+and `gguf` packages, and what transformers computes on them (greedy ids, last-position logits).
+
+    pip install torch transformers tokenizers gguf safetensors
+    python3 scripts/make_fixtures.py            # writes tests/data/models/
+
+Every model is small (under 2 MB in all) and seeded, so rerunning gives the same files. The Rust
+tests never need Python: they read the committed files."""
+import json, os, shutil
+import numpy as np, torch
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers, normalizers
+import gguf
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import quantize, dequantize
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "models")
+TEXT = ("The quick brown fox jumps over the lazy dog. Tensors live on every GPU; caf\u00e9 na\u00efve "
+        "r\u00e9sum\u00e9 \u00fcber \u4e2d\u6587 \U0001f600. ") * 20
+PROMPT = "The quick fox caf\u00e9 \u4e2d"
+NEW = 12
+
+
+def byte_level_tokenizer():
+    """GPT-2 / Llama 3 / Qwen style: byte-level pre-tokenizer and decoder."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([TEXT], tr)
+    return tok
+
+
+def sentencepiece_tokenizer():
+    """Llama 2 / Mistral style: Metaspace (U+2581) pieces with byte fallback."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.pre_tokenizer = None
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    tr = trainers.BpeTrainer(vocab_size=330, special_tokens=["<unk>", "<s>", "</s>"] + bytes_,
+                             initial_alphabet=[], limit_alphabet=60)
+    tok.train_from_iterator([TEXT.replace(" ", "\u2581")], tr)
+    return tok
+
+
+def greedy(model, ids, new):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                             pad_token_id=0, eos_token_id=None)
+        logits = model(torch.tensor([ids])).logits[0, -1]
+        top2 = torch.topk(logits, 2).values
+    return out[0, len(ids):].tolist(), logits.tolist(), float(top2[0] - top2[1])
+
+
+def write_expected(d, tok, ids, model, extra=None):
+    gen, logits, margin = greedy(model, ids, NEW)
+    full = ids + gen
+    with torch.no_grad():
+        all_logits = model(torch.tensor([full])).logits[0]
+    e = {"prompt": PROMPT, "prompt_ids": ids, "greedy_ids": gen, "last_logits": logits, "top2_margin": margin,
+         # The logits at the last position of prompt + generated ids: checks decoding through the cache.
+         "full_last_logits": all_logits[-1].tolist(), "decoded": tok.decode(gen)}
+    if extra: e.update(extra)
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(e, f)
+    return e
+
+
+def fresh(name):
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True); os.makedirs(d)
+    return d
+
+
+def scale_weights(model, std):
+    """Wider random weights than the default 0.02, so greedy choices are not near-ties."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n or "ln_" in n:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(std * torch.randn(p.shape, generator=g))
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    tok = sentencepiece_tokenizer()
+    d = fresh("llama")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
+                      rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(cfg).eval()
+    scale_weights(m, 0.25)
+    m.save_pretrained(d, safe_serialization=True)
+    ids = tok.encode(PROMPT).ids
+    write_expected(d, tok, ids, m)
+    return m, cfg, tok, ids
+
+
+def qwen2():
+    """Qwen2: QKV bias, tied embeddings, rope_theta 1e6; stored in bf16 as two shards."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    tok = byte_level_tokenizer()
+    d = fresh("qwen2")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    cfg = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6,
+                      rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False, eos_token_id=0)
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(cfg).eval()
+    scale_weights(m, 0.3)
+    m = m.to(torch.bfloat16)
+    m.save_pretrained(d, safe_serialization=True, max_shard_size="20KB")
+    # The reference: transformers loading the bf16 files in f32, as wgtensor loads them (an
+    # in-memory `m.float()` would keep the RoPE frequencies rounded to bf16).
+    m = Qwen2ForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    ids = tok.encode(PROMPT).ids
+    write_expected(d, tok, ids, m)
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    tok = byte_level_tokenizer()
+    d = fresh("gpt2")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    cfg = GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                     activation_function="gelu_new", bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(cfg).eval()
+    scale_weights(m, 0.2)
+    m.save_pretrained(d, safe_serialization=True)
+    ids = tok.encode(PROMPT).ids
+    write_expected(d, tok, ids, m)
+
+
+GG = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+      "lm_head.weight": "output.weight"}
+for hf, gg in [("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+               ("self_attn.o_proj", "attn_output"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+               ("mlp.down_proj", "ffn_down"), ("input_layernorm", "attn_norm"),
+               ("post_attention_layernorm", "ffn_norm")]:
+    for i in range(2):
+        GG[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{gg}.weight"
+
+
+def permute(w, n):
+    """llama.cpp's row order for q and k (convert_hf_to_gguf.py)."""
+    return w.reshape(n, 2, w.shape[0] // n // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama_gguf(m, cfg, tok, ids):
+    """The Llama above as GGUF F32, Q8_0 and Q4_0; for the quantized files the expectations come from
+    transformers run on the dequantized weights."""
+    from transformers import LlamaForCausalLM
+    d = os.path.join(OUT, "llama")
+    sd = {k: v.float().numpy() for k, v in m.state_dict().items()}
+    for label, qt in [("f32", Q.F32), ("q8_0", Q.Q8_0), ("q4_0", Q.Q4_0)]:
+        path = os.path.join(d, f"model-{label}.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_context_length(cfg.max_position_embeddings); w.add_embedding_length(cfg.hidden_size)
+        w.add_block_count(cfg.num_hidden_layers); w.add_feed_forward_length(cfg.intermediate_size)
+        w.add_head_count(cfg.num_attention_heads); w.add_head_count_kv(cfg.num_key_value_heads)
+        w.add_layer_norm_rms_eps(cfg.rms_norm_eps); w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+        w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads); w.add_vocab_size(cfg.vocab_size)
+        rs = cfg.rope_parameters  # transformers 5 keeps rope_theta and rope_scaling here
+        w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+        w.add_file_type(int({Q.F32: 0, Q.Q8_0: 7, Q.Q4_0: 2}[qt]))
+        # llama.cpp stores llama3 rope scaling as a precomputed rope_freqs tensor; the metadata below
+        # lets a reader recompute it instead.
+        w.add_float32("llama.rope.scaling.factor", rs["factor"])
+        w.add_float32("llama.rope.scaling.low_freq_factor", rs["low_freq_factor"])
+        w.add_float32("llama.rope.scaling.high_freq_factor", rs["high_freq_factor"])
+        w.add_uint32("llama.rope.scaling.original_context_length", rs["original_max_position_embeddings"])
+        w.add_string("llama.rope.scaling.kind", "llama3")
+        w.add_bos_token_id(1); w.add_eos_token_id(2)
+        deq = {}
+        for hf, a in sd.items():
+            g = GG[hf]
+            if g.endswith("attn_q.weight"): a = permute(a, cfg.num_attention_heads)
+            if g.endswith("attn_k.weight"): a = permute(a, cfg.num_key_value_heads)
+            if qt != Q.F32 and a.ndim == 2:
+                qa = quantize(a, qt)
+                w.add_tensor(g, qa, raw_dtype=qt)
+                back = dequantize(qa, qt).reshape(a.shape)
+            else:
+                w.add_tensor(g, np.ascontiguousarray(a))
+                back = a
+            if g.endswith("attn_q.weight"): back = unpermute(back, cfg.num_attention_heads)
+            if g.endswith("attn_k.weight"): back = unpermute(back, cfg.num_key_value_heads)
+            deq[hf] = torch.from_numpy(np.ascontiguousarray(back))
+        w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+        mq = LlamaForCausalLM(cfg).eval()
+        mq.load_state_dict(deq)
+        gen, logits, margin = greedy(mq, ids, NEW)
+        with open(os.path.join(d, f"expected-{label}.json"), "w") as f:
+            json.dump({"prompt_ids": ids, "greedy_ids": gen, "last_logits": logits, "top2_margin": margin}, f)
+
+
+def unpermute(w, n):
+    return w.reshape(n, w.shape[0] // n // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+if __name__ == "__main__":
+    m, cfg, tok, ids = llama()
+    llama_gguf(m, cfg, tok, ids)
+    qwen2()
+    gpt2()
+    total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(OUT) for f in fs)
+    print(f"wrote {OUT}: {total / 1e6:.2f} MB")

@@ -1,0 +1,105 @@
+// attention_decode.wgsl: attention of ONE query position per head over the first `len`
+// positions of a KV cache, in one pass over K and V with an online softmax (flash-decoding
+// without the split): no score matrix is written anywhere.
+//
+// Computes   out[h] = softmax(q[h] . K[0..len, kvh]^T * scale) V[0..len, kvh],  kvh = h / group
+//            Positions are taken in tiles of 64: invocation t scores position tile + t (a dot
+//            product over the head), the 64 scores go to workgroup memory, every invocation
+//            updates the running max m and sum l from them (the same values in each, so no
+//            reduction tree) and rescales its accumulators, then adds e^(s - m) * V for the
+//            head dims it owns (t, t + 64, t + 128, t + 192). Masked slots hold -3e38, whose
+//            exponential underflows to 0 (WGSL may not assume infinities exist).
+// Bindings   @group(0) @binding(0) q      : array<f32>, read-only, packed [heads, head_dim]
+//            @group(0) @binding(1) k      : array<f32>, read-only, packed [capacity, kv_heads, head_dim]
+//            @group(0) @binding(2) v      : array<f32>, read-only, same layout as k
+//            @group(0) @binding(3) dst    : array<f32>, read-write, packed [heads, head_dim]
+//            @group(0) @binding(4) params : array<u32>, read-only:
+//                                           [heads, kv_heads, head_dim, len, scale bits]
+// Dispatch   64 invocations per workgroup, one workgroup per query head (heads workgroups on
+//            the 2-D grid: head = wid.y * nwg.x + wid.x); head_dim <= 256. Loops run
+//            ceil(len / 64) tiles and at most 256 dims per invocation, far below 65,535.
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(4) var<storage, read> params: array<u32>;
+
+const TILE: u32 = 64u;
+const MASKED: f32 = -3.0e38;
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> scores: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn attention_decode(inv: Invocation) {
+    let t = inv.lid;
+    let h = inv.wid.y * inv.nwg.x + inv.wid.x;
+    let heads = params[0];
+    let kv_heads = params[1];
+    let hd = params[2];
+    let len = params[3];
+    let scale = bitcast<f32>(params[4]);
+    // Workgroups past the last head still reach every barrier, with nothing to do.
+    var tiles = 0u;
+    if (h < heads) {
+        tiles = (len + TILE - 1u) / TILE;
+        for (var d = t; d < hd; d = d + TILE) {
+            qs[d] = q[h * hd + d];
+        }
+    }
+    let kvh = h / max(heads / max(kv_heads, 1u), 1u);
+    let row = kv_heads * hd;
+    workgroupBarrier();
+    var m = MASKED;
+    var l = 0.0;
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var tile = 0u; tile < tiles; tile = tile + 1u) {
+        let base = tile * TILE;
+        let p = base + t;
+        var s = MASKED;
+        if (p < len) {
+            let kb = p * row + kvh * hd;
+            var dot = 0.0;
+            for (var d = 0u; d < hd; d = d + 1u) {
+                dot = dot + qs[d] * k[kb + d];
+            }
+            s = dot * scale;
+        }
+        scores[t] = s;
+        workgroupBarrier();
+        let n = min(TILE, len - base);
+        var tile_max = MASKED;
+        for (var j = 0u; j < n; j = j + 1u) {
+            tile_max = max(tile_max, scores[j]);
+        }
+        let m_new = max(m, tile_max);
+        let corr = exp(m - m_new);
+        l = l * corr;
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            acc[i] = acc[i] * corr;
+        }
+        for (var j = 0u; j < n; j = j + 1u) {
+            let e = exp(scores[j] - m_new);
+            l = l + e;
+            let vb = (base + j) * row + kvh * hd;
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let d = t + i * TILE;
+                if (d < hd) {
+                    acc[i] = acc[i] + e * v[vb + d];
+                }
+            }
+        }
+        m = m_new;
+        // Every invocation has read this tile's scores before the next tile overwrites them.
+        workgroupBarrier();
+    }
+    if (h < heads) {
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let d = t + i * TILE;
+            if (d < hd) {
+                dst[h * hd + d] = acc[i] / l;
+            }
+        }
+    }
+}

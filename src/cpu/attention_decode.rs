@@ -1,0 +1,74 @@
+//! CPU twin of `shaders/attention_decode.wgsl`: attention of one query position per head over
+//! the first `len` positions of a KV cache, in one pass over K and V with an online softmax
+//! (no score matrix). Tiles of [`TILE`] positions, as the shader's workgroup takes them, so
+//! both rescale the running sum at the same points.
+
+use rayon::prelude::*;
+
+/// Positions scored together before the running max and sum are updated (the shader's
+/// workgroup size).
+pub(crate) const TILE: usize = 64;
+
+/// Shapes of one decode-attention call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecodeDims {
+    /// Query heads.
+    pub heads: usize,
+    /// Key-value heads (`heads` is a multiple: grouped-query attention).
+    pub kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Cached positions attended to (`1..=` the cache's capacity).
+    pub len: usize,
+    /// Multiplier of the scores (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+}
+
+/// `q` packed `[heads, head_dim]`; `k`, `v` packed `[capacity, kv_heads, head_dim]` (only the
+/// first `len` positions are read). Returns `[heads, head_dim]`.
+pub(crate) fn attention_decode(q: &[f32], k: &[f32], v: &[f32], d: DecodeDims) -> Vec<f32> {
+    let (hd, group) = (d.head_dim, d.heads / d.kv_heads);
+    let row = d.kv_heads * hd;
+    let mut out = vec![0f32; d.heads * hd];
+    let head = |h: usize, o: &mut [f32]| {
+        let kvh = h / group;
+        let qh = &q[h * hd..(h + 1) * hd];
+        let mut scores = [0f32; TILE];
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
+        for start in (0..d.len).step_by(TILE) {
+            let n = TILE.min(d.len - start);
+            let mut tile_max = f32::NEG_INFINITY;
+            for (j, s) in scores[..n].iter_mut().enumerate() {
+                let kr = &k[(start + j) * row + kvh * hd..][..hd];
+                *s = qh.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>() * d.scale;
+                tile_max = tile_max.max(*s);
+            }
+            let m_new = m.max(tile_max);
+            // The first tile has nothing to rescale (and exp(-inf - -inf) would be NaN).
+            let corr = if m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                (m - m_new).exp()
+            };
+            l *= corr;
+            o.iter_mut().for_each(|a| *a *= corr);
+            for (j, s) in scores[..n].iter().enumerate() {
+                let e = (s - m_new).exp();
+                l += e;
+                let vr = &v[(start + j) * row + kvh * hd..][..hd];
+                o.iter_mut().zip(vr).for_each(|(a, b)| *a += e * b);
+            }
+            m = m_new;
+        }
+        let inv = 1.0 / l;
+        o.iter_mut().for_each(|a| *a *= inv);
+    };
+    if d.heads * d.len * hd >= 1 << 15 {
+        out.par_chunks_mut(hd)
+            .enumerate()
+            .for_each(|(h, o)| head(h, o));
+    } else {
+        out.chunks_mut(hd).enumerate().for_each(|(h, o)| head(h, o));
+    }
+    out
+}

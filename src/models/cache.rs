@@ -1,0 +1,112 @@
+//! The KV cache: per layer, keys and values of every position so far, preallocated on the
+//! model's device up to a capacity.
+
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Keys and values of the positions a model has seen, per layer, each a `[capacity, kv_heads,
+/// head_dim]` f32 tensor on the model's device, allocated once. A forward step writes its
+/// positions in place (one contiguous block per layer and tensor) and attends over the first
+/// [`KvCache::len`] positions.
+///
+/// ```
+/// use wgtensor::models::KvCache;
+/// use wgtensor::Device;
+/// let cache = KvCache::new(2, 16, 2, 8, &Device::cpu())?;
+/// assert_eq!((cache.len(), cache.capacity()), (0, 16));
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub struct KvCache {
+    pub(crate) k: Vec<Tensor>,
+    pub(crate) v: Vec<Tensor>,
+    len: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    /// An empty cache for `layers` layers of `kv_heads` heads of `head_dim`, holding up to
+    /// `capacity` positions, on `device`.
+    ///
+    /// # Errors
+    /// Allocation errors (out of memory names the bytes).
+    pub fn new(
+        layers: usize,
+        capacity: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        device: &Device,
+    ) -> Result<KvCache> {
+        let shape = [capacity, kv_heads, head_dim];
+        let make = || {
+            (0..layers)
+                .map(|_| Tensor::zeros(&shape, DType::F32, device))
+                .collect::<Result<Vec<_>>>()
+        };
+        Ok(KvCache {
+            k: make()?,
+            v: make()?,
+            len: 0,
+            capacity,
+        })
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forgets every position (the memory stays allocated for the next sequence).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Keeps the first `len` positions only (to rewind a generation).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `len` is more than the cache holds.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::InvalidArgument {
+                op: "KvCache::truncate",
+                message: format!("cannot keep {len} positions of {}", self.len),
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Checks that `n` more positions fit.
+    pub(crate) fn reserve(&self, n: usize) -> Result<()> {
+        if self.len + n > self.capacity {
+            return Err(Error::InvalidArgument {
+                op: "forward",
+                message: format!(
+                    "{n} new position(s) after {} do not fit the KV cache of {} positions (the \
+                     model's context); shorten the prompt or the generation",
+                    self.len, self.capacity
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes layer `layer`'s keys and values `[n, kv_heads, head_dim]` at the current end.
+    pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let at = self.len;
+        self.k[layer].write_rows_(at, k)?;
+        self.v[layer].write_rows_(at, v)
+    }
+
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+}

@@ -1,0 +1,288 @@
+//! `config.json` of a Hugging Face model directory: the hyper-parameters of the supported
+//! families, in one struct.
+
+use crate::{Error, Result};
+use serde_json::Value;
+use std::path::Path;
+
+/// The model families wgtensor runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama 2 and 3, Mistral, Qwen2 (q/k/v biases): RMSNorm, RoPE, SwiGLU, grouped-query
+    /// attention.
+    Llama,
+    /// GPT-2: learned positions, LayerNorm, GELU (tanh form), fused QKV projection.
+    Gpt2,
+}
+
+/// RoPE frequency scaling (`rope_scaling` in `config.json`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Llama 3's: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position_embeddings: usize,
+    },
+    /// Every frequency divided by `factor` (position interpolation).
+    Linear { factor: f32 },
+}
+
+/// The hyper-parameters of a model, read from `config.json` (or a GGUF file's metadata).
+///
+/// ```
+/// let json = r#"{"model_type": "llama", "vocab_size": 100, "hidden_size": 32,
+///   "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+///   "max_position_embeddings": 64}"#;
+/// let c = wgtensor::models::ModelConfig::from_json_str(json, "config.json")?;
+/// assert_eq!((c.num_kv_heads, c.head_dim), (4, 8));
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    /// `model_type` as written (`llama`, `mistral`, `qwen2`, `gpt2`).
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    /// The context length: the KV cache holds this many positions at most.
+    pub max_position_embeddings: usize,
+    pub norm_eps: f32,
+    pub rope_theta: f32,
+    pub rope_scaling: Option<RopeScaling>,
+    pub tie_word_embeddings: bool,
+    /// Biases on the q, k and v projections (Qwen2; `attention_bias` of Llama).
+    pub qkv_bias: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+}
+
+fn format_err(path: &str, message: String) -> Error {
+    Error::Format {
+        op: "ModelConfig",
+        path: path.to_string(),
+        message,
+    }
+}
+
+fn ids(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl ModelConfig {
+    /// Reads `config.json`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read; [`Error::Format`] when it is not JSON, lacks a
+    /// required field, or names an architecture (`model_type`) or RoPE scaling wgtensor does
+    /// not run.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<ModelConfig> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+            op: "ModelConfig",
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
+        Self::from_json_str(&text, &shown)
+    }
+
+    /// Parses the text of a `config.json`; `path` names it in errors.
+    ///
+    /// # Errors
+    /// See [`ModelConfig::from_file`].
+    pub fn from_json_str(text: &str, path: &str) -> Result<ModelConfig> {
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| format_err(path, format!("not JSON: {e}")))?;
+        let model_type = v
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format_err(path, "no \"model_type\"".into()))?
+            .to_string();
+        let get = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
+        let need = |keys: &[&str]| -> Result<usize> {
+            get(keys)
+                .map(|x| x as usize)
+                .ok_or_else(|| format_err(path, format!("no {:?} (a positive integer)", keys[0])))
+        };
+        let float = |keys: &[&str], default: f64| {
+            keys.iter()
+                .find_map(|k| v.get(*k).and_then(Value::as_f64))
+                .unwrap_or(default) as f32
+        };
+        let architecture = match model_type.as_str() {
+            "llama" | "mistral" | "qwen2" => Architecture::Llama,
+            "gpt2" => Architecture::Gpt2,
+            other => {
+                return Err(format_err(
+                    path,
+                    format!(
+                        "unknown architecture model_type = {other:?}; wgtensor runs llama, \
+                         mistral, qwen2 and gpt2"
+                    ),
+                ))
+            }
+        };
+        let gpt2 = architecture == Architecture::Gpt2;
+        let hidden_size = need(&["hidden_size", "n_embd"])?;
+        let num_heads = need(&["num_attention_heads", "n_head"])?;
+        let num_kv_heads = get(&["num_key_value_heads"]).map_or(num_heads, |x| x as usize);
+        let intermediate_size = if gpt2 {
+            get(&["n_inner"]).map_or(4 * hidden_size, |x| x as usize)
+        } else {
+            need(&["intermediate_size"])?
+        };
+        if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+            return Err(format_err(
+                path,
+                format!("{num_heads} attention heads are not a multiple of {num_kv_heads} key-value heads"),
+            ));
+        }
+        let head_dim = get(&["head_dim"]).map_or(hidden_size / num_heads, |x| x as usize);
+        // transformers 5 moved rope_theta and rope_scaling into rope_parameters.
+        let rope = v.get("rope_parameters");
+        let rope_theta = v
+            .get("rope_theta")
+            .or_else(|| rope.and_then(|r| r.get("rope_theta")))
+            .and_then(Value::as_f64)
+            .unwrap_or(10000.0) as f32;
+        let scaling = v
+            .get("rope_scaling")
+            .filter(|s| !s.is_null())
+            .or(rope)
+            .filter(|s| !s.is_null());
+        let rope_scaling = match scaling {
+            None => None,
+            Some(s) => {
+                let kind = s
+                    .get("rope_type")
+                    .or_else(|| s.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                let f = |k: &str, d: f64| s.get(k).and_then(Value::as_f64).unwrap_or(d) as f32;
+                match kind {
+                    "default" => None,
+                    "llama3" => Some(RopeScaling::Llama3 {
+                        factor: f("factor", 8.0),
+                        low_freq_factor: f("low_freq_factor", 1.0),
+                        high_freq_factor: f("high_freq_factor", 4.0),
+                        original_max_position_embeddings: s
+                            .get("original_max_position_embeddings")
+                            .and_then(Value::as_u64)
+                            .unwrap_or(8192) as usize,
+                    }),
+                    "linear" => Some(RopeScaling::Linear {
+                        factor: f("factor", 1.0),
+                    }),
+                    other => {
+                        return Err(format_err(
+                            path,
+                            format!("rope scaling type {other:?} is not supported (default, linear and llama3 are)"),
+                        ))
+                    }
+                }
+            }
+        };
+        let c = ModelConfig {
+            architecture,
+            vocab_size: need(&["vocab_size"])?,
+            hidden_size,
+            intermediate_size,
+            num_layers: need(&["num_hidden_layers", "n_layer"])?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            max_position_embeddings: need(&["max_position_embeddings", "n_positions", "n_ctx"])?,
+            norm_eps: float(&["rms_norm_eps", "layer_norm_epsilon"], 1e-5),
+            rope_theta,
+            rope_scaling,
+            tie_word_embeddings: v
+                .get("tie_word_embeddings")
+                .and_then(Value::as_bool)
+                .unwrap_or(gpt2),
+            qkv_bias: model_type == "qwen2"
+                || v.get("attention_bias")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            bos_token_id: ids(v.get("bos_token_id")).first().copied(),
+            eos_token_ids: ids(v.get("eos_token_id")),
+            model_type,
+        };
+        c.validate(path)?;
+        Ok(c)
+    }
+
+    /// Sizes that would make a kernel or the cache meaningless are refused up front.
+    pub(crate) fn validate(&self, path: &str) -> Result<()> {
+        let dims = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_layers", self.num_layers),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("intermediate_size", self.intermediate_size),
+        ];
+        if let Some((name, _)) = dims.iter().find(|(_, x)| *x == 0 || *x > 1 << 24) {
+            return Err(format_err(
+                path,
+                format!("{name} must be in 1..=16,777,216"),
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) || self.head_dim > 256 {
+            return Err(format_err(
+                path,
+                format!("head_dim = {} must be even and at most 256", self.head_dim),
+            ));
+        }
+        Ok(())
+    }
+
+    /// RoPE inverse frequencies (`head_dim / 2` of them), with the configured scaling applied,
+    /// computed in f32 as transformers does (so the angles agree to the last bit or two).
+    pub(crate) fn inv_freq(&self) -> Vec<f32> {
+        let dim = self.head_dim as f32;
+        let base: Vec<f32> = (0..self.head_dim / 2)
+            .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / dim))
+            .collect();
+        match self.rope_scaling {
+            None => base,
+            Some(RopeScaling::Linear { factor }) => base.iter().map(|&f| f / factor).collect(),
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: low,
+                high_freq_factor: high,
+                original_max_position_embeddings,
+            }) => {
+                let old = original_max_position_embeddings as f32;
+                let (low_wl, high_wl) = (old / low, old / high);
+                base.iter()
+                    .map(|&f| {
+                        let wl = 2.0 * std::f32::consts::PI / f;
+                        if wl > low_wl {
+                            f / factor
+                        } else if wl < high_wl {
+                            f
+                        } else {
+                            let smooth = (old / wl - low) / (high - low);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}

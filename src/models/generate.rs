@@ -1,0 +1,284 @@
+//! Generation: sampling on the device (greedy, temperature, top-k, top-p, repetition penalty)
+//! with only the chosen id (4 bytes) read back per step, as a loop or a streaming iterator.
+
+use super::cache::KvCache;
+use super::model::CausalLM;
+use crate::{DType, Error, Result, Tensor};
+use std::time::{Duration, Instant};
+
+/// How [`CausalLM::generate`] chooses tokens. `Default` is greedy decoding of 32 tokens.
+///
+/// ```
+/// let o = wgtensor::models::GenerateOptions { temperature: 0.7, top_p: 0.9, seed: Some(1), ..Default::default() };
+/// assert_eq!(o.top_k, 0);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    /// Tokens generated at most.
+    pub max_new_tokens: usize,
+    /// Softmax temperature; 0 is greedy (argmax).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches `top_p` (1: all).
+    pub top_p: f32,
+    /// transformers' repetition penalty: logits of tokens already in the sequence are divided
+    /// by it when positive, multiplied when negative (1: off).
+    pub repetition_penalty: f32,
+    /// Seeds the device generator ([`crate::manual_seed`]) before sampling; `None` keeps its
+    /// state.
+    pub seed: Option<u64>,
+    /// Ids that end the generation (included in the output); `None`: the model's
+    /// `eos_token_id`.
+    pub eos_token_ids: Option<Vec<u32>>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_new_tokens: 32,
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+            seed: None,
+            eos_token_ids: None,
+        }
+    }
+}
+
+impl GenerateOptions {
+    fn validate(&self) -> Result<()> {
+        let bad = |message: String| {
+            Err(Error::InvalidArgument {
+                op: "generate",
+                message,
+            })
+        };
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad(format!(
+                "temperature must be finite and >= 0, got {}",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return bad(format!(
+                "repetition_penalty must be finite and > 0, got {}",
+                self.repetition_penalty
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CausalLM {
+    /// Generates up to `options.max_new_tokens` ids after `prompt` (stopping after an EOS id,
+    /// which is included); returns the new ids.
+    ///
+    /// ```no_run
+    /// use wgtensor::models::{AutoModel, GenerateOptions};
+    /// let model = AutoModel::load("model_dir", &wgtensor::Device::best(), wgtensor::DType::F32)?;
+    /// let ids = model.generate(&[1, 15043], &GenerateOptions { max_new_tokens: 8, ..Default::default() })?;
+    /// assert!(ids.len() <= 8);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty prompt, one that leaves no room in the context,
+    /// or bad options; the errors of [`CausalLM::forward`].
+    pub fn generate(&self, prompt: &[u32], options: &GenerateOptions) -> Result<Vec<u32>> {
+        self.stream(prompt, options)?.collect()
+    }
+
+    /// The generation of [`CausalLM::generate`] as an iterator of ids: each `next` runs one
+    /// step (the first one the prompt) and reads back only the chosen id.
+    ///
+    /// # Errors
+    /// See [`CausalLM::generate`].
+    pub fn stream(&self, prompt: &[u32], options: &GenerateOptions) -> Result<TokenStream<'_>> {
+        options.validate()?;
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument {
+                op: "generate",
+                message: "the prompt has no ids (a BOS id at least is needed)".into(),
+            });
+        }
+        let ctx = self.config.max_position_embeddings;
+        if prompt.len() >= ctx {
+            return Err(Error::InvalidArgument {
+                op: "generate",
+                message: format!(
+                    "the prompt has {} tokens, the model's context {ctx}: no room to generate",
+                    prompt.len()
+                ),
+            });
+        }
+        let capacity = (prompt.len() + options.max_new_tokens).min(ctx);
+        let cache = self.new_cache(capacity)?;
+        if let Some(seed) = options.seed {
+            crate::manual_seed(seed);
+        }
+        let seen = if options.repetition_penalty != 1.0 {
+            let mut m = vec![0u8; self.config.vocab_size];
+            for &id in prompt {
+                if let Some(x) = m.get_mut(id as usize) {
+                    *x = 1;
+                }
+            }
+            Some(Tensor::from_vec(
+                m,
+                &[self.config.vocab_size],
+                &self.device,
+            )?)
+        } else {
+            None
+        };
+        Ok(TokenStream {
+            model: self,
+            cache,
+            options: options.clone(),
+            eos: options
+                .eos_token_ids
+                .clone()
+                .unwrap_or_else(|| self.config.eos_token_ids.clone()),
+            next_input: prompt.to_vec(),
+            produced: 0,
+            done: options.max_new_tokens == 0,
+            seen,
+            prefill: Duration::ZERO,
+            prompt_len: prompt.len(),
+            decode: Duration::ZERO,
+        })
+    }
+}
+
+/// The ids of a generation, one per `next` (see [`CausalLM::stream`]); also times prefill
+/// and decode.
+pub struct TokenStream<'a> {
+    model: &'a CausalLM,
+    cache: KvCache,
+    options: GenerateOptions,
+    eos: Vec<u32>,
+    next_input: Vec<u32>,
+    produced: usize,
+    done: bool,
+    /// U8 `[vocab]`: ids already in the sequence (repetition penalty only).
+    seen: Option<Tensor>,
+    prefill: Duration,
+    prompt_len: usize,
+    decode: Duration,
+}
+
+impl TokenStream<'_> {
+    /// Prompt tokens per second of the prefill step (forward over the prompt and the first
+    /// choice); 0 before it ran.
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        rate(self.prompt_len, self.prefill)
+    }
+
+    /// Generated tokens per second after the first (one forward step and choice each).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        rate(self.produced.saturating_sub(1), self.decode)
+    }
+
+    /// The KV cache (prompt and generated positions so far).
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    fn step(&mut self) -> Result<u32> {
+        let t0 = Instant::now();
+        let logits = self.model.forward_last(&self.next_input, &mut self.cache)?;
+        let id = self.choose(&logits)?;
+        if self.produced == 0 {
+            self.prefill = t0.elapsed();
+        } else {
+            self.decode += t0.elapsed();
+        }
+        Ok(id)
+    }
+
+    /// Picks the next id on the device; reads back 4 bytes.
+    fn choose(&mut self, logits: &Tensor) -> Result<u32> {
+        let o = &self.options;
+        let mut l = logits.clone();
+        if let Some(seen) = &self.seen {
+            let p = o.repetition_penalty;
+            let penalized = l
+                .lt_scalar(0.0)?
+                .where_cond(&l.mul_scalar(p)?, &l.mul_scalar(1.0 / p)?)?;
+            l = seen.where_cond(&penalized, &l)?;
+        }
+        let chosen = if o.temperature == 0.0 {
+            l.argmax_all()?
+        } else {
+            l = l.mul_scalar(1.0 / o.temperature)?;
+            let v = l.numel();
+            if o.top_k > 0 && o.top_k < v {
+                let (vals, _) = l.topk(o.top_k, -1, true)?;
+                let kth = vals.narrow(0, o.top_k - 1, 1)?;
+                l = l.masked_fill(&l.lt(&kth)?, f32::NEG_INFINITY)?;
+            }
+            if o.top_p < 1.0 {
+                // The smallest prefix of the sorted distribution reaching top_p: a sorted entry
+                // stays when the mass before it is below top_p (the first always does).
+                let (sorted, _) = l.topk(v, -1, true)?;
+                let probs = sorted.softmax(-1)?;
+                let before = probs.cumsum(-1)?.sub(&probs)?;
+                let dropped = before.ge_scalar(o.top_p)?;
+                let kept_min = sorted.masked_fill(&dropped, f32::INFINITY)?.min_all()?;
+                l = l.masked_fill(&l.lt(&kept_min.reshape(&[1])?)?, f32::NEG_INFINITY)?;
+            }
+            // Gumbel-max: argmax(l + g), g = -log(-log u), samples softmax(l) exactly.
+            let u = Tensor::rand(&[v], l.device())?.clamp(1e-20, 1.0 - 1e-7)?;
+            let g = u.log()?.neg()?.log()?.neg()?;
+            l.add(&g)?.argmax_all()?
+        };
+        let id = chosen.to_scalar::<u32>()?;
+        if let Some(seen) = &mut self.seen {
+            let one = Tensor::ones(&[1], DType::U8, seen.device())?;
+            *seen = seen.slice_assign(0, id as usize, &one)?;
+        }
+        Ok(id)
+    }
+}
+
+fn rate(n: usize, t: Duration) -> f64 {
+    if t.is_zero() {
+        0.0
+    } else {
+        n as f64 / t.as_secs_f64()
+    }
+}
+
+impl Iterator for TokenStream<'_> {
+    type Item = Result<u32>;
+
+    fn next(&mut self) -> Option<Result<u32>> {
+        if self.done || self.produced >= self.options.max_new_tokens {
+            return None;
+        }
+        if self.cache.len() + self.next_input.len() > self.cache.capacity() {
+            // The context is full.
+            self.done = true;
+            return None;
+        }
+        match self.step() {
+            Ok(id) => {
+                self.produced += 1;
+                self.next_input = vec![id];
+                if self.eos.contains(&id) {
+                    self.done = true;
+                }
+                Some(Ok(id))
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

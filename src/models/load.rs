@@ -1,0 +1,259 @@
+//! Loading a Hugging Face model directory: `config.json` plus `model.safetensors` or a sharded
+//! `model.safetensors.index.json`, one tensor at a time onto the device.
+
+use super::config::{Architecture, ModelConfig};
+use super::model::{Block, CausalLM, Linear, Norm};
+use super::weight::Weight;
+use crate::nn::load::Checkpoint;
+use crate::{DType, Device, Error, Result, Tensor};
+use std::path::Path;
+
+/// Called while loading with (bytes of weights loaded, total bytes).
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
+
+/// Reads tensors by name from a checkpoint, converts each on the host and uploads it before
+/// reading the next, so the host holds one tensor at a time beyond the mapped files.
+struct Loader<'a> {
+    ckpt: &'a Checkpoint,
+    path: String,
+    device: &'a Device,
+    dtype: DType,
+    done: u64,
+    total: u64,
+    progress: Progress<'a>,
+}
+
+impl Loader<'_> {
+    fn host(&mut self, name: &str, dtype: DType) -> Result<Tensor> {
+        let t = self
+            .ckpt
+            .load(name, Some(dtype))?
+            .ok_or_else(|| Error::Format {
+                op: "AutoModel::load",
+                path: self.path.clone(),
+                message: format!("the checkpoint has no tensor {name:?}"),
+            })?;
+        self.done += (t.numel() * t.dtype().size_in_bytes()) as u64;
+        (self.progress)(self.done.min(self.total), self.total);
+        Ok(t)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.ckpt.shape(name).is_some()
+    }
+
+    /// An f32 vector (norm weight, bias) of `len` elements.
+    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
+        let t = self.host(name, DType::F32)?;
+        self.check(name, &t, &[len])?;
+        t.to(self.device)
+    }
+
+    /// A `[rows, cols]` matrix in the model's dtype; `transposed` files hold `[cols, rows]`
+    /// (GPT-2's Conv1D).
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize, transposed: bool) -> Result<Weight> {
+        let t = self.host(name, self.dtype)?;
+        let t = if transposed {
+            self.check(name, &t, &[cols, rows])?;
+            t.t()?.contiguous()?
+        } else {
+            self.check(name, &t, &[rows, cols])?;
+            t
+        };
+        Ok(Weight::Dense(t.to(self.device)?))
+    }
+
+    fn linear(
+        &mut self,
+        prefix: &str,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+        transposed: bool,
+    ) -> Result<Linear> {
+        let w = self.matrix(&format!("{prefix}.weight"), rows, cols, transposed)?;
+        let b = if bias {
+            Some(self.vector(&format!("{prefix}.bias"), rows)?)
+        } else {
+            None
+        };
+        Ok(Linear { w, b })
+    }
+
+    fn check(&self, name: &str, t: &Tensor, want: &[usize]) -> Result<()> {
+        if t.shape() != want {
+            return Err(Error::Format {
+                op: "AutoModel::load",
+                path: self.path.clone(),
+                message: format!(
+                    "tensor {name:?} has shape {:?}, but config.json implies {want:?}",
+                    t.shape()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoint file(s) of a model directory.
+fn checkpoint_path(dir: &Path) -> Result<std::path::PathBuf> {
+    for name in ["model.safetensors", "model.safetensors.index.json"] {
+        let p = dir.join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(Error::Io {
+        op: "AutoModel::load",
+        path: dir.display().to_string(),
+        message: "no model.safetensors or model.safetensors.index.json in this directory".into(),
+    })
+}
+
+/// Loads a Hugging Face model directory (see [`super::AutoModel::load`]).
+pub(crate) fn load_hf(
+    dir: &Path,
+    device: &Device,
+    dtype: DType,
+    progress: Progress<'_>,
+) -> Result<CausalLM> {
+    let config = ModelConfig::from_file(dir.join("config.json"))?;
+    let file = checkpoint_path(dir)?;
+    let ckpt = Checkpoint::open(&file)?;
+    let mut ld = Loader {
+        total: ckpt.data_bytes(),
+        ckpt: &ckpt,
+        path: file.display().to_string(),
+        device,
+        dtype,
+        done: 0,
+        progress,
+    };
+    let c = &config;
+    let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
+    let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    let model = match c.architecture {
+        Architecture::Llama => {
+            let embed = ld.matrix("model.embed_tokens.weight", voc, hid, false)?;
+            let mut blocks = Vec::with_capacity(c.num_layers);
+            for i in 0..c.num_layers {
+                let p = format!("model.layers.{i}");
+                let b = c.qkv_bias;
+                blocks.push(Block::Llama {
+                    attn_norm: Norm {
+                        w: ld.vector(&format!("{p}.input_layernorm.weight"), hid)?,
+                        b: None,
+                    },
+                    q: ld.linear(&format!("{p}.self_attn.q_proj"), qd, hid, b, false)?,
+                    k: ld.linear(&format!("{p}.self_attn.k_proj"), kvd, hid, b, false)?,
+                    v: ld.linear(&format!("{p}.self_attn.v_proj"), kvd, hid, b, false)?,
+                    o: ld.linear(&format!("{p}.self_attn.o_proj"), hid, qd, false, false)?,
+                    mlp_norm: Norm {
+                        w: ld.vector(&format!("{p}.post_attention_layernorm.weight"), hid)?,
+                        b: None,
+                    },
+                    gate: ld.linear(&format!("{p}.mlp.gate_proj"), inter, hid, false, false)?,
+                    up: ld.linear(&format!("{p}.mlp.up_proj"), inter, hid, false, false)?,
+                    down: ld.linear(&format!("{p}.mlp.down_proj"), hid, inter, false, false)?,
+                });
+            }
+            let final_norm = Norm {
+                w: ld.vector("model.norm.weight", hid)?,
+                b: None,
+            };
+            let lm_head = if c.tie_word_embeddings && !ld.has("lm_head.weight") {
+                None
+            } else {
+                Some(ld.matrix("lm_head.weight", voc, hid, false)?)
+            };
+            let rope = Some(rope_tables(c, device)?);
+            CausalLM {
+                config: config.clone(),
+                device: device.clone(),
+                dtype,
+                embed,
+                positions: None,
+                blocks,
+                final_norm,
+                lm_head,
+                rope,
+            }
+        }
+        Architecture::Gpt2 => {
+            // Hub checkpoints of GPT-2 name tensors with or without the `transformer.` prefix.
+            let pre = if ld.has("transformer.wte.weight") {
+                "transformer."
+            } else {
+                ""
+            };
+            let embed = ld.matrix(&format!("{pre}wte.weight"), voc, hid, false)?;
+            let pos = ld.host(&format!("{pre}wpe.weight"), DType::F32)?;
+            ld.check("wpe.weight", &pos, &[c.max_position_embeddings, hid])?;
+            let positions = Some(pos.to(device)?);
+            let mut blocks = Vec::with_capacity(c.num_layers);
+            for i in 0..c.num_layers {
+                let p = format!("{pre}h.{i}");
+                let mut norm = |n: &str| -> Result<Norm> {
+                    Ok(Norm {
+                        w: ld.vector(&format!("{p}.{n}.weight"), hid)?,
+                        b: Some(ld.vector(&format!("{p}.{n}.bias"), hid)?),
+                    })
+                };
+                let ln1 = norm("ln_1")?;
+                let ln2 = norm("ln_2")?;
+                blocks.push(Block::Gpt2 {
+                    ln1,
+                    qkv: ld.linear(&format!("{p}.attn.c_attn"), 3 * qd, hid, true, true)?,
+                    proj: ld.linear(&format!("{p}.attn.c_proj"), hid, qd, true, true)?,
+                    ln2,
+                    fc: ld.linear(&format!("{p}.mlp.c_fc"), inter, hid, true, true)?,
+                    fc_proj: ld.linear(&format!("{p}.mlp.c_proj"), hid, inter, true, true)?,
+                });
+            }
+            let final_norm = Norm {
+                w: ld.vector(&format!("{pre}ln_f.weight"), hid)?,
+                b: Some(ld.vector(&format!("{pre}ln_f.bias"), hid)?),
+            };
+            let lm_head = if ld.has("lm_head.weight") && !c.tie_word_embeddings {
+                Some(ld.matrix("lm_head.weight", voc, hid, false)?)
+            } else {
+                None
+            };
+            CausalLM {
+                config: config.clone(),
+                device: device.clone(),
+                dtype,
+                embed,
+                positions,
+                blocks,
+                final_norm,
+                lm_head,
+                rope: None,
+            }
+        }
+    };
+    Ok(model)
+}
+
+/// cos and sin of `position * inv_freq`, `[context, head_dim / 2]` each, on `device`.
+pub(crate) fn rope_tables(c: &ModelConfig, device: &Device) -> Result<(Tensor, Tensor)> {
+    let inv = c.inv_freq();
+    let half = inv.len();
+    let ctx = c.max_position_embeddings;
+    let (mut cos, mut sin) = (
+        Vec::with_capacity(ctx * half),
+        Vec::with_capacity(ctx * half),
+    );
+    for p in 0..ctx {
+        for &f in &inv {
+            // The angle rounded to f32 first, as transformers forms it.
+            let a = (p as f32 * f) as f64;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, &[ctx, half], device)?,
+        Tensor::from_vec(sin, &[ctx, half], device)?,
+    ))
+}

@@ -1,0 +1,386 @@
+//! The causal language model: embedding, decoder blocks of either family, final norm, LM head;
+//! `forward` over new positions with a KV cache.
+
+use super::cache::KvCache;
+use super::config::{Architecture, ModelConfig};
+use super::weight::Weight;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// A linear layer: weight `[out, in]` and an optional f32 bias.
+pub(crate) struct Linear {
+    pub w: Weight,
+    pub b: Option<Tensor>,
+}
+
+impl Linear {
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.w.matmul_t(x)?;
+        match &self.b {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// A norm: RMSNorm (weight only) or LayerNorm (weight and bias), f32 parameters.
+pub(crate) struct Norm {
+    pub w: Tensor,
+    pub b: Option<Tensor>,
+}
+
+/// One decoder block.
+pub(crate) enum Block {
+    /// Pre-norm attention + SwiGLU MLP.
+    Llama {
+        attn_norm: Norm,
+        q: Linear,
+        k: Linear,
+        v: Linear,
+        o: Linear,
+        mlp_norm: Norm,
+        gate: Linear,
+        up: Linear,
+        down: Linear,
+    },
+    /// Pre-norm attention (fused QKV) + GELU MLP.
+    Gpt2 {
+        ln1: Norm,
+        qkv: Linear,
+        proj: Linear,
+        ln2: Norm,
+        fc: Linear,
+        fc_proj: Linear,
+    },
+}
+
+/// A pretrained causal language model on a device (see [`super::AutoModel::load`]).
+pub struct CausalLM {
+    pub(crate) config: ModelConfig,
+    pub(crate) device: Device,
+    pub(crate) dtype: DType,
+    pub(crate) embed: Weight,
+    /// GPT-2's learned positions `[n_positions, hidden]`.
+    pub(crate) positions: Option<Tensor>,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) final_norm: Norm,
+    /// The output projection (`None`: tied to the embedding).
+    pub(crate) lm_head: Option<Weight>,
+    /// RoPE tables `[context, head_dim / 2]` (Llama family).
+    pub(crate) rope: Option<(Tensor, Tensor)>,
+}
+
+impl std::fmt::Debug for CausalLM {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.config;
+        write!(
+            f,
+            "CausalLM({}, {} layers, hidden {}, vocab {}, {} on {})",
+            c.model_type, c.num_layers, c.hidden_size, c.vocab_size, self.dtype, self.device
+        )
+    }
+}
+
+impl CausalLM {
+    /// The hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The dtype dense weights are stored in (f32 or f16).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// An empty KV cache for this model holding up to `capacity` positions (at most the
+    /// model's context length), on its device.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `capacity` exceeds the context length; allocation
+    /// errors.
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
+        let c = &self.config;
+        if capacity == 0 || capacity > c.max_position_embeddings {
+            return Err(Error::InvalidArgument {
+                op: "new_cache",
+                message: format!(
+                    "capacity must be in 1..={} (the model's context length), got {capacity}",
+                    c.max_position_embeddings
+                ),
+            });
+        }
+        KvCache::new(
+            c.num_layers,
+            capacity,
+            c.num_kv_heads,
+            c.head_dim,
+            &self.device,
+        )
+    }
+
+    /// Bytes of weights on the device.
+    pub fn size_in_bytes(&self) -> usize {
+        let lin = |l: &Linear| l.w.size_in_bytes() + l.b.as_ref().map_or(0, |b| b.numel() * 4);
+        let norm = |n: &Norm| (n.w.numel() + n.b.as_ref().map_or(0, Tensor::numel)) * 4;
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| match b {
+                Block::Llama {
+                    attn_norm,
+                    q,
+                    k,
+                    v,
+                    o,
+                    mlp_norm,
+                    gate,
+                    up,
+                    down,
+                } => {
+                    norm(attn_norm)
+                        + norm(mlp_norm)
+                        + [q, k, v, o, gate, up, down]
+                            .iter()
+                            .map(|l| lin(l))
+                            .sum::<usize>()
+                }
+                Block::Gpt2 {
+                    ln1,
+                    qkv,
+                    proj,
+                    ln2,
+                    fc,
+                    fc_proj,
+                } => {
+                    norm(ln1)
+                        + norm(ln2)
+                        + [qkv, proj, fc, fc_proj]
+                            .iter()
+                            .map(|l| lin(l))
+                            .sum::<usize>()
+                }
+            })
+            .sum();
+        self.embed.size_in_bytes()
+            + self
+                .positions
+                .as_ref()
+                .map_or(0, |p| p.numel() * p.dtype().size_in_bytes())
+            + blocks
+            + norm(&self.final_norm)
+            + self.lm_head.as_ref().map_or(0, Weight::size_in_bytes)
+    }
+
+    /// Logits `[ids.len, vocab]` (f32, on the model's device) of the positions `ids` appended
+    /// after the `cache.len()` positions the cache holds; the cache grows by `ids.len`.
+    ///
+    /// ```no_run
+    /// # fn main() -> wgtensor::Result<()> {
+    /// let model = wgtensor::models::AutoModel::load("model_dir", &wgtensor::Device::cpu(), wgtensor::DType::F32)?;
+    /// let mut cache = model.new_cache(64)?;
+    /// let logits = model.forward(&[1, 2, 3], &mut cache)?;
+    /// assert_eq!(logits.shape()[0], 3);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `ids` is empty or does not fit the cache;
+    /// [`Error::IndexOutOfRange`]-style errors for ids past the vocabulary; device errors.
+    pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        self.run(ids, cache, false)
+    }
+
+    /// Like [`CausalLM::forward`], but only the last position's logits, `[vocab]`: prefill
+    /// skips the output projection of every other position.
+    ///
+    /// # Errors
+    /// See [`CausalLM::forward`].
+    pub fn forward_last(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let n = self.config.vocab_size;
+        self.run(ids, cache, true)?.reshape(&[n])
+    }
+
+    fn run(&self, ids: &[u32], cache: &mut KvCache, last_only: bool) -> Result<Tensor> {
+        let _guard = crate::no_grad();
+        let n = ids.len();
+        if n == 0 {
+            return Err(Error::InvalidArgument {
+                op: "forward",
+                message: "no token ids".into(),
+            });
+        }
+        cache.reserve(n)?;
+        let vocab = self.config.vocab_size;
+        if let Some((i, &bad)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, id)| **id as usize >= vocab)
+        {
+            return Err(Error::InvalidArgument {
+                op: "forward",
+                message: format!("token id {bad} at index {i} is past the vocabulary of {vocab}"),
+            });
+        }
+        let start = cache.len();
+        let mut x = self.embed.rows(ids)?;
+        if let Some(p) = &self.positions {
+            x = x.add(&p.narrow(0, start, n)?.to_dtype(DType::F32)?)?;
+        }
+        let mask = if n > 1 {
+            Some(self.causal_mask(start, n)?)
+        } else {
+            None
+        };
+        for (l, block) in self.blocks.iter().enumerate() {
+            x = self.block(l, block, &x, start, cache, mask.as_ref())?;
+        }
+        cache.advance(n);
+        if last_only && n > 1 {
+            x = x.narrow(0, n - 1, 1)?;
+        }
+        let x = self.norm(&self.final_norm, &x)?;
+        self.lm_head.as_ref().unwrap_or(&self.embed).matmul_t(&x)
+    }
+
+    fn norm(&self, n: &Norm, x: &Tensor) -> Result<Tensor> {
+        let eps = self.config.norm_eps;
+        match self.config.architecture {
+            Architecture::Llama => x.rms_norm(Some(&n.w), eps),
+            Architecture::Gpt2 => x.layer_norm(Some(&n.w), n.b.as_ref(), eps),
+        }
+    }
+
+    /// `[n, start + n]`: 0 where position `start + i` may attend, -inf past it.
+    fn causal_mask(&self, start: usize, n: usize) -> Result<Tensor> {
+        let s = start + n;
+        let mut m = vec![0f32; n * s];
+        for i in 0..n {
+            m[i * s + start + i + 1..(i + 1) * s].fill(f32::NEG_INFINITY);
+        }
+        Tensor::from_vec(m, &[n, s], &self.device)
+    }
+
+    /// RoPE (the rotate-half form of transformers) of `x` `[n, heads, head_dim]` at positions
+    /// `start..start + n`.
+    fn rope(&self, x: &Tensor, start: usize) -> Result<Tensor> {
+        let Some((cos, sin)) = &self.rope else {
+            return Ok(x.clone());
+        };
+        let n = x.shape()[0];
+        let half = self.config.head_dim / 2;
+        let c = cos.narrow(0, start, n)?.unsqueeze(1)?;
+        let s = sin.narrow(0, start, n)?.unsqueeze(1)?;
+        let x1 = x.narrow(-1, 0, half)?;
+        let x2 = x.narrow(-1, half, half)?;
+        let a = x1.mul(&c)?.sub(&x2.mul(&s)?)?;
+        let b = x2.mul(&c)?.add(&x1.mul(&s)?)?;
+        Tensor::cat(&[&a, &b], -1)
+    }
+
+    /// Attention of `q` `[n, heads, hd]` over the cache of layer `l` (already holding these
+    /// positions): the fused decode kernel for one position, composed attention for several.
+    fn attend(
+        &self,
+        l: usize,
+        q: &Tensor,
+        start: usize,
+        cache: &KvCache,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (n, h, kvh, hd) = (q.shape()[0], c.num_heads, c.num_kv_heads, c.head_dim);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let len = start + n;
+        if n == 1 {
+            let out = Tensor::attention_decode(
+                &q.reshape(&[h, hd])?,
+                &cache.k[l],
+                &cache.v[l],
+                len,
+                scale,
+            )?;
+            return out.reshape(&[1, h * hd]);
+        }
+        // [len, kvh, hd] -> [h, len, hd], each key-value head repeated for its query group.
+        let heads = |t: &Tensor| -> Result<Tensor> {
+            let t = t.narrow(0, 0, len)?.permute(&[1, 0, 2])?;
+            t.unsqueeze(1)?
+                .expand(&[kvh, h / kvh, len, hd])?
+                .reshape(&[h, len, hd])
+        };
+        let (k, v) = (heads(&cache.k[l])?, heads(&cache.v[l])?);
+        let q = q.permute(&[1, 0, 2])?;
+        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, mask, false, 0.0, Some(scale))?;
+        out.permute(&[1, 0, 2])?.reshape(&[n, h * hd])
+    }
+
+    fn block(
+        &self,
+        l: usize,
+        block: &Block,
+        x: &Tensor,
+        start: usize,
+        cache: &mut KvCache,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (n, h, kvh, hd) = (x.shape()[0], c.num_heads, c.num_kv_heads, c.head_dim);
+        match block {
+            Block::Llama {
+                attn_norm,
+                q,
+                k,
+                v,
+                o,
+                mlp_norm,
+                gate,
+                up,
+                down,
+            } => {
+                let a = self.norm(attn_norm, x)?;
+                let qs = self.rope(&q.apply(&a)?.reshape(&[n, h, hd])?, start)?;
+                let ks = self.rope(&k.apply(&a)?.reshape(&[n, kvh, hd])?, start)?;
+                let vs = v.apply(&a)?.reshape(&[n, kvh, hd])?;
+                cache.write(l, &ks, &vs)?;
+                let att = self.attend(l, &qs, start, cache, mask)?;
+                let x = x.add(&o.apply(&att)?)?;
+                let m = self.norm(mlp_norm, &x)?;
+                let g = gate.apply(&m)?.silu()?.mul(&up.apply(&m)?)?;
+                x.add(&down.apply(&g)?)
+            }
+            Block::Gpt2 {
+                ln1,
+                qkv,
+                proj,
+                ln2,
+                fc,
+                fc_proj,
+            } => {
+                let a = self.norm(ln1, x)?;
+                let t = qkv.apply(&a)?;
+                let d = h * hd;
+                let qs = t.narrow(1, 0, d)?.reshape(&[n, h, hd])?;
+                let ks = t.narrow(1, d, d)?.reshape(&[n, h, hd])?;
+                let vs = t.narrow(1, 2 * d, d)?.reshape(&[n, h, hd])?;
+                cache.write(l, &ks, &vs)?;
+                let att = self.attend(l, &qs, start, cache, mask)?;
+                let x = x.add(&proj.apply(&att)?)?;
+                let m = self.norm(ln2, &x)?;
+                x.add(&fc_proj.apply(&gelu_tanh(&fc.apply(&m)?)?)?)
+            }
+        }
+    }
+}
+
+/// GELU in the tanh form of GPT-2 (`gelu_new`):
+/// `0.5 x (1 + tanh(sqrt(2 / π) (x + 0.044715 x³)))`.
+fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    let c = (2.0f32 / std::f32::consts::PI).sqrt();
+    let x3 = x.mul(x)?.mul(x)?;
+    let inner = x.add(&x3.mul_scalar(0.044715)?)?.mul_scalar(c)?;
+    x.mul(&inner.tanh()?.add_scalar(1.0)?)?.mul_scalar(0.5)
+}

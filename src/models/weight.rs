@@ -1,0 +1,76 @@
+//! A weight matrix as a model holds it: dense (f32 or f16) or, later, quantized blocks.
+
+use crate::{DType, Result, Tensor};
+
+/// A `[rows, cols]` weight matrix used as `x @ Wᵀ` (the layout of `nn.Linear`): dense in f32
+/// or f16.
+///
+/// ```
+/// use wgtensor::models::Weight;
+/// use wgtensor::{Device, Tensor};
+/// let d = Device::cpu();
+/// let w = Weight::Dense(Tensor::from_vec(vec![1f32, 0.0, 0.0, 2.0, 1.0, 1.0], &[3, 2], &d)?);
+/// let x = Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &d)?;
+/// assert_eq!(w.matmul_t(&x)?.to_vec::<f32>()?, vec![3.0, 8.0, 7.0]);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Weight {
+    /// A dense tensor, f32 or f16.
+    Dense(Tensor),
+}
+
+impl Weight {
+    /// `x @ Wᵀ` for `x` `[n, cols]` f32: `[n, rows]` f32. f16 weights multiply an f16 copy of
+    /// `x` (the activations are small; the weights are never widened).
+    ///
+    /// # Errors
+    /// Shape, dtype and device mismatches of the matmul.
+    pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Weight::Dense(w) if w.dtype() == DType::F16 => x
+                .to_dtype(DType::F16)?
+                .matmul(&w.t()?)?
+                .to_dtype(DType::F32),
+            Weight::Dense(w) => x.matmul(&w.t()?),
+        }
+    }
+
+    /// Rows `ids` of the matrix in f32 (an embedding lookup): `[ids.len, cols]`.
+    ///
+    /// # Errors
+    /// Out-of-range ids; device errors.
+    pub fn rows(&self, ids: &[u32]) -> Result<Tensor> {
+        match self {
+            Weight::Dense(w) if w.dtype() == DType::F32 => {
+                w.index_select(0, &Tensor::from_slice(ids, &[ids.len()], w.device())?)
+            }
+            // f16 tables are read row by row (narrow views, one copy), widened afterwards.
+            Weight::Dense(w) => {
+                let rows = ids
+                    .iter()
+                    .map(|&i| w.narrow(0, i as usize, 1))
+                    .collect::<Result<Vec<_>>>()?;
+                Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0)?.to_dtype(DType::F32)
+            }
+        }
+    }
+
+    /// `[rows, cols]`.
+    pub fn shape(&self) -> [usize; 2] {
+        match self {
+            Weight::Dense(w) => {
+                let s = w.shape();
+                [s[0], s.get(1).copied().unwrap_or(1)]
+            }
+        }
+    }
+
+    /// Bytes the weight occupies on its device.
+    pub fn size_in_bytes(&self) -> usize {
+        match self {
+            Weight::Dense(w) => w.numel() * w.dtype().size_in_bytes(),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Decode-time attention over a KV cache: the fused one-pass kernel (`cpu/attention_decode.rs`,
+//! `shaders/attention_decode.wgsl`) and the in-place append that fills the cache.
+
+use super::Tensor;
+use crate::cpu::attention_decode::DecodeDims;
+use crate::storage::{CpuStorage, Storage};
+use crate::{cpu, Error, Result};
+use std::sync::Arc;
+
+fn invalid(op: &'static str, message: String) -> Error {
+    Error::InvalidArgument { op, message }
+}
+
+impl Tensor {
+    /// Attention of one query position per head over the first `len` positions of a KV cache,
+    /// as ONE kernel: each head reads its keys and values once, with an online softmax, and no
+    /// score matrix is formed (flash-decoding). `q` is `[heads, head_dim]`, `k_cache` and
+    /// `v_cache` are `[capacity, kv_heads, head_dim]` (position-major, so appending a position
+    /// writes one contiguous block); `heads` must be a multiple of `kv_heads` (grouped-query
+    /// attention: query head `h` reads key-value head `h / (heads / kv_heads)`). Returns
+    /// `[heads, head_dim]`, equal within rounding to
+    /// `softmax(q kᵀ · scale) v` over positions `0..len`. f32 only; not differentiable.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let q = Tensor::randn(&[4, 8], &d)?;
+    /// let k = Tensor::randn(&[16, 2, 8], &d)?;
+    /// let v = Tensor::randn(&[16, 2, 8], &d)?;
+    /// let out = Tensor::attention_decode(&q, &k, &v, 10, 1.0 / 8f32.sqrt())?;
+    /// assert_eq!(out.shape(), &[4, 8]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when the shapes do not line up; [`Error::InvalidArgument`] when
+    /// `len` is 0 or past the capacity, `heads` is not a multiple of `kv_heads`, or
+    /// `head_dim > 256`; dtype (f32 only) and device mismatches.
+    pub fn attention_decode(
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        len: usize,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let op = "attention_decode";
+        let (&[heads, hd], &[cap, kvh, hdk]) = (q.shape(), k_cache.shape()) else {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: q.shape().to_vec(),
+                rhs: k_cache.shape().to_vec(),
+            });
+        };
+        if hd != hdk || v_cache.shape() != k_cache.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: k_cache.shape().to_vec(),
+                rhs: if hd != hdk {
+                    q.shape().to_vec()
+                } else {
+                    v_cache.shape().to_vec()
+                },
+            });
+        }
+        if len == 0 || len > cap {
+            return Err(invalid(
+                op,
+                format!("len must be in 1..={cap} (the cache's capacity), got {len}"),
+            ));
+        }
+        if kvh == 0 || heads % kvh != 0 {
+            return Err(invalid(
+                op,
+                format!("{heads} query heads are not a multiple of {kvh} key-value heads"),
+            ));
+        }
+        if hd == 0 || hd > 256 {
+            return Err(invalid(
+                op,
+                format!("head_dim must be in 1..=256, got {hd}"),
+            ));
+        }
+        for t in [k_cache, v_cache] {
+            if t.device() != q.device() {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    lhs: q.device().to_string(),
+                    rhs: t.device().to_string(),
+                });
+            }
+        }
+        for t in [q, k_cache, v_cache] {
+            t.require_f32(op)?;
+        }
+        let dims = DecodeDims {
+            heads,
+            kv_heads: kvh,
+            head_dim: hd,
+            len,
+            scale,
+        };
+        let _guard = crate::no_grad();
+        let (q, k, v) = (
+            q.contiguous()?,
+            k_cache.contiguous()?,
+            v_cache.contiguous()?,
+        );
+        let storage = match (q.storage()?, k.storage()?, v.storage()?) {
+            (Storage::Cpu(_), Storage::Cpu(_), Storage::Cpu(_)) => {
+                Storage::Cpu(CpuStorage::F32(cpu::attention_decode::attention_decode(
+                    q.cpu_f32(op)?,
+                    k.cpu_f32(op)?,
+                    v.cpu_f32(op)?,
+                    dims,
+                )))
+            }
+            (Storage::Gpu(qb), Storage::Gpu(kb), Storage::Gpu(vb)) => {
+                Storage::Gpu(qb.device.attention_decode(qb, kb, vb, dims)?)
+            }
+            _ => return Err(q.unsupported(op)),
+        };
+        Ok(q.derived(storage, &[heads, hd]))
+    }
+
+    /// Writes `src` over rows `start .. start + src.shape[0]` of dim 0 of this tensor, in
+    /// place when this handle is the only one to its storage (a KV cache owned by its model:
+    /// a decode step then copies one position, not the cache), else through a copy
+    /// ([`Tensor::slice_assign`]). Never visible to other tensors: a shared storage is copied.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn write_rows_(&mut self, start: usize, src: &Tensor) -> Result<()> {
+        let op = "write_rows";
+        let (a, b) = (self.shape(), src.shape());
+        if a.is_empty() || a.len() != b.len() || a[1..] != b[1..] {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: a.to_vec(),
+                rhs: b.to_vec(),
+            });
+        }
+        if start + b[0] > a[0] {
+            return Err(invalid(
+                op,
+                format!("rows {start}..{} run past {} rows", start + b[0], a[0]),
+            ));
+        }
+        if src.dtype() != self.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: self.dtype(),
+                rhs: src.dtype(),
+            });
+        }
+        if src.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device().to_string(),
+                rhs: src.device().to_string(),
+            });
+        }
+        let row: usize = a[1..].iter().product();
+        let (at, n) = (start * row, src.numel());
+        let _guard = crate::no_grad();
+        let src = src.contiguous()?;
+        let elem = self.dtype().size_in_bytes();
+        let plain = self.layout().is_contiguous() && self.layout().offset == 0;
+        // In place only when nothing else can observe the write: this handle owns the tensor
+        // and its storage (no view, clone or pending fused program holds it).
+        let unique = plain
+            && Arc::get_mut(&mut self.0)
+                .and_then(|inner| Arc::get_mut(&mut inner.storage))
+                .and_then(|cell| cell.get_mut())
+                .is_some();
+        let aligned = (at * elem).is_multiple_of(4) && (n * elem).is_multiple_of(4);
+        if !unique || !aligned || n == 0 {
+            if n > 0 {
+                *self = self.slice_assign(0, start, &src)?;
+            }
+            return Ok(());
+        }
+        let src_storage = src.storage()?;
+        let Some(dst) = Arc::get_mut(&mut self.0)
+            .and_then(|inner| Arc::get_mut(&mut inner.storage))
+            .and_then(|cell| cell.get_mut())
+        else {
+            return Err(invalid(
+                op,
+                "the tensor stopped being unique (a wgtensor bug)".into(),
+            ));
+        };
+        match (dst, src_storage) {
+            (Storage::Cpu(d), Storage::Cpu(s)) => {
+                let (d, s) = (d.as_bytes_mut(), s.as_bytes());
+                d[at * elem..(at + n) * elem].copy_from_slice(&s[..n * elem]);
+            }
+            (Storage::Gpu(d), Storage::Gpu(s)) => {
+                d.device
+                    .copy_into(op, s, d, (at * elem) as u64, (n * elem) as u64)?;
+            }
+            _ => return Err(invalid(op, "storage on two kinds of device".into())),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! The fused decode attention (`Tensor::attention_decode`, shaders/attention_decode.wgsl)
+//! against composed attention on the CPU, on the CPU and every adapter: edge lengths around
+//! the 64-position tile, grouped-query heads, head sizes up to 256, NaN, bad arguments.
+
+mod common;
+
+use common::{assert_close, data, devices};
+use wgtensor::{Device, Tensor};
+
+/// softmax(q kᵀ · scale) v over the first `len` cache positions, composed from plain ops on
+/// the CPU: `q` `[h, d]`, caches `[cap, kvh, d]`.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    h: usize,
+    kvh: usize,
+    d: usize,
+    cap: usize,
+    len: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let cpu = Device::cpu();
+    let q = Tensor::from_vec(q.to_vec(), &[h, 1, d], &cpu).unwrap();
+    let heads = |t: &[f32]| {
+        let t = Tensor::from_vec(t.to_vec(), &[cap, kvh, d], &cpu).unwrap();
+        t.narrow(0, 0, len)
+            .unwrap()
+            .permute(&[1, 0, 2])
+            .unwrap()
+            .unsqueeze(1)
+            .unwrap()
+            .expand(&[kvh, h / kvh, len, d])
+            .unwrap()
+            .reshape(&[h, len, d])
+            .unwrap()
+    };
+    let out = Tensor::scaled_dot_product_attention(
+        &q,
+        &heads(k),
+        &heads(v),
+        None,
+        false,
+        0.0,
+        Some(scale),
+    )
+    .unwrap();
+    out.to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn fused_decode_attention_matches_composed() {
+    let cases = [
+        // (heads, kv_heads, head_dim, capacity, len)
+        (1, 1, 1, 1, 1),
+        (4, 2, 16, 70, 1),
+        (4, 2, 16, 70, 63),
+        (4, 2, 16, 70, 64),
+        (4, 2, 16, 70, 65),
+        (6, 2, 64, 200, 129),
+        (3, 3, 256, 80, 80),
+        (2, 1, 100, 10, 7),
+        (12, 4, 64, 300, 300),
+    ];
+    for dev in devices() {
+        for (i, &(h, kvh, d, cap, len)) in cases.iter().enumerate() {
+            let q = data(h * d, 3 * i as u64 + 1, 1.0);
+            let k = data(cap * kvh * d, 3 * i as u64 + 2, 1.0);
+            let v = data(cap * kvh * d, 3 * i as u64 + 3, 1.0);
+            let scale = 1.0 / (d as f32).sqrt();
+            let want = reference(&q, &k, &v, h, kvh, d, cap, len, scale);
+            let t = |x: &[f32], s: &[usize]| Tensor::from_vec(x.to_vec(), s, &dev).unwrap();
+            let got = Tensor::attention_decode(
+                &t(&q, &[h, d]),
+                &t(&k, &[cap, kvh, d]),
+                &t(&v, &[cap, kvh, d]),
+                len,
+                scale,
+            )
+            .unwrap();
+            assert_eq!(got.shape(), &[h, d]);
+            let ctx =
+                format!("attention_decode h={h} kvh={kvh} d={d} cap={cap} len={len} on {dev}");
+            assert_close(&got.to_vec::<f32>().unwrap(), &want, 1e-5, 1e-5, &ctx);
+        }
+    }
+}
+
+/// Positions past `len` are never read: garbage (NaN) there changes nothing; a NaN inside the
+/// attended range makes the head NaN, as in composed attention.
+#[test]
+fn decode_attention_reads_only_len_positions_and_propagates_nan() {
+    for dev in devices() {
+        let (h, kvh, d, cap, len) = (2, 1, 8, 80, 70);
+        let q = data(h * d, 1, 1.0);
+        let mut k = data(cap * kvh * d, 2, 1.0);
+        let v = data(cap * kvh * d, 3, 1.0);
+        for x in &mut k[len * kvh * d..] {
+            *x = f32::NAN;
+        }
+        let t = |x: &[f32], s: &[usize]| Tensor::from_vec(x.to_vec(), s, &dev).unwrap();
+        let got = Tensor::attention_decode(
+            &t(&q, &[h, d]),
+            &t(&k, &[cap, kvh, d]),
+            &t(&v, &[cap, kvh, d]),
+            len,
+            0.3,
+        )
+        .unwrap();
+        let got = got.to_vec::<f32>().unwrap();
+        assert!(got.iter().all(|x| x.is_finite()), "{dev}: read past len");
+        k[5] = f32::NAN;
+        let got = Tensor::attention_decode(
+            &t(&q, &[h, d]),
+            &t(&k, &[cap, kvh, d]),
+            &t(&v, &[cap, kvh, d]),
+            len,
+            0.3,
+        )
+        .unwrap();
+        let got = got.to_vec::<f32>().unwrap();
+        assert!(
+            got.iter().all(|x| x.is_nan()),
+            "{dev}: NaN did not propagate: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn decode_attention_rejects_bad_arguments() {
+    let d = Device::cpu();
+    let z = |s: &[usize]| Tensor::zeros(s, wgtensor::DType::F32, &d).unwrap();
+    let (q, k) = (z(&[4, 8]), z(&[16, 2, 8]));
+    assert!(Tensor::attention_decode(&q, &k, &k, 0, 1.0).is_err());
+    assert!(Tensor::attention_decode(&q, &k, &k, 17, 1.0).is_err());
+    assert!(Tensor::attention_decode(&z(&[3, 8]), &k, &k, 4, 1.0).is_err());
+    assert!(Tensor::attention_decode(&z(&[4, 7]), &k, &k, 4, 1.0).is_err());
+    assert!(
+        Tensor::attention_decode(&z(&[2, 300]), &z(&[4, 1, 300]), &z(&[4, 1, 300]), 4, 1.0)
+            .is_err()
+    );
+    let f16 = q.to_dtype(wgtensor::DType::F16).unwrap();
+    assert!(Tensor::attention_decode(&f16, &k, &k, 4, 1.0).is_err());
+}
