@@ -69,7 +69,15 @@ fn time(row: &str, dev: &Device, filter: &str, mut round: impl FnMut() -> Result
     );
 }
 
+/// Whether any of `rows` on `dev` passes the filter (setups of filtered-out rows are skipped).
+fn wanted(rows: &[&str], dev: &Device, filter: &str) -> bool {
+    rows.iter().any(|r| format!("{r}/{dev}").contains(filter))
+}
+
 fn conv(dev: &Device, f: &str) -> Result<()> {
+    if !wanted(&["conv2d_fwd", "conv2d_fwd_wgrad"], dev, f) {
+        return Ok(());
+    }
     wgtensor::manual_seed(0);
     let x = Tensor::randn(&[8, 32, 32, 32], dev)?;
     let w = Tensor::randn(&[32, 32, 3, 3], dev)?.mul_scalar(0.05)?;
@@ -88,6 +96,9 @@ fn conv(dev: &Device, f: &str) -> Result<()> {
 }
 
 fn sdpa(dev: &Device, f: &str) -> Result<()> {
+    if !wanted(&["sdpa_causal"], dev, f) {
+        return Ok(());
+    }
     let q = Tensor::randn(&[4, 256, 64], dev)?;
     let k = Tensor::randn(&[4, 256, 64], dev)?;
     let v = Tensor::randn(&[4, 256, 64], dev)?;
@@ -101,6 +112,9 @@ fn sdpa(dev: &Device, f: &str) -> Result<()> {
 }
 
 fn rows(dev: &Device, f: &str) -> Result<()> {
+    if !wanted(&["layer_norm", "softmax"], dev, f) {
+        return Ok(());
+    }
     let x = Tensor::randn(&[4096, 1024], dev)?;
     let w = Tensor::randn(&[1024], dev)?;
     let b = Tensor::randn(&[1024], dev)?;
@@ -116,6 +130,9 @@ fn rows(dev: &Device, f: &str) -> Result<()> {
 }
 
 fn cnn(dev: &Device, f: &str) -> Result<()> {
+    if !wanted(&["cnn_digits_adam"], dev, f) {
+        return Ok(());
+    }
     wgtensor::manual_seed(0);
     let cpu = Device::cpu();
     let same = Conv2dOptions::default().padding(1);
@@ -193,6 +210,9 @@ impl Module for Gpt {
 }
 
 fn transformer(dev: &Device, f: &str) -> Result<()> {
+    if !wanted(&["char_transformer_adamw"], dev, f) {
+        return Ok(());
+    }
     wgtensor::manual_seed(0);
     let (vocab, block, dim, batch) = (65, 64, 64, 32);
     let cpu = Device::cpu();
@@ -228,6 +248,9 @@ fn transformer(dev: &Device, f: &str) -> Result<()> {
 }
 
 fn mlp(dev: &Device, f: &str) -> Result<()> {
+    if !wanted(&["mlp_adam"], dev, f) {
+        return Ok(());
+    }
     wgtensor::manual_seed(1);
     let cpu = Device::cpu();
     let mut model = Sequential::new()
