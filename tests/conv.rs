@@ -358,6 +358,42 @@ fn pooling_matches_direct_loops() {
     }
 }
 
+/// Max pooling's gradient lands on each window's first maximum (ties made common by rounding),
+/// overlapping windows adding up, on every device.
+#[test]
+fn max_pool_gradient_goes_to_the_first_maximum() {
+    let cases = [
+        ([2, 3, 7, 5], [3, 3], [2, 2], [1, 1]),
+        ([1, 2, 9, 9], [3, 2], [1, 2], [1, 0]),
+        ([4, 8, 8, 8], [2, 2], [2, 2], [0, 0]),
+    ];
+    for (xs, k, s, p) in cases {
+        let x: Vec<f32> = data(xs.iter().product(), 41, 2.0)
+            .iter()
+            .map(|v| v.round())
+            .collect();
+        let (_, ix, _, [oh, ow]) = pool_ref(&x, xs, k, s, p);
+        let gy = data(ix.len(), 42, 1.0);
+        let (hw, ohw) = (xs[2] * xs[3], oh * ow);
+        let mut want = vec![0f32; x.len()];
+        for (o, (&i, &g)) in ix.iter().zip(&gy).enumerate() {
+            want[o / ohw * hw + i as usize] += g;
+        }
+        for dev in devices() {
+            let t = Tensor::from_vec(x.clone(), &xs, &dev)
+                .unwrap()
+                .requires_grad_(true);
+            let g = Tensor::from_vec(gy.clone(), &[xs[0], xs[1], oh, ow], &dev).unwrap();
+            t.max_pool2d(k, Some(s), p)
+                .unwrap()
+                .backward_with(&g)
+                .unwrap();
+            let ctx = format!("max_pool2d gradient {xs:?} k{k:?} s{s:?} p{p:?} on {dev}");
+            assert_close(&values(&t.grad().unwrap()), &want, 1e-6, 1e-6, &ctx);
+        }
+    }
+}
+
 #[test]
 fn adaptive_avg_pool_and_nan_propagation() {
     let x = data(2 * 5 * 7, 9, 1.0);

@@ -11,6 +11,7 @@ pub(crate) mod join;
 pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod normal;
+pub(crate) mod pool;
 pub(crate) mod quant;
 pub(crate) mod quant_dot;
 pub(crate) mod reduce;

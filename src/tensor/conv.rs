@@ -566,6 +566,28 @@ impl Tensor {
         };
         let s = pool_stride(kernel, stride);
         let win = Window::new(op, [c, h, w], kernel, s, padding, [1, 1])?;
+        if x.is_cpu() && x.dtype() == DType::F32 && !half && x.numel() > 0 {
+            let geo = crate::cpu::pool::PoolGeom {
+                planes: n * c,
+                h,
+                w,
+                k: kernel,
+                s,
+                p: padding,
+                out: win.out,
+            };
+            let (values, indices) = x.max_pool2d_cpu(geo)?;
+            if want_indices && h * w > 1 << 24 {
+                return Err(invalid(
+                    "max_pool2d_with_indices",
+                    format!("planes of {h} x {w} are too large for exact indices (at most 2^24)"),
+                ));
+            }
+            let indices = want_indices
+                .then(|| restore(indices, unbatched))
+                .transpose()?;
+            return Ok((restore(values, unbatched)?, indices));
+        }
         let cols = win.windows(&x, f32::NEG_INFINITY)?;
         let arg = cols.argmax(-1, true)?;
         // A gather (not `max`): its gradient goes to one element, as PyTorch's max pooling.

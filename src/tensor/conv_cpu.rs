@@ -3,8 +3,10 @@
 
 use super::Tensor;
 use crate::cpu::conv::{self, Geom};
+use crate::cpu::pool::{self, PoolGeom};
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Result};
+use std::sync::Arc;
 
 impl Tensor {
     /// Whether `conv2d` of `self` (4-d) and `weight` runs the CPU kernel.
@@ -56,5 +58,35 @@ impl Tensor {
             None
         };
         Ok([dx, dw])
+    }
+
+    /// Max pooling of the 4-d f32 CPU `self`: the maxima (recorded for autograd) and their
+    /// plane offsets as a u32 tensor, both `[n, c, oh, ow]`.
+    pub(super) fn max_pool2d_cpu(&self, geo: PoolGeom) -> Result<(Tensor, Tensor)> {
+        let x = self.contiguous()?;
+        let (v, idx) = pool::max_pool2d(x.cpu_f32("max_pool2d")?, &geo)?;
+        let shape = [self.shape()[0], self.shape()[1], geo.out[0], geo.out[1]];
+        let values = self.derived(Storage::Cpu(CpuStorage::F32(v)), &shape);
+        let idx = Arc::new(idx);
+        let indices = Tensor::from_parts(
+            Storage::Cpu(CpuStorage::U32(idx.to_vec())),
+            &shape,
+            DType::U32,
+            self.device().clone(),
+        );
+        let values = crate::autograd::conv::max_pool2d_cpu(self, geo, idx, values);
+        Ok((values, indices))
+    }
+
+    /// The input gradient of [`Tensor::max_pool2d_cpu`] from the output gradient `g`.
+    pub(crate) fn max_pool2d_cpu_grad(
+        x: &Tensor,
+        g: &Tensor,
+        idx: &[u32],
+        geo: &PoolGeom,
+    ) -> Result<Tensor> {
+        let g = g.contiguous()?;
+        let dx = pool::max_pool2d_backward(g.cpu_f32("max_pool2d backward")?, idx, geo)?;
+        Ok(x.derived(Storage::Cpu(CpuStorage::F32(dx)), x.shape()))
     }
 }

@@ -1,0 +1,99 @@
+//! CPU max pooling in one pass: each window's maximum and its plane offset, read straight from
+//! the input (no window gather), and the backward scattering each gradient to its maximum.
+//! Planes run in parallel; each plane's sums run in a fixed order.
+
+use super::strided::{try_vec, PAR_THRESHOLD};
+use crate::Result;
+use rayon::prelude::*;
+
+/// Sizes of one max pooling over `planes` planes of `h x w` (dilation 1; padding at most half
+/// the kernel, so every window holds an input element).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolGeom {
+    pub planes: usize,
+    pub h: usize,
+    pub w: usize,
+    pub k: [usize; 2],
+    pub s: [usize; 2],
+    pub p: [usize; 2],
+    pub out: [usize; 2],
+}
+
+/// Maxima `[planes, oh, ow]` and their offsets within the plane. Windows are scanned in row
+/// order; a later element wins only when larger, or NaN over a number (PyTorch's rule, and the
+/// other devices' argmax); padding reads -inf at offset 0.
+pub(crate) fn max_pool2d(x: &[f32], geo: &PoolGeom) -> Result<(Vec<f32>, Vec<u32>)> {
+    let [oh, ow] = geo.out;
+    let (hw, ohw) = (geo.h * geo.w, oh * ow);
+    let total = geo.planes * ohw;
+    let mut vals = try_vec::<f32>("max_pool2d", total)?;
+    vals.resize(total, 0.0);
+    let mut idx = try_vec::<u32>("max_pool2d", total)?;
+    idx.resize(total, 0);
+    let plane = |(pl, (v, ix)): (usize, (&mut [f32], &mut [u32]))| {
+        let src = &x[pl * hw..(pl + 1) * hw];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut best = (f32::NEG_INFINITY, 0u32);
+                let mut first = true;
+                for i in 0..geo.k[0] {
+                    for j in 0..geo.k[1] {
+                        let y = (oy * geo.s[0] + i).checked_sub(geo.p[0]);
+                        let xx = (ox * geo.s[1] + j).checked_sub(geo.p[1]);
+                        let c = match (y, xx) {
+                            (Some(y), Some(xx)) if y < geo.h && xx < geo.w => {
+                                let at = y * geo.w + xx;
+                                (src[at], at as u32)
+                            }
+                            _ => (f32::NEG_INFINITY, 0),
+                        };
+                        let wins = match (c.0.is_nan(), best.0.is_nan()) {
+                            (true, false) => true,
+                            (false, false) => c.0 > best.0,
+                            _ => false,
+                        };
+                        if first || wins {
+                            best = c;
+                            first = false;
+                        }
+                    }
+                }
+                v[oy * ow + ox] = best.0;
+                ix[oy * ow + ox] = best.1;
+            }
+        }
+    };
+    let ohw1 = ohw.max(1);
+    if total >= PAR_THRESHOLD / 4 {
+        vals.par_chunks_mut(ohw1)
+            .zip(idx.par_chunks_mut(ohw1))
+            .enumerate()
+            .for_each(plane);
+    } else {
+        vals.chunks_mut(ohw1)
+            .zip(idx.chunks_mut(ohw1))
+            .enumerate()
+            .for_each(plane);
+    }
+    Ok((vals, idx))
+}
+
+/// The input gradient `[planes, h, w]`: each output gradient added at its maximum's offset
+/// (windows that overlap add in output order).
+pub(crate) fn max_pool2d_backward(g: &[f32], idx: &[u32], geo: &PoolGeom) -> Result<Vec<f32>> {
+    let (hw, ohw) = (geo.h * geo.w, geo.out[0] * geo.out[1]);
+    let mut dx = try_vec::<f32>("max_pool2d backward", geo.planes * hw)?;
+    dx.resize(geo.planes * hw, 0.0);
+    let plane = |(pl, d): (usize, &mut [f32])| {
+        let (gs, is) = (&g[pl * ohw..(pl + 1) * ohw], &idx[pl * ohw..(pl + 1) * ohw]);
+        for (&gv, &i) in gs.iter().zip(is) {
+            d[i as usize] += gv;
+        }
+    };
+    if dx.len() >= PAR_THRESHOLD {
+        dx.par_chunks_mut(hw.max(1)).enumerate().for_each(plane);
+    } else {
+        dx.chunks_mut(hw.max(1)).enumerate().for_each(plane);
+    }
+    Ok(dx)
+}
