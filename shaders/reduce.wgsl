@@ -4,9 +4,9 @@
 // Computes   item j = o * C + c (row o, chunk c of C chunks per row) reduces the row elements
 //            r in [c * L, min(R, (c + 1) * L)), where element (o, r) is stored at
 //            offset + sum_k idx_k(o) * out_strides[k] + r * stride_r   (idx = o unravelled over
-//            out_shape). OP (override) = op | kind << 8; op: 0 sum, 1 prod, 2 max, 3 min,
-//            4 argmax, 5 argmin, 6 sum of exp(x - aux[o]) (codes of `ReduceOp` in
-//            src/cpu/reduce.rs); kind: 0 f32, 1 i32, 2 u32. Integer sums and products wrap
+//            out_shape). OP (override) = op | kind << 8; op: one of the OP_* constants below
+//            (the codes of the reduction table, src/ops/reduce.rs; tests/shaders.rs checks
+//            they agree); kind: 0 f32, 1 i32, 2 u32. Integer sums and products wrap
 //            (the CPU twin is `cpu::typed::reduce_int`); values travel as bits throughout.
 //            A pass with C > 1 writes one partial per item; the host runs the next pass over the
 //            partials (rows of length C, contiguous) until C == 1, so no per-invocation loop is
@@ -33,6 +33,17 @@
 //                           (wid.y * nwg.x + wid.x) * 256 + lid.
 
 override OP: u32 = 0u;
+
+// The op codes of the reduction table (`ReduceOp::code`, src/ops/reduce.rs). A mean is a sum
+// divided in the last pass; OP_SUM_EXP is softmax's sum of exp(x - aux[o]).
+const OP_SUM: u32 = 0u;
+const OP_MEAN: u32 = 0u;
+const OP_PROD: u32 = 1u;
+const OP_MAX: u32 = 2u;
+const OP_MIN: u32 = 3u;
+const OP_ARGMAX: u32 = 4u;
+const OP_ARGMIN: u32 = 5u;
+const OP_SUM_EXP: u32 = 6u;
 
 @group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
@@ -88,7 +99,7 @@ fn same(b: u32, a: u32) -> bool {
 }
 
 fn is_arg() -> bool {
-    return op() == 4u || op() == 5u;
+    return op() == OP_ARGMAX || op() == OP_ARGMIN;
 }
 
 // The neutral element. The sum starts at -0.0 (-0.0 + x == x for every x, even -0.0); arg ops
@@ -97,11 +108,11 @@ fn is_arg() -> bool {
 fn identity() -> Acc {
     let k = kind();
     switch op() {
-        case 1u: { return Acc(select(1u, 0x3f800000u, k == 0u), 0u); }
-        case 2u, 4u: {
+        case OP_PROD: { return Acc(select(1u, 0x3f800000u, k == 0u), 0u); }
+        case OP_MAX, OP_ARGMAX: {
             return Acc(select(select(0xff800000u, 0x80000000u, k == 1u), 0u, k == 2u), 0xffffffffu);
         }
-        case 3u, 5u: {
+        case OP_MIN, OP_ARGMIN: {
             return Acc(select(select(0x7f800000u, 0x7fffffffu, k == 1u), 0xffffffffu, k == 2u), 0xffffffffu);
         }
         default: { return Acc(select(0u, 0x80000000u, k == 0u), 0u); }
@@ -126,23 +137,23 @@ fn arg_better(b: Acc, a: Acc, up: bool) -> bool {
 // Integer + and * wrap, and two's complement makes them the same bits for i32 and u32.
 fn combine(a: Acc, b: Acc) -> Acc {
     switch op() {
-        case 1u: {
+        case OP_PROD: {
             if (kind() != 0u) { return Acc(a.v * b.v, 0u); }
             return Acc(bitcast<u32>(bitcast<f32>(a.v) * bitcast<f32>(b.v)), 0u);
         }
-        case 2u: {
+        case OP_MAX: {
             if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(b.v, a.v))) { return a; }
             return b;
         }
-        case 3u: {
+        case OP_MIN: {
             if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(a.v, b.v))) { return a; }
             return b;
         }
-        case 4u: {
+        case OP_ARGMAX: {
             if (arg_better(b, a, true)) { return b; }
             return a;
         }
-        case 5u: {
+        case OP_ARGMIN: {
             if (arg_better(b, a, false)) { return b; }
             return a;
         }
@@ -164,7 +175,7 @@ fn load(o: u32, r: u32, base: u32) -> Acc {
     if ((params[6] & 1u) != 0u) {
         return Acc(src[2u * at], src[2u * at + 1u]);
     }
-    if (op() == 6u) {
+    if (op() == OP_SUM_EXP) {
         let d = bitcast<f32>(src[at]) - bitcast<f32>(aux[o]);
         // exp may clamp its argument on some drivers, which would turn NaN into a number.
         if (is_nan(d)) {

@@ -7,9 +7,22 @@
 mod common;
 use common::{assert_close, data, devices, gpus, values};
 use proptest::prelude::*;
+use wgtensor::testing::reduce_ops;
 use wgtensor::{DType, Device, Error, Tensor};
 
-const OPS: [&str; 7] = ["sum", "mean", "prod", "max", "min", "argmax", "argmin"];
+/// Every reduction of the table (`wgtensor::testing::reduce_ops()`), by name: a new reduction
+/// is swept by every test here (its f64 oracle goes in `value_ref`).
+fn ops() -> Vec<&'static str> {
+    reduce_ops().into_iter().map(|o| o.name()).collect()
+}
+
+#[test]
+fn the_sweep_covers_the_reductions_pytorch_users_expect() {
+    let names = ops();
+    for op in ["sum", "mean", "prod", "max", "min", "argmax", "argmin"] {
+        assert!(names.contains(&op), "{op} left the reduction table");
+    }
+}
 
 /// The rows a reduction over `dim` sees: one per output element (row-major over the other
 /// dims), each listing its elements in order along `dim`.
@@ -56,22 +69,11 @@ fn value_ref(op: &str, row: &[f32]) -> f32 {
 }
 
 fn run(t: &Tensor, op: &str, dim: Option<isize>, keepdim: bool) -> wgtensor::Result<Tensor> {
-    match (op, dim) {
-        ("sum", None) => t.sum_all(),
-        ("mean", None) => t.mean_all(),
-        ("prod", None) => t.prod_all(),
-        ("max", None) => t.max_all(),
-        ("min", None) => t.min_all(),
-        ("argmax", None) => t.argmax_all(),
-        ("argmin", None) => t.argmin_all(),
-        ("sum", Some(d)) => t.sum(d, keepdim),
-        ("mean", Some(d)) => t.mean(d, keepdim),
-        ("prod", Some(d)) => t.prod(d, keepdim),
-        ("max", Some(d)) => t.max(d, keepdim),
-        ("min", Some(d)) => t.min(d, keepdim),
-        ("argmax", Some(d)) => t.argmax(d, keepdim),
-        ("argmin", Some(d)) => t.argmin(d, keepdim),
-        _ => unreachable!("{op}"),
+    let r = reduce_ops().into_iter().find(|o| o.name() == op);
+    let r = r.unwrap_or_else(|| panic!("{op} is not in the reduction table"));
+    match dim {
+        None => r.call_all(t),
+        Some(d) => r.call(t, d, keepdim),
     }
 }
 
@@ -129,7 +131,7 @@ fn every_dim_of_4d_tensors() {
     let v = data(shape.iter().product(), 7, 2.0);
     for d in devices() {
         let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
-        for op in OPS {
+        for op in ops() {
             check(&t, &v, &shape, op, None, false);
             for dim in -4..4 {
                 for keepdim in [false, true] {
@@ -162,7 +164,7 @@ fn strided_views_reduce_like_their_copies() {
             assert!(!view.is_contiguous() || name == "narrow", "{name}");
             let v = values(&view);
             let shape = view.shape().to_vec();
-            for op in OPS {
+            for op in ops() {
                 check(&view, &v, &shape, op, None, false);
                 for dim in 0..shape.len() as isize {
                     check(&view, &v, &shape, op, Some(dim), dim % 2 == 0);
@@ -242,7 +244,7 @@ fn edge_lengths() {
         ] {
             let v = data(n, n as u64, 3.0);
             let t = Tensor::from_vec(v.clone(), &[n], &d).unwrap();
-            for op in OPS {
+            for op in ops() {
                 if op == "prod" && n > 256 {
                     continue; // overflows to inf: says nothing about the tree
                 }
@@ -277,7 +279,7 @@ fn nan_and_inf_follow_pytorch() {
     let shape = [6usize, 5];
     for d in devices() {
         let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
-        for op in OPS {
+        for op in ops() {
             check(&t, &v, &shape, op, Some(1), false);
             check(&t, &v, &shape, op, Some(0), true);
             check(&t, &v, &shape, op, None, false);
@@ -395,7 +397,7 @@ fn zero_d_tensors() {
 #[test]
 fn bad_arguments_are_typed_errors() {
     let t = Tensor::zeros(&[2, 3, 4, 5], DType::F32, &Device::cpu()).unwrap();
-    for op in OPS {
+    for op in ops() {
         for dim in [4isize, -5, 100, isize::MIN] {
             match run(&t, op, Some(dim), false) {
                 Err(Error::InvalidArgument { op: o, message }) => {
@@ -435,7 +437,7 @@ proptest! {
         let v = data(shape.iter().product(), seed, 4.0);
         let t = Tensor::from_vec(v.clone(), &shape, &Device::cpu()).unwrap();
         let len = shape[dim.rem_euclid(shape.len() as isize) as usize];
-        for op in OPS {
+        for op in ops() {
             if len == 0 && !matches!(op, "sum" | "mean" | "prod") {
                 prop_assert!(run(&t, op, Some(dim), keepdim).is_err());
             } else {
@@ -478,7 +480,7 @@ proptest! {
         let cpu = Tensor::from_vec(v.clone(), &shape, &Device::cpu()).unwrap();
         for g in common::gpus() {
             let t = cpu.to(&g).unwrap();
-            for op in OPS {
+            for op in ops() {
                 let (a, b) = (run(&t, op, Some(dim), keepdim), run(&cpu, op, Some(dim), keepdim));
                 match (a, b) {
                     (Ok(a), Ok(b)) if op.starts_with("arg") => {
@@ -507,7 +509,7 @@ fn gl_views_agree_with_cpu() {
     let long: Vec<f32> = data(n, 4, 1.0).iter().map(|x| x + 1.5).collect();
     for d in gl {
         let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
-        for op in OPS {
+        for op in ops() {
             check(&t, &v, &shape, op, None, false);
             check(&t, &v, &shape, op, Some(-3), true);
         }
@@ -582,7 +584,7 @@ fn every_reduce_variant_matches_the_reference() {
             ] {
                 let v = data(shape.iter().product(), 61, 2.0);
                 let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
-                for op in OPS {
+                for op in ops() {
                     for dim in 0..shape.len() as isize {
                         // Products of hundreds of values in [-2, 2] are denormal or zero.
                         if op == "prod" && shape[dim as usize] > 64 {
@@ -614,7 +616,7 @@ fn every_reduce_variant_matches_the_reference() {
                     v[shape[1] + 9] = 3.0;
                 }
                 let t = Tensor::from_vec(v.clone(), &shape, &d).unwrap();
-                for op in OPS.iter().filter(|&&op| op != "prod") {
+                for op in ops().into_iter().filter(|&op| op != "prod") {
                     check(&t, &v, &shape, op, Some(1), false);
                 }
             }
@@ -649,7 +651,7 @@ fn every_reduce_variant_matches_the_reference() {
             let v = data(40 * 600, 62, 2.0);
             let t = Tensor::from_vec(v, &[40, 600], &d).unwrap().t().unwrap();
             let packed = values(&t);
-            for op in OPS.iter().filter(|&&op| op != "prod") {
+            for op in ops().into_iter().filter(|&op| op != "prod") {
                 check(&t, &packed, &[600, 40], op, Some(0), true);
             }
         }

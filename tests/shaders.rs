@@ -264,3 +264,22 @@ fn gpu_modules_import_each_other_one_way() {
         "gpu/registry.rs must not use crate::device"
     );
 }
+
+/// The op codes `shaders/reduce.wgsl` names are the reduction table's (`ReduceOp::code`): the
+/// shader stays a standalone file, and this keeps its constants from drifting.
+#[test]
+fn reduce_shader_op_codes_match_the_reduction_table() {
+    let shader = include_str!("../shaders/reduce.wgsl");
+    for op in wgtensor::testing::reduce_ops() {
+        let line = format!(
+            "const OP_{}: u32 = {}u;",
+            op.name().to_uppercase(),
+            op.wgsl_code()
+        );
+        assert!(
+            shader.contains(&line),
+            "shaders/reduce.wgsl lacks `{line}` (the code of {} in src/ops/reduce.rs)",
+            op.name()
+        );
+    }
+}

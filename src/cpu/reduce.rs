@@ -30,53 +30,8 @@ const TILE: usize = 32;
 /// Elements per row folded in order before the tiles combine pairwise (as `LEAF / LANES`).
 const TILE_LEAF: usize = 256;
 
-/// The reductions. Their shader codes are the `OP` override of `shaders/reduce.wgsl`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum ReduceOp {
-    Sum,
-    Mean,
-    Prod,
-    Max,
-    Min,
-    ArgMax,
-    ArgMin,
-}
-
-impl ReduceOp {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Mean => "mean",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-            ReduceOp::ArgMax => "argmax",
-            ReduceOp::ArgMin => "argmin",
-        }
-    }
-
-    /// Whether the op returns indices (U32) rather than values.
-    pub(crate) fn is_arg(self) -> bool {
-        match self {
-            ReduceOp::ArgMax | ReduceOp::ArgMin => true,
-            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => {
-                false
-            }
-        }
-    }
-
-    /// The `OP` override of `shaders/reduce.wgsl`; a mean is a sum divided in the last pass.
-    pub(crate) fn code(self) -> u32 {
-        match self {
-            ReduceOp::Sum | ReduceOp::Mean => 0,
-            ReduceOp::Prod => 1,
-            ReduceOp::Max => 2,
-            ReduceOp::Min => 3,
-            ReduceOp::ArgMax => 4,
-            ReduceOp::ArgMin => 5,
-        }
-    }
-}
+// The reduction table (`src/ops/reduce.rs`) declares the ops and their shader codes.
+pub(crate) use crate::ops::ReduceOp;
 
 /// `OP` of `shaders/reduce.wgsl` for softmax's `Σ exp(x - rowmax)`.
 pub(crate) const SUM_EXP_CODE: u32 = 6;

@@ -18,9 +18,11 @@ use crate::{Result, Tensor};
 
 mod compare;
 mod host;
+mod reduce;
 pub(crate) mod testing;
 pub(crate) use compare::CmpOp;
 pub(crate) use host::*;
+pub(crate) use reduce::{Empty, ReduceOp};
 
 /// The scalar functions of one unary op, as types so that CPU loops monomorphise per op.
 pub(crate) trait UnaryFn {

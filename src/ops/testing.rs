@@ -3,7 +3,9 @@
 //! sweeps iterate the tables instead of hand-kept lists and a new op is swept without editing
 //! the tests.
 
-use super::{BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, UnaryFn, UnaryOp, UnaryVisitor};
+use super::{
+    BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, ReduceOp, UnaryFn, UnaryOp, UnaryVisitor,
+};
 use crate::{Result, Tensor};
 
 /// One unary op of the table (`src/ops/mod.rs`).
@@ -32,6 +34,58 @@ pub struct BinaryOpInfo(BinaryOp);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CompareOpInfo(CmpOp);
+
+/// One reduction of the table (`src/ops/reduce.rs`), with its whole-tensor form.
+///
+/// ```
+/// let ops = wgtensor::testing::reduce_ops();
+/// let sum = ops.iter().find(|o| o.name() == "sum").unwrap();
+/// assert_eq!((sum.all_name(), sum.is_arg()), ("sum_all", false));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReduceOpInfo(ReduceOp);
+
+/// Every reduction, in table order.
+pub fn reduce_ops() -> Vec<ReduceOpInfo> {
+    ReduceOp::ALL.iter().map(|&o| ReduceOpInfo(o)).collect()
+}
+
+impl ReduceOpInfo {
+    /// The per-dim method's name (`"sum"`), as errors report it.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The whole-tensor method's name (`"sum_all"`).
+    pub fn all_name(self) -> &'static str {
+        self.0.all_name()
+    }
+
+    /// Whether it returns U32 indices rather than values.
+    pub fn is_arg(self) -> bool {
+        self.0.is_arg()
+    }
+
+    /// Whether i32 / u32 tensors reduce (wrapping in their dtype).
+    pub fn ints(self) -> bool {
+        self.0.ints()
+    }
+
+    /// The op code `shaders/reduce.wgsl` names `OP_<NAME>`.
+    pub fn wgsl_code(self) -> u32 {
+        self.0.code()
+    }
+
+    /// The reduction over `dim` (`t.sum(dim, keepdim)`).
+    pub fn call(self, t: &Tensor, dim: isize, keepdim: bool) -> Result<Tensor> {
+        t.reduce_tracked(self.0, Some(dim), keepdim)
+    }
+
+    /// The reduction of every element (`t.sum_all()`).
+    pub fn call_all(self, t: &Tensor) -> Result<Tensor> {
+        t.reduce_tracked(self.0, None, false)
+    }
+}
 
 /// Every unary elementwise op, in table order.
 pub fn unary_ops() -> Vec<UnaryOpInfo> {

@@ -1,4 +1,5 @@
-//! Reductions: validate, then dispatch to `cpu/reduce.rs` or `gpu/reduce.rs`.
+//! Reductions (their methods come from the table in `src/ops/reduce.rs`): validate, then
+//! dispatch to `cpu/reduce.rs` or `gpu/reduce.rs`.
 //!
 //! The API follows PyTorch with one method per form: `sum_all()` reduces every element to a
 //! 0-d tensor (`torch.sum(t)`), `sum(dim, keepdim)` reduces one dim (`t.sum(dim, keepdim)`;
@@ -8,9 +9,10 @@
 
 use super::chunked::{blocks_needed, map_dim0_blocks};
 use super::Tensor;
-use crate::autograd::reduce::{self as autograd, Reduction};
-use crate::cpu::reduce::{ReduceOp, Rows};
+use crate::autograd::reduce as autograd;
+use crate::cpu::reduce::Rows;
 use crate::gpu::GpuDevice;
+use crate::ops::{Empty, ReduceOp};
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
@@ -112,7 +114,7 @@ impl Tensor {
             // Accumulates in f32 (a convert kernel each way); values come back as f16.
             DType::F16 => return self.via_f32(true, |t| t.reduce_op(op, dim, keepdim)),
             // Integer sums and products wrap in the same dtype (there is no i64).
-            DType::I32 | DType::U32 if op != ReduceOp::Mean => {}
+            DType::I32 | DType::U32 if op.ints() => {}
             _ => return Err(self.unsupported(name)),
         }
         if let Some(g) = blocks_needed(&[self], 0) {
@@ -152,11 +154,11 @@ impl Tensor {
             self.dtype()
         };
         if rows.len == 0 {
-            return match op {
-                ReduceOp::Sum => Tensor::zeros(&out_shape, dtype, self.device()),
-                ReduceOp::Prod => Tensor::ones(&out_shape, dtype, self.device()),
-                ReduceOp::Mean => Tensor::full(&out_shape, f64::NAN, dtype, self.device()),
-                ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin => {
+            return match op.empty() {
+                Empty::Zeros => Tensor::zeros(&out_shape, dtype, self.device()),
+                Empty::Ones => Tensor::ones(&out_shape, dtype, self.device()),
+                Empty::Nan => Tensor::full(&out_shape, f64::NAN, dtype, self.device()),
+                Empty::Undefined => {
                     let what = match dim {
                         Some(d) => format!("dim {d} of shape {:?} has size 0", self.shape()),
                         None => format!("the tensor of shape {:?} is empty", self.shape()),
@@ -206,257 +208,18 @@ impl Tensor {
         ))
     }
 
-    /// Sum of every element, as a 0-d tensor (`torch.sum(t)`). Pairwise on the CPU and a fixed
-    /// tree on the GPU: accurate, and bit-identical from run to run on one device. NaN
-    /// propagates; an empty tensor sums to 0.
-    ///
-    /// # Errors
-    /// [`Error::UnsupportedDType`] for u8 tensors (and `mean` of integers); GPU errors.
-    /// f16 sums accumulate in f32 and round once; i32 / u32 sums wrap in their dtype.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
-    /// let s = t.sum_all()?;
-    /// assert_eq!(s.shape(), &[] as &[usize]);
-    /// assert_eq!(s.to_scalar::<f32>()?, 10.0);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn sum_all(&self) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Sum, None, false)?;
-        Ok(autograd::reduce(Reduction::Sum, self, None, false, out))
-    }
-
-    /// Sum over `dim` (`-1` is the last); `keepdim` keeps it with size 1 (`t.sum(dim, keepdim)`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range; [`Error::UnsupportedDType`].
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], &Device::cpu())?;
-    /// assert_eq!(t.sum(0, false)?.to_vec::<f32>()?, vec![5.0, 7.0, 9.0]);
-    /// assert_eq!(t.sum(-1, true)?.shape(), &[2, 1]);
-    /// assert!(t.sum(2, false).is_err());
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn sum(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Sum, Some(dim), keepdim)?;
-        Ok(autograd::reduce(
-            Reduction::Sum,
-            self,
-            Some(dim),
-            keepdim,
-            out,
-        ))
-    }
-
-    /// Mean of every element as a 0-d tensor; NaN for an empty tensor (as PyTorch).
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 6.0], &[4], &Device::cpu())?;
-    /// assert_eq!(t.mean_all()?.to_scalar::<f32>()?, 3.0);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn mean_all(&self) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Mean, None, false)?;
-        Ok(autograd::reduce(Reduction::Mean, self, None, false, out))
-    }
-
-    /// Mean over `dim` (the sum divided by the dim's size).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.mean(1, false)?.to_vec::<f32>()?, vec![1.5, 3.5]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn mean(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Mean, Some(dim), keepdim)?;
-        Ok(autograd::reduce(
-            Reduction::Mean,
-            self,
-            Some(dim),
-            keepdim,
-            out,
-        ))
-    }
-
-    /// Product of every element as a 0-d tensor; 1 for an empty tensor.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[4], &Device::cpu())?;
-    /// assert_eq!(t.prod_all()?.to_scalar::<f32>()?, 24.0);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn prod_all(&self) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Prod, None, false)?;
-        Ok(autograd::reduce(Reduction::Prod, self, None, false, out))
-    }
-
-    /// Product over `dim`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.prod(0, false)?.to_vec::<f32>()?, vec![3.0, 8.0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn prod(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Prod, Some(dim), keepdim)?;
-        Ok(autograd::reduce(
-            Reduction::Prod,
-            self,
-            Some(dim),
-            keepdim,
-            out,
-        ))
-    }
-
-    /// Largest element as a 0-d tensor (`torch.max(t)`); NaN if any element is NaN.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty tensor (PyTorch raises too).
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 7.0, -3.0], &[3], &Device::cpu())?;
-    /// assert_eq!(t.max_all()?.to_scalar::<f32>()?, 7.0);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn max_all(&self) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Max, None, false)?;
-        Ok(autograd::reduce(Reduction::Max, self, None, false, out))
-    }
-
-    /// Largest value over `dim` (PyTorch's `amax`; [`Tensor::argmax`] gives the positions).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range or has size 0.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 9.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.max(-1, false)?.to_vec::<f32>()?, vec![9.0, 4.0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn max(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Max, Some(dim), keepdim)?;
-        Ok(autograd::reduce(
-            Reduction::Max,
-            self,
-            Some(dim),
-            keepdim,
-            out,
-        ))
-    }
-
-    /// Smallest element as a 0-d tensor; NaN if any element is NaN.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty tensor.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 7.0, -3.0], &[3], &Device::cpu())?;
-    /// assert_eq!(t.min_all()?.to_scalar::<f32>()?, -3.0);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn min_all(&self) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Min, None, false)?;
-        Ok(autograd::reduce(Reduction::Min, self, None, false, out))
-    }
-
-    /// Smallest value over `dim` (PyTorch's `amin`).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range or has size 0.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 9.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.min(0, true)?.to_vec::<f32>()?, vec![1.0, 4.0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn min(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        let out = self.reduce_op(ReduceOp::Min, Some(dim), keepdim)?;
-        Ok(autograd::reduce(
-            Reduction::Min,
-            self,
-            Some(dim),
-            keepdim,
-            out,
-        ))
-    }
-
-    /// Flat row-major index of the largest element, as a 0-d [`DType::U32`] tensor. Ties give
-    /// the first index; NaN counts as the largest value (the first NaN wins), as in PyTorch.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty tensor.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 7.0, 7.0, 3.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.argmax_all()?.to_scalar::<u32>()?, 1);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn argmax_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::ArgMax, None, false)
-    }
-
-    /// Index of the largest value along `dim`, as [`DType::U32`] (ties: first; NaN: first NaN).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range or has size 0.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 9.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.argmax(1, false)?.to_vec::<u32>()?, vec![1, 1]);
-    /// assert_eq!(t.argmax(0, false)?.to_vec::<u32>()?, vec![1, 0]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn argmax(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::ArgMax, Some(dim), keepdim)
-    }
-
-    /// Flat row-major index of the smallest element (0-d [`DType::U32`]); ties give the first
-    /// index, and NaN counts as the smallest value, as in PyTorch.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for an empty tensor.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![4f32, 1.0, 1.0], &[3], &Device::cpu())?;
-    /// assert_eq!(t.argmin_all()?.to_scalar::<u32>()?, 1);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn argmin_all(&self) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::ArgMin, None, false)
-    }
-
-    /// Index of the smallest value along `dim`, as [`DType::U32`].
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `dim` is out of range or has size 0.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1f32, 9.0, 3.0, 0.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.argmin(-1, true)?.to_vec::<u32>()?, vec![0, 1]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn argmin(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
-        self.reduce_op(ReduceOp::ArgMin, Some(dim), keepdim)
+    /// The methods of the reduction table (`src/ops/reduce.rs`) land here: the reduction,
+    /// recorded for autograd when the op has a gradient.
+    pub(crate) fn reduce_tracked(
+        &self,
+        op: ReduceOp,
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> Result<Tensor> {
+        let out = self.reduce_op(op, dim, keepdim)?;
+        Ok(match op.grad() {
+            Some(kind) => autograd::reduce(kind, self, dim, keepdim, out),
+            None => out,
+        })
     }
 }
