@@ -9,6 +9,9 @@
 //!   bandwidth the kernel reaches.
 //! - `cpu_prefill/<kind>/<m>`: `m` activation rows against 2048x768 (elements = 2·m·rows·cols
 //!   flops, so Gelem/s reads as GFLOP/s).
+//! - `cpu_decode_weights/<kind>`: every matrix-vector product of one decode step of that
+//!   Llama (12 layers of q, k, v, o, gate, up, down, and the 32,000-row output head: 100 M
+//!   weights), in bytes of weights read: the ceiling the matmuls put on decode tok/s.
 //! - `gpu_matvec/<adapter>/<kind>/<rows>x<cols>`: the same on every adapter, the wait for the
 //!   result (a 4-byte-per-row readback) inside the timed region.
 //!
@@ -53,6 +56,62 @@ fn cpu_matvec(c: &mut Criterion) {
             b.iter(|| x.matmul(&wt).unwrap())
         });
     }
+}
+
+/// The weight shapes of one decode step of the 125 M Llama, with their repeat counts.
+const LLAMA_125M: [([usize; 2], usize); 5] = [
+    ([768, 768], 24),  // q and o
+    ([256, 768], 24),  // k and v (4 of 12 heads)
+    ([2048, 768], 24), // gate and up
+    ([768, 2048], 12), // down
+    ([32000, 768], 1), // output head
+];
+
+fn cpu_decode_weights(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cpu_decode_weights");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(4));
+    let cpu = Device::cpu();
+    // One matrix per shape and repeat, as a model holds them (no cache reuse across layers).
+    let dense: Vec<Tensor> = LLAMA_125M
+        .iter()
+        .flat_map(|&([r, c], n)| (0..n).map(move |_| (r, c)))
+        .map(|(r, c)| weights(r, c, &cpu))
+        .collect();
+    let xs: Vec<Tensor> = dense
+        .iter()
+        .map(|w| Tensor::randn(&[1, w.shape()[1]], &cpu).unwrap())
+        .collect();
+    for (kind, q) in [("q8_0", QType::Q8_0), ("q4_0", QType::Q4_0)] {
+        let qs: Vec<QTensor> = dense
+            .iter()
+            .map(|w| QTensor::quantize(w, q).unwrap())
+            .collect();
+        let bytes: usize = qs.iter().map(QTensor::size_in_bytes).sum();
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function(kind, |b| {
+            b.iter(|| {
+                for (w, x) in qs.iter().zip(&xs) {
+                    w.matmul_t(x).unwrap();
+                }
+            })
+        });
+    }
+    let wts: Vec<Tensor> = dense
+        .iter()
+        .map(|w| w.t().unwrap().contiguous().unwrap())
+        .collect();
+    drop(dense);
+    let bytes: usize = wts.iter().map(|w| w.numel() * 4).sum();
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.bench_function("f32", |b| {
+        b.iter(|| {
+            for (w, x) in wts.iter().zip(&xs) {
+                x.matmul(w).unwrap();
+            }
+        })
+    });
 }
 
 fn cpu_prefill(c: &mut Criterion) {
@@ -110,5 +169,11 @@ fn gpu_matvec(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, cpu_matvec, cpu_prefill, gpu_matvec);
+criterion_group!(
+    benches,
+    cpu_matvec,
+    cpu_decode_weights,
+    cpu_prefill,
+    gpu_matvec
+);
 criterion_main!(benches);

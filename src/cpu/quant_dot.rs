@@ -96,6 +96,25 @@ mod avx2 {
     use half::f16;
     use std::arch::x86_64::*;
 
+    /// Up to 8 f16 scales to f32 in one F16C conversion. Converting one scale at a time
+    /// compiled to a `vpinsrw` merging into whatever register was free (an accumulator),
+    /// chaining every block's scale on the previous block's sum: 15 cycles a block, not 5.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn scales8(s: &[f16]) -> [f32; 8] {
+        let mut h = [0u16; 8];
+        for (d, v) in h.iter_mut().zip(s) {
+            *d = v.to_bits();
+        }
+        let mut out = [0f32; 8];
+        // SAFETY: `h` is 16 bytes (one __m128i), `out` 32 bytes (one __m256).
+        unsafe {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
+            _mm256_storeu_ps(out.as_mut_ptr(), v);
+        }
+        out
+    }
+
     /// AVX2 twin of `dot_int_scalar` for `ROWS` activation rows at once (the weight block is
     /// loaded and unpacked once for all of them).
     ///
@@ -115,7 +134,11 @@ mod avx2 {
         let ones = _mm256_set1_epi16(1);
         let low = _mm_set1_epi8(0xF);
         let eight = _mm256_set1_epi8(8);
+        let mut sc = [0f32; 8];
         for b in 0..nb {
+            if b % 8 == 0 {
+                sc = scales8(&ws[b..nb.min(b + 8)]);
+            }
             // SAFETY (whole block): b < nb, so every load below stays inside the block's body
             // (32 or 16 bytes at b * body) and activation row (32 bytes at 32 * (i * nb + b)).
             let w = unsafe {
@@ -129,7 +152,7 @@ mod avx2 {
                 }
             };
             let aw = _mm256_sign_epi8(w, w);
-            let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(ws[b].to_bits() as i32)));
+            let dw = sc[b % 8];
             for i in 0..ROWS {
                 let x = unsafe {
                     _mm256_loadu_si256(xq.as_ptr().add(32 * (i * nb + b)) as *const __m256i)
@@ -177,7 +200,13 @@ mod avx2_rows {
         let ones = _mm256_set1_epi16(1);
         let low = _mm_set1_epi8(0xF);
         let eight = _mm256_set1_epi8(8);
+        let mut sc = [[0f32; 8]; W];
         for b in 0..nb {
+            if b % 8 == 0 {
+                for k in 0..W {
+                    sc[k] = super::avx2::scales8(&ws[k][b..nb.min(b + 8)]);
+                }
+            }
             // SAFETY (whole block): b < nb, so the loads stay inside block b of each weight
             // row's body (32 or 16 bytes) and of the activation row (32 bytes).
             let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(32 * b) as *const __m256i) };
@@ -196,7 +225,7 @@ mod avx2_rows {
                 let aw = _mm256_sign_epi8(w, w);
                 let sx = _mm256_sign_epi8(x, w);
                 let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-                let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(ws[k][b].to_bits() as i32)));
+                let dw = sc[k][b % 8];
                 let d = _mm256_set1_ps(dw * dx);
                 acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[k]);
             }
