@@ -172,13 +172,11 @@ def llama_gguf(m, cfg, tok, ids):
         rs = cfg.rope_parameters  # transformers 5 keeps rope_theta and rope_scaling here
         w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
         w.add_file_type(int({Q.F32: 0, Q.Q8_0: 7, Q.Q4_0: 2}[qt]))
-        # llama.cpp stores llama3 rope scaling as a precomputed rope_freqs tensor; the metadata below
-        # lets a reader recompute it instead.
-        w.add_float32("llama.rope.scaling.factor", rs["factor"])
-        w.add_float32("llama.rope.scaling.low_freq_factor", rs["low_freq_factor"])
-        w.add_float32("llama.rope.scaling.high_freq_factor", rs["high_freq_factor"])
-        w.add_uint32("llama.rope.scaling.original_context_length", rs["original_max_position_embeddings"])
-        w.add_string("llama.rope.scaling.kind", "llama3")
+        # llama.cpp stores Llama 3's rope scaling as a rope_freqs tensor: one divisor per frequency.
+        hd = cfg.hidden_size // cfg.num_attention_heads
+        base = 1.0 / (rs["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        scaled = m.model.rotary_emb.inv_freq.float()
+        w.add_tensor("rope_freqs.weight", (base / scaled).numpy().astype(np.float32))
         w.add_bos_token_id(1); w.add_eos_token_id(2)
         deq = {}
         for hf, a in sd.items():

@@ -16,7 +16,7 @@ pub enum Architecture {
 }
 
 /// RoPE frequency scaling (`rope_scaling` in `config.json`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RopeScaling {
     /// Llama 3's: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
     Llama3 {
@@ -27,6 +27,9 @@ pub enum RopeScaling {
     },
     /// Every frequency divided by `factor` (position interpolation).
     Linear { factor: f32 },
+    /// Frequency `i` divided by `factors[i]` (llama.cpp's `rope_freqs.weight`, how GGUF files
+    /// carry Llama 3's scaling).
+    Factors(Vec<f32>),
 }
 
 /// The hyper-parameters of a model, read from `config.json` (or a GGUF file's metadata).
@@ -258,10 +261,11 @@ impl ModelConfig {
         let base: Vec<f32> = (0..self.head_dim / 2)
             .map(|i| 1.0 / self.rope_theta.powf((2 * i) as f32 / dim))
             .collect();
-        match self.rope_scaling {
+        match &self.rope_scaling {
             None => base,
+            Some(RopeScaling::Factors(f)) => base.iter().zip(f).map(|(b, f)| b / f).collect(),
             Some(RopeScaling::Linear { factor }) => base.iter().map(|&f| f / factor).collect(),
-            Some(RopeScaling::Llama3 {
+            &Some(RopeScaling::Llama3 {
                 factor,
                 low_freq_factor: low,
                 high_freq_factor: high,

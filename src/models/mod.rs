@@ -11,6 +11,7 @@ mod cache;
 mod config;
 mod generate;
 pub mod gguf;
+mod gguf_load;
 mod load;
 mod model;
 mod tokenizer;
@@ -32,8 +33,10 @@ pub struct AutoModel;
 
 impl AutoModel {
     /// Loads a model directory (`config.json` + `model.safetensors` or
-    /// `model.safetensors.index.json`) onto `device`, dense weights in `dtype` (F32 or F16;
-    /// norms and biases stay f32). The files are memory-mapped and read one tensor at a time.
+    /// `model.safetensors.index.json`) or a llama.cpp `.gguf` file (architectures `llama` and
+    /// `qwen2`) onto `device`, dense weights in `dtype` (F32 or F16; norms and biases stay f32;
+    /// quantized GGUF matrices stay quantized). The files are memory-mapped and read one tensor
+    /// at a time.
     ///
     /// ```no_run
     /// use wgtensor::models::AutoModel;
@@ -71,11 +74,19 @@ impl AutoModel {
         if path.is_dir() {
             return load::load_hf(path, device, dtype, progress);
         }
+        if path.is_file()
+            && path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
+            return gguf_load::load_gguf(path, device, dtype, progress);
+        }
         Err(Error::Io {
             op: "AutoModel::load",
             path: path.display().to_string(),
             message: if path.exists() {
-                "not a model directory (config.json + model.safetensors)".into()
+                "neither a model directory (config.json + model.safetensors) nor a .gguf file"
+                    .into()
             } else {
                 "no such file or directory".into()
             },

@@ -1,9 +1,9 @@
 //! A weight matrix as a model holds it: dense (f32 or f16) or, later, quantized blocks.
 
-use crate::{DType, Result, Tensor};
+use crate::{DType, QTensor, Result, Tensor};
 
 /// A `[rows, cols]` weight matrix used as `x @ Wᵀ` (the layout of `nn.Linear`): dense in f32
-/// or f16.
+/// or f16, or ggml blocks that stay quantized ([`QTensor`]).
 ///
 /// ```
 /// use wgtensor::models::Weight;
@@ -19,6 +19,8 @@ use crate::{DType, Result, Tensor};
 pub enum Weight {
     /// A dense tensor, f32 or f16.
     Dense(Tensor),
+    /// Block-quantized (Q8_0, Q4_0, Q4_K, Q6_K), dequantized inside the matmul.
+    Quantized(QTensor),
 }
 
 impl Weight {
@@ -34,6 +36,7 @@ impl Weight {
                 .matmul(&w.t()?)?
                 .to_dtype(DType::F32),
             Weight::Dense(w) => x.matmul(&w.t()?),
+            Weight::Quantized(q) => q.matmul_t(x),
         }
     }
 
@@ -54,6 +57,9 @@ impl Weight {
                     .collect::<Result<Vec<_>>>()?;
                 Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0)?.to_dtype(DType::F32)
             }
+            Weight::Quantized(q) => {
+                q.gather_rows(&Tensor::from_slice(ids, &[ids.len()], &q.device())?)
+            }
         }
     }
 
@@ -64,6 +70,7 @@ impl Weight {
                 let s = w.shape();
                 [s[0], s.get(1).copied().unwrap_or(1)]
             }
+            Weight::Quantized(q) => q.shape(),
         }
     }
 
@@ -71,6 +78,7 @@ impl Weight {
     pub fn size_in_bytes(&self) -> usize {
         match self {
             Weight::Dense(w) => w.numel() * w.dtype().size_in_bytes(),
+            Weight::Quantized(q) => q.size_in_bytes(),
         }
     }
 }

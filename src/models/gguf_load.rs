@@ -1,0 +1,250 @@
+//! Loading a llama.cpp GGUF file (architectures `llama` and `qwen2`): hyper-parameters from its
+//! metadata, llama.cpp's tensor names, q/k rows un-permuted, quantized matrices kept quantized.
+
+use super::config::{Architecture, ModelConfig, RopeScaling};
+use super::gguf::{GgufFile, GgufTensor};
+use super::load::{rope_tables, Progress};
+use super::model::{Block, CausalLM, Linear, Norm};
+use super::weight::Weight;
+use crate::{DType, Device, Error, Result, Tensor};
+use std::path::Path;
+
+struct Loader<'a> {
+    file: &'a GgufFile,
+    device: &'a Device,
+    dtype: DType,
+    done: u64,
+    total: u64,
+    progress: Progress<'a>,
+}
+
+impl Loader<'_> {
+    fn format(&self, message: String) -> Error {
+        Error::Format {
+            op: "AutoModel::load",
+            path: self.file.path().to_string(),
+            message,
+        }
+    }
+
+    fn tensor(&mut self, name: &str, dtype: DType, unpermute: Option<usize>) -> Result<GgufTensor> {
+        let info = self
+            .file
+            .tensor_info(name)
+            .ok_or_else(|| self.format(format!("no tensor {name:?}")))?;
+        self.done += info.size_in_bytes() as u64;
+        let t = match unpermute {
+            Some(heads) => self.file.load_unpermuted(name, self.device, dtype, heads)?,
+            None => self.file.load(name, self.device, dtype)?,
+        };
+        (self.progress)(self.done.min(self.total), self.total);
+        Ok(t)
+    }
+
+    fn check(&self, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+        if got != want {
+            return Err(self.format(format!(
+                "tensor {name:?} has shape {got:?}, but the metadata implies {want:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
+        match self.tensor(name, DType::F32, None)? {
+            GgufTensor::Dense(t) => {
+                self.check(name, t.shape(), &[len])?;
+                Ok(t)
+            }
+            GgufTensor::Quantized(q) => q.dequantize()?.reshape(&[len]),
+        }
+    }
+
+    fn matrix(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        unpermute: Option<usize>,
+    ) -> Result<Weight> {
+        let t = self.tensor(name, self.dtype, unpermute)?;
+        self.check(name, &t.shape(), &[rows, cols])?;
+        Ok(match t {
+            GgufTensor::Dense(t) => Weight::Dense(t),
+            GgufTensor::Quantized(q) => Weight::Quantized(q),
+        })
+    }
+
+    fn linear(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+        unpermute: Option<usize>,
+    ) -> Result<Linear> {
+        let w = self.matrix(&format!("{name}.weight"), rows, cols, unpermute)?;
+        let b = if bias {
+            let b = self.tensor(&format!("{name}.bias"), DType::F32, unpermute)?;
+            match b {
+                GgufTensor::Dense(t) => Some(t),
+                GgufTensor::Quantized(q) => Some(q.dequantize()?.reshape(&[rows])?),
+            }
+        } else {
+            None
+        };
+        Ok(Linear { w, b })
+    }
+}
+
+/// The hyper-parameters of a llama.cpp file.
+fn config(file: &GgufFile) -> Result<ModelConfig> {
+    let fmt = |message: String| Error::Format {
+        op: "AutoModel::load",
+        path: file.path().to_string(),
+        message,
+    };
+    let arch = file
+        .architecture()
+        .ok_or_else(|| fmt("no general.architecture in the metadata".into()))?
+        .to_string();
+    if !matches!(arch.as_str(), "llama" | "qwen2") {
+        return Err(fmt(format!(
+            "unknown architecture general.architecture = {arch:?}; wgtensor runs GGUF files of \
+             llama (Llama, Mistral) and qwen2"
+        )));
+    }
+    let md = file.metadata();
+    let int = |k: &str| {
+        md.get(&format!("{arch}.{k}"))
+            .and_then(|v| v.as_u64())
+            .map(|x| x as usize)
+    };
+    let need = |k: &str| int(k).ok_or_else(|| fmt(format!("no {arch}.{k} in the metadata")));
+    let float = |k: &str, d: f64| {
+        md.get(&format!("{arch}.{k}"))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(d) as f32
+    };
+    let hidden = need("embedding_length")?;
+    let heads = need("attention.head_count")?;
+    let kv_heads = int("attention.head_count_kv").unwrap_or(heads);
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(fmt(format!(
+            "{heads} heads are not a multiple of {kv_heads} key-value heads"
+        )));
+    }
+    let vocab = file
+        .tensor_info("token_embd.weight")
+        .map(|i| i.shape()[0])
+        .ok_or_else(|| fmt("no tensor \"token_embd.weight\"".into()))?;
+    let id = |k: &str| md.get(k).and_then(|v| v.as_u64()).map(|x| x as u32);
+    let head_dim = int("attention.key_length").unwrap_or(hidden / heads);
+    let c = ModelConfig {
+        architecture: Architecture::Llama,
+        model_type: arch.clone(),
+        vocab_size: vocab,
+        hidden_size: hidden,
+        intermediate_size: need("feed_forward_length")?,
+        num_layers: need("block_count")?,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        max_position_embeddings: need("context_length")?,
+        norm_eps: float("attention.layer_norm_rms_epsilon", 1e-5),
+        rope_theta: float("rope.freq_base", 10000.0),
+        rope_scaling: None,
+        tie_word_embeddings: file.tensor_info("output.weight").is_none(),
+        qkv_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
+        bos_token_id: id("tokenizer.ggml.bos_token_id"),
+        eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
+    };
+    c.validate(file.path())?;
+    Ok(c)
+}
+
+/// Loads a GGUF file (see [`super::AutoModel::load`]).
+pub(crate) fn load_gguf(
+    path: &Path,
+    device: &Device,
+    dtype: DType,
+    progress: Progress<'_>,
+) -> Result<CausalLM> {
+    let file = GgufFile::open(path)?;
+    let mut config = config(&file)?;
+    let total = file
+        .tensor_infos()
+        .iter()
+        .map(|i| i.size_in_bytes() as u64)
+        .sum();
+    let mut ld = Loader {
+        file: &file,
+        device,
+        dtype,
+        done: 0,
+        total,
+        progress,
+    };
+    if file.tensor_info("rope_freqs.weight").is_some() {
+        // Llama 3's scaling as llama.cpp stores it: one divisor per frequency.
+        let f = ld
+            .vector("rope_freqs.weight", config.head_dim / 2)?
+            .to_vec::<f32>()?;
+        config.rope_scaling = Some(RopeScaling::Factors(f));
+    }
+    let c = &config;
+    let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
+    let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    // llama.cpp permutes q and k rows for its RoPE layout in `llama` files only (qwen2 files
+    // keep Hugging Face's order).
+    let permuted = c.model_type == "llama";
+    let (pq, pk) = if permuted {
+        (Some(c.num_heads), Some(c.num_kv_heads))
+    } else {
+        (None, None)
+    };
+    let embed = ld.matrix("token_embd.weight", voc, hid, None)?;
+    let mut blocks = Vec::with_capacity(c.num_layers);
+    for i in 0..c.num_layers {
+        let p = format!("blk.{i}");
+        let b = c.qkv_bias;
+        blocks.push(Block::Llama {
+            attn_norm: Norm {
+                w: ld.vector(&format!("{p}.attn_norm.weight"), hid)?,
+                b: None,
+            },
+            q: ld.linear(&format!("{p}.attn_q"), qd, hid, b, pq)?,
+            k: ld.linear(&format!("{p}.attn_k"), kvd, hid, b, pk)?,
+            v: ld.linear(&format!("{p}.attn_v"), kvd, hid, b, None)?,
+            o: ld.linear(&format!("{p}.attn_output"), hid, qd, false, None)?,
+            mlp_norm: Norm {
+                w: ld.vector(&format!("{p}.ffn_norm.weight"), hid)?,
+                b: None,
+            },
+            gate: ld.linear(&format!("{p}.ffn_gate"), inter, hid, false, None)?,
+            up: ld.linear(&format!("{p}.ffn_up"), inter, hid, false, None)?,
+            down: ld.linear(&format!("{p}.ffn_down"), hid, inter, false, None)?,
+        });
+    }
+    let final_norm = Norm {
+        w: ld.vector("output_norm.weight", hid)?,
+        b: None,
+    };
+    let lm_head = if c.tie_word_embeddings {
+        None
+    } else {
+        Some(ld.matrix("output.weight", voc, hid, None)?)
+    };
+    let rope = Some(rope_tables(c, device)?);
+    Ok(CausalLM {
+        config: config.clone(),
+        device: device.clone(),
+        dtype,
+        embed,
+        positions: None,
+        blocks,
+        final_norm,
+        lm_head,
+        rope,
+    })
+}
