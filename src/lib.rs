@@ -117,6 +117,26 @@ pub mod testing {
         device.as_gpu().is_some_and(|g| g.native_f16())
     }
 
+    /// Forces `scaled_dot_product_attention` (and so `nn::MultiheadAttention`) on this thread
+    /// to the `"fused"` kernels (where they apply) or the `"composed"` reference (matmul,
+    /// mask, softmax, matmul); `None` returns to the default, fused wherever it applies. False
+    /// for an unknown name.
+    ///
+    /// ```
+    /// assert!(wgtensor::testing::force_attention(Some("composed")));
+    /// assert!(wgtensor::testing::force_attention(None));
+    /// assert!(!wgtensor::testing::force_attention(Some("other")));
+    /// ```
+    pub fn force_attention(mode: Option<&str>) -> bool {
+        match mode {
+            None => crate::tensor::attention_fused::force(None),
+            Some("fused") => crate::tensor::attention_fused::force(Some(true)),
+            Some("composed") => crate::tensor::attention_fused::force(Some(false)),
+            Some(_) => return false,
+        }
+        true
+    }
+
     /// Forces the row-kernel variant `name` (`"workgroup_per_row"`, `"invocation_per_row"`)
     /// of softmax and layer_norm on this thread, or with `None` returns to the autotuned
     /// choice; false for an unknown name.

@@ -3,6 +3,7 @@
 
 mod attention;
 mod attention_decode;
+pub(crate) mod attention_fused;
 mod chunked;
 mod compare;
 mod conv;

@@ -3,6 +3,8 @@
 
 pub(crate) mod attention_decode;
 pub(crate) mod conv;
+pub(crate) mod attention;
+pub(crate) mod attention_backward;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fast_exp;

@@ -466,6 +466,11 @@ impl Tensor {
             ));
         }
         let scale = scale.unwrap_or(1.0 / (e as f32).sqrt());
+        if let Some(out) =
+            super::attention_fused::try_fused(q, k, v, mask, is_causal, dropout_p, scale)?
+        {
+            return Ok(out);
+        }
         // The scale goes on q ([.., L, E]) rather than on the scores ([.., L, S]), as PyTorch's
         // kernels do: fewer elements whenever S > E.
         let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;

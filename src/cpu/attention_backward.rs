@@ -1,0 +1,263 @@
+//! The backward of the fused attention (`attention.rs`) on the CPU, FlashAttention-2 style: the
+//! scores are recomputed block by block from the forward's per-row log-sum-exp, never stored.
+//!
+//! With `P = softmax(S)`, `Pd = P ∘ Z` (Z the dropout factors), `O = Pd V` and `D = rowsum(dO ∘ O)`:
+//! `dV = Pdᵀ dO`, `dS = P ∘ (Z ∘ (dO Vᵀ) - D)`, `dQ = scale · dS K`, `dK = scale · dSᵀ Q`, and a
+//! float mask's gradient is `dS`. Two passes keep it free of atomics (and so deterministic): one
+//! task per block of queries writes `dQ` (and `dS` when the mask needs it), one task per block
+//! of keys writes `dK` and `dV`.
+
+use super::attention::{mm, Spec, BK, BQ};
+use rayon::prelude::*;
+
+/// Gradients of one attention: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, and
+/// `ds [batch, L, S]` when asked for (a float mask that needs its gradient).
+pub(crate) struct Grads {
+    pub dq: Vec<f32>,
+    pub dk: Vec<f32>,
+    pub dv: Vec<f32>,
+    pub ds: Option<Vec<f32>>,
+}
+
+/// The inputs of the backward: the forward's operands, its `lse`, the upstream gradient `g`
+/// (`[batch, L, Ev]`) and `d = rowsum(g ∘ out)` (`[batch, L]`).
+pub(crate) struct Saved<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub lse: &'a [f32],
+    pub g: &'a [f32],
+    pub d: &'a [f32],
+}
+
+/// One dQ task: batch, first query row, its dQ rows and (when asked for) its dS rows.
+type DqTask<'a> = (usize, usize, &'a mut [f32], Option<&'a mut [f32]>);
+
+/// Both passes of the backward.
+pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
+    let Spec {
+        batch, l, s, e, ev, ..
+    } = *spec;
+    let mut dq = vec![0f32; batch * l * e];
+    let mut ds = want_ds.then(|| vec![0f32; batch * l * s]);
+    if !dq.is_empty() {
+        // One task per (batch, query block); ds is split along the same blocks.
+        let mut ds_blocks = ds.as_mut().map(|v| {
+            v.chunks_mut(l * s)
+                .flat_map(|x| x.chunks_mut(BQ * s))
+                .collect::<Vec<_>>()
+                .into_iter()
+        });
+        let mut tasks: Vec<DqTask<'_>> = Vec::new();
+        for (b, dqb) in dq.chunks_mut(l * e).enumerate() {
+            for (qb, blk) in dqb.chunks_mut(BQ * e).enumerate() {
+                let dsb = ds_blocks.as_mut().and_then(|it| it.next());
+                tasks.push((b, qb * BQ, blk, dsb));
+            }
+        }
+        tasks
+            .into_par_iter()
+            .for_each_init(Work::default, |w, (b, i0, dqb, dsb)| {
+                dq_block(spec, t, b, i0, dqb, dsb, w)
+            });
+    }
+    let mut dk = vec![0f32; batch * s * e];
+    let mut dv = vec![0f32; batch * s * ev];
+    if !dk.is_empty() && !dv.is_empty() {
+        dk.par_chunks_mut(s * e)
+            .zip(dv.par_chunks_mut(s * ev))
+            .enumerate()
+            .for_each(|(b, (dkb, dvb))| {
+                dkb.par_chunks_mut(BK * e)
+                    .zip(dvb.par_chunks_mut(BK * ev))
+                    .enumerate()
+                    .for_each_init(Work::default, |w, (kb, (dk, dv))| {
+                        dkv_block(spec, t, b, kb * BK, dk, dv, w)
+                    });
+            });
+    }
+    Grads { dq, dk, dv, ds }
+}
+
+/// Per-task scratch: the score block and its gradient.
+#[derive(Default)]
+struct Work {
+    p: Vec<f32>,
+    dp: Vec<f32>,
+}
+
+impl Work {
+    fn blocks(&mut self, n: usize) -> (&mut [f32], &mut [f32]) {
+        if self.p.len() < n {
+            self.p.resize(n, 0.0);
+            self.dp.resize(n, 0.0);
+        }
+        (&mut self.p[..n], &mut self.dp[..n])
+    }
+}
+
+/// Recomputes `P` (in `p`, `rows × cols`, query rows from `i0`, keys from `j0`) and turns `dp`
+/// (holding `dO Vᵀ` on entry) into `dS`; leaves `Pd = P ∘ Z` in `p` for `dV`.
+#[allow(clippy::too_many_arguments)]
+fn scores_grad(
+    spec: &Spec<'_>,
+    t: &Saved<'_>,
+    b: usize,
+    (i0, rows): (usize, usize),
+    (j0, cols): (usize, usize),
+    p: &mut [f32],
+    dp: &mut [f32],
+) {
+    let (l, s) = (spec.l, spec.s);
+    for r in 0..rows {
+        let i = i0 + r;
+        let row = &mut p[r * cols..(r + 1) * cols];
+        spec.finish_scores(b, i, j0, row);
+        let lse = t.lse[b * l + i];
+        let d = t.d[b * l + i];
+        let drow = &mut dp[r * cols..(r + 1) * cols];
+        // exp propagates a NaN lse or score into the gradients, as the composed backward does.
+        match &spec.dropout {
+            None => {
+                for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
+                    *x = (*x - lse).exp();
+                    *g = *x * (*g - d);
+                }
+            }
+            Some(dr) => {
+                let e0 = ((b * l + i) * s + j0) as u64;
+                for (c, (x, g)) in row.iter_mut().zip(drow.iter_mut()).enumerate() {
+                    let z = dr.factor(e0 + c as u64);
+                    let pv = (*x - lse).exp();
+                    *g = pv * (z * *g - d);
+                    *x = pv * z;
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dq_block(
+    spec: &Spec<'_>,
+    t: &Saved<'_>,
+    b: usize,
+    i0: usize,
+    dq: &mut [f32],
+    mut ds: Option<&mut [f32]>,
+    w: &mut Work,
+) {
+    let Spec { l, s, e, ev, .. } = *spec;
+    let rows = dq.len() / e;
+    let qb = &t.q[(b * l + i0) * e..];
+    let gb = &t.g[(b * l + i0) * ev..];
+    let kb = &t.k[b * s * e..(b + 1) * s * e];
+    let vb = &t.v[b * s * ev..(b + 1) * s * ev];
+    let kend = spec.key_end(i0 + rows - 1);
+    let mut j0 = 0;
+    let mut first = true;
+    while j0 < kend {
+        let cols = BK.min(kend - j0);
+        let (p, dp) = w.blocks(rows * cols);
+        mm(
+            (rows, cols, e),
+            p,
+            cols,
+            false,
+            1.0,
+            (qb, e, 1),
+            (&kb[j0 * e..], 1, e),
+        );
+        mm(
+            (rows, cols, ev),
+            dp,
+            cols,
+            false,
+            1.0,
+            (gb, ev, 1),
+            (&vb[j0 * ev..], 1, ev),
+        );
+        scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
+        if let Some(dsb) = ds.as_deref_mut() {
+            for r in 0..rows {
+                dsb[r * s + j0..r * s + j0 + cols].copy_from_slice(&dp[r * cols..(r + 1) * cols]);
+            }
+        }
+        // dQ += scale · dS · K_blk.
+        mm(
+            (rows, e, cols),
+            dq,
+            e,
+            !first,
+            spec.scale,
+            (dp, cols, 1),
+            (&kb[j0 * e..], e, 1),
+        );
+        first = false;
+        j0 += cols;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dkv_block(
+    spec: &Spec<'_>,
+    t: &Saved<'_>,
+    b: usize,
+    j0: usize,
+    dk: &mut [f32],
+    dv: &mut [f32],
+    w: &mut Work,
+) {
+    let Spec { l, s, e, ev, .. } = *spec;
+    let cols = dk.len() / e;
+    let kb = &t.k[(b * s + j0) * e..];
+    let vb = &t.v[(b * s + j0) * ev..];
+    let qall = &t.q[b * l * e..(b + 1) * l * e];
+    let gall = &t.g[b * l * ev..(b + 1) * l * ev];
+    // Rows before j0 see none of these keys under a causal mask.
+    let mut i0 = if spec.causal { j0.min(l) } else { 0 };
+    let mut first = true;
+    while i0 < l {
+        let rows = BQ.min(l - i0);
+        let (p, dp) = w.blocks(rows * cols);
+        let qb = &qall[i0 * e..];
+        let gb = &gall[i0 * ev..];
+        mm((rows, cols, e), p, cols, false, 1.0, (qb, e, 1), (kb, 1, e));
+        mm(
+            (rows, cols, ev),
+            dp,
+            cols,
+            false,
+            1.0,
+            (gb, ev, 1),
+            (vb, 1, ev),
+        );
+        scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
+        // dV += Pdᵀ · dO_blk, dK += scale · dSᵀ · Q_blk.
+        mm(
+            (cols, ev, rows),
+            dv,
+            ev,
+            !first,
+            1.0,
+            (p, 1, cols),
+            (gb, ev, 1),
+        );
+        mm(
+            (cols, e, rows),
+            dk,
+            e,
+            !first,
+            spec.scale,
+            (dp, 1, cols),
+            (qb, e, 1),
+        );
+        first = false;
+        i0 += rows;
+    }
+    if first {
+        // No query attends these keys: zero gradients (the buffers start at 0).
+        dk.fill(0.0);
+        dv.fill(0.0);
+    }
+}

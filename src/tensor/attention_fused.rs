@@ -1,0 +1,345 @@
+//! The fused path of [`Tensor::scaled_dot_product_attention`]: one kernel streams keys and
+//! values once per block of queries with an online softmax (`cpu/attention.rs`,
+//! `shaders/attention.wgsl`), keeps only the per-row log-sum-exp, and the backward recomputes
+//! the scores block by block. Memory grows with `L + S`, never with `L × S` (except a float
+//! mask's own gradient, which has the mask's size).
+//!
+//! It serves f32 attention on every device; other dtypes and empty shapes take the composed
+//! path (matmul, mask, softmax, matmul), which also stays as the reference the tests compare
+//! against (`testing::force_attention`).
+
+use super::Tensor;
+use crate::autograd::elementwise::sum_to;
+use crate::cpu::attention::{self as ca, Dropout, MaskView, Spec};
+use crate::cpu::attention_backward as cab;
+use crate::shape::broadcast_shapes;
+use crate::storage::{CpuStorage, Storage};
+use crate::{DType, Error, Result};
+use std::cell::Cell;
+
+const OP: &str = "scaled_dot_product_attention";
+
+thread_local! {
+    /// `Some(true)`: always fused where it applies; `Some(false)`: always composed.
+    static FORCE: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Forces the fused (`Some(true)`) or composed (`Some(false)`) attention on this thread, or
+/// returns to the default (`None`: fused wherever it applies).
+pub(crate) fn force(mode: Option<bool>) {
+    FORCE.with(|f| f.set(mode));
+}
+
+/// The mask as the kernels read it: f32, viewed as `[batch.., L, S]` through strides.
+struct Mask {
+    /// f32 values (a boolean mask as `0 / -inf`), expanded (a view) to `[batch.., L, S]`.
+    view: Tensor,
+    replace: bool,
+    /// The user's float mask when its gradient is wanted.
+    grad_of: Option<Tensor>,
+}
+
+/// Everything the kernels need, prepared from the user's tensors.
+struct Problem {
+    batch_shape: Vec<usize>,
+    spec: (usize, usize, usize, usize, usize),
+    scale: f32,
+    causal: bool,
+    dropout: Option<Dropout>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Option<Mask>,
+}
+
+impl Problem {
+    fn full(&self, rows: usize, cols: usize) -> Vec<usize> {
+        let mut s = self.batch_shape.clone();
+        s.extend([rows, cols]);
+        s
+    }
+
+    /// The CPU spec over this problem's host data.
+    fn cpu_spec<'a>(&self, mask: Option<MaskView<'a>>) -> Spec<'a> {
+        let (batch, l, s, e, ev) = self.spec;
+        Spec {
+            batch,
+            l,
+            s,
+            e,
+            ev,
+            scale: self.scale,
+            causal: self.causal,
+            mask,
+            dropout: self.dropout,
+        }
+    }
+
+    fn mask_view(&self) -> Result<Option<MaskView<'_>>> {
+        let Some(m) = &self.mask else {
+            return Ok(None);
+        };
+        let data = m.view.cpu_f32(OP)?;
+        let lay = m.view.layout();
+        let nb = self.batch_shape.len();
+        let batch = self.spec.0;
+        let mut batch_offsets = Vec::with_capacity(batch);
+        for b in 0..batch {
+            let (mut rem, mut at) = (b, lay.offset);
+            for d in (0..nb).rev() {
+                let n = self.batch_shape[d];
+                at += (rem % n) * lay.strides[d];
+                rem /= n;
+            }
+            batch_offsets.push(at);
+        }
+        Ok(Some(MaskView {
+            data,
+            batch_offsets,
+            row_stride: lay.strides[nb],
+            col_stride: lay.strides[nb + 1],
+            replace: m.replace,
+        }))
+    }
+}
+
+impl Tensor {
+    /// This f32 tensor's host data from its view's offset (packed tensors only use it whole).
+    fn cpu_data(&self) -> Result<&[f32]> {
+        let all = self.cpu_f32(OP)?;
+        Ok(&all[self.layout().offset..])
+    }
+}
+
+/// The fused attention, or `None` when it does not apply (the caller composes it).
+pub(crate) fn try_fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    is_causal: bool,
+    dropout_p: f32,
+    scale: f32,
+) -> Result<Option<Tensor>> {
+    if FORCE.with(Cell::get) == Some(false) {
+        return Ok(None);
+    }
+    let Some(p) = prepare(q, k, v, mask, is_causal, dropout_p, scale)? else {
+        if FORCE.with(Cell::get) == Some(true) {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "the fused kernels do not serve q {:?} {} on {} (f32 on the CPU only so \
+                     far, no empty dims); testing::force_attention(Some(\"fused\")) requires them",
+                    q.shape(),
+                    q.dtype(),
+                    q.device()
+                ),
+            });
+        }
+        return Ok(None);
+    };
+    let (out, lse) = crate::no_grad_scope(|| forward(&p))?;
+    let float_mask = p.mask.as_ref().and_then(|m| m.grad_of.clone());
+    let mut inputs = vec![q, k, v];
+    if let Some(m) = &float_mask {
+        inputs.push(m);
+    }
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    let saved_out = out.clone();
+    Ok(Some(crate::autograd::record(
+        "scaled_dot_product_attention",
+        out,
+        &inputs,
+        move |g, needs| {
+            let grads = crate::no_grad_scope(|| backward(&p, &saved_out, &lse, g, needs))?;
+            grads
+                .into_iter()
+                .zip(&shapes)
+                .map(|(g, shape)| g.map(|g| sum_to(g, shape)).transpose())
+                .collect()
+        },
+    )))
+}
+
+/// The problem, or `None` where the fused kernels do not apply.
+#[allow(clippy::too_many_arguments)]
+fn prepare(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    dropout_p: f32,
+    scale: f32,
+) -> Result<Option<Problem>> {
+    if [q, k, v].iter().any(|t| t.dtype() != DType::F32)
+        || mask.is_some_and(|m| !matches!(m.dtype(), DType::F32 | DType::U8))
+        || [k, v]
+            .iter()
+            .chain(mask.as_ref())
+            .any(|t| t.device() != q.device())
+    {
+        return Ok(None);
+    }
+    let lead = |t: &Tensor| t.shape()[..t.ndim() - 2].to_vec();
+    let mut batch_shape = broadcast_shapes(OP, &lead(q), &lead(k))?;
+    batch_shape = broadcast_shapes(OP, &batch_shape, &lead(v))?;
+    let (l, e) = (q.shape()[q.ndim() - 2], q.shape()[q.ndim() - 1]);
+    let (s, ev) = (k.shape()[k.ndim() - 2], v.shape()[v.ndim() - 1]);
+    if let Some(m) = mask {
+        let ms = m.shape();
+        let mlead = &ms[..ms.len().saturating_sub(2)];
+        batch_shape = broadcast_shapes(OP, &batch_shape, mlead)?;
+        // The mask's own last two dims must broadcast to [L, S].
+        let tail = &ms[ms.len().saturating_sub(2)..];
+        broadcast_shapes(OP, tail, &[l, s]).and_then(|t| {
+            if t == [l, s] {
+                Ok(())
+            } else {
+                Err(Error::ShapeMismatch {
+                    op: OP,
+                    lhs: ms.to_vec(),
+                    rhs: vec![l, s],
+                })
+            }
+        })?;
+    }
+    let batch: usize = batch_shape.iter().product();
+    if [batch, l, s, e, ev].contains(&0) || q.is_gpu() {
+        return Ok(None);
+    }
+    let dropout = (dropout_p > 0.0).then(|| {
+        let (seed, offset) = crate::random::take(batch * l * s);
+        Dropout {
+            p: dropout_p,
+            seed,
+            offset,
+        }
+    });
+    let packed = |t: &Tensor, rows: usize, cols: usize| -> Result<Tensor> {
+        let mut shape = batch_shape.clone();
+        shape.extend([rows, cols]);
+        t.detach()
+            .expand(&shape)?
+            .contiguous()?
+            .reshape(&[batch, rows, cols])
+    };
+    let (qp, kp, vp) = crate::no_grad_scope(|| -> Result<_> {
+        Ok((packed(q, l, e)?, packed(k, s, e)?, packed(v, s, ev)?))
+    })?;
+    let mask = match mask {
+        None => None,
+        Some(m) => {
+            let mut full = batch_shape.clone();
+            full.extend([l, s]);
+            let replace = m.dtype() == DType::U8;
+            let values = crate::no_grad_scope(|| -> Result<Tensor> {
+                let f = if replace {
+                    let zero = Tensor::zeros(&[1], DType::F32, m.device())?;
+                    let gone = Tensor::full(&[1], f64::NEG_INFINITY, DType::F32, m.device())?;
+                    m.where_cond(&zero, &gone)?
+                } else {
+                    m.detach()
+                };
+                // Materialised in its own shape (pending programs and odd views resolved),
+                // then broadcast by strides.
+                f.contiguous()?.expand(&full)
+            })?;
+            Some(Mask {
+                view: values,
+                replace,
+                grad_of: (!replace).then(|| m.clone()),
+            })
+        }
+    };
+    Ok(Some(Problem {
+        batch_shape,
+        spec: (batch, l, s, e, ev),
+        scale,
+        causal,
+        dropout,
+        q: qp,
+        k: kp,
+        v: vp,
+        mask,
+    }))
+}
+
+/// `(out [batch.., L, Ev], lse [batch, L])`.
+fn forward(p: &Problem) -> Result<(Tensor, Tensor)> {
+    let (batch, l, _, _, ev) = p.spec;
+    let (out, lse) = match p.q.storage()? {
+        Storage::Cpu(_) => {
+            let spec = p.cpu_spec(p.mask_view()?);
+            let (o, lse) = ca::forward(&spec, p.q.cpu_data()?, p.k.cpu_data()?, p.v.cpu_data()?);
+            (
+                p.q.derived(Storage::Cpu(CpuStorage::F32(o)), &[batch, l, ev]),
+                p.q.derived(Storage::Cpu(CpuStorage::F32(lse)), &[batch, l]),
+            )
+        }
+        Storage::Gpu(_) => return Err(gpu_pending()),
+    };
+    Ok((out.reshape(&p.full(l, ev))?, lse))
+}
+
+/// Gradients of the recorded inputs (q, k, v, and the float mask when it is one).
+fn backward(
+    p: &Problem,
+    out: &Tensor,
+    lse: &Tensor,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let (batch, l, s, e, ev) = p.spec;
+    let want_ds = needs.get(3).copied().unwrap_or(false);
+    let g = g.contiguous()?.reshape(&[batch, l, ev])?;
+    // D = rowsum(dO ∘ O), the softmax backward's per-row term.
+    let d = g
+        .mul(&out.reshape(&[batch, l, ev])?)?
+        .sum(-1, false)?
+        .contiguous()?;
+    let (dq, dk, dv, ds) = match p.q.storage()? {
+        Storage::Cpu(_) => {
+            let spec = p.cpu_spec(p.mask_view()?);
+            let lse_c = lse.contiguous()?;
+            let saved = cab::Saved {
+                q: p.q.cpu_data()?,
+                k: p.k.cpu_data()?,
+                v: p.v.cpu_data()?,
+                lse: lse_c.cpu_data()?,
+                g: g.cpu_data()?,
+                d: d.cpu_data()?,
+            };
+            let r = cab::backward(&spec, &saved, want_ds);
+            let make =
+                |v: Vec<f32>, shape: &[usize]| p.q.derived(Storage::Cpu(CpuStorage::F32(v)), shape);
+            (
+                make(r.dq, &[batch, l, e]),
+                make(r.dk, &[batch, s, e]),
+                make(r.dv, &[batch, s, ev]),
+                r.ds.map(|v| make(v, &[batch, l, s])),
+            )
+        }
+        Storage::Gpu(_) => return Err(gpu_pending()),
+    };
+    let mut grads = vec![
+        needs[0].then(|| dq.reshape(&p.full(l, e))).transpose()?,
+        needs[1].then(|| dk.reshape(&p.full(s, e))).transpose()?,
+        needs[2].then(|| dv.reshape(&p.full(s, ev))).transpose()?,
+    ];
+    if needs.len() > 3 {
+        grads.push(match ds {
+            Some(ds) if want_ds => Some(ds.reshape(&p.full(l, s))?),
+            _ => None,
+        });
+    }
+    Ok(grads)
+}
+
+fn gpu_pending() -> Error {
+    Error::InvalidArgument {
+        op: OP,
+        message: "no fused GPU kernel".into(),
+    }
+}
