@@ -50,6 +50,10 @@ pub(crate) enum Shader {
     Scatter,
     /// Fused log-softmax + negative log-likelihood, forward and backward.
     CrossEntropy,
+    /// Fused attention forward (attention_forward.wgsl + the helpers of attention.wgsl).
+    AttentionForward,
+    /// Fused attention backward: dq (and dS), dk and dv (attention_backward.wgsl + helpers).
+    AttentionBackward,
     /// Block-quantized matrices: matvec/matmul, dequantize and row gather.
     Quant,
     /// Attention of one query position over a KV cache, online softmax in one pass.
@@ -178,7 +182,7 @@ pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 impl Shader {
     /// Every hand-written shader file, for tests that validate them all.
     #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 16] = [
+    pub(crate) const ALL: [Shader; 18] = [
         Shader::Reduce,
         Shader::ReduceSubgroup,
         Shader::Softmax,
@@ -195,6 +199,8 @@ impl Shader {
         Shader::Sum,
         Shader::Quant,
         Shader::AttentionDecode,
+        Shader::AttentionForward,
+        Shader::AttentionBackward,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -216,6 +222,8 @@ impl Shader {
             Shader::Scatter => "scatter.wgsl",
             Shader::Sum => "sum.wgsl",
             Shader::CrossEntropy => "cross_entropy.wgsl",
+            Shader::AttentionForward => "attention_forward.wgsl",
+            Shader::AttentionBackward => "attention_backward.wgsl",
             Shader::Quant => "quant.wgsl",
             Shader::AttentionDecode => "attention_decode.wgsl",
             Shader::Generated(g) => &g.0.label,
@@ -280,6 +288,15 @@ impl Shader {
                 include_str!("../../shaders/ids.wgsl"),
                 include_str!("../../shaders/quant.wgsl")
             ),
+            // The entry points and bindings first; the shared helpers after them.
+            Shader::AttentionForward => concat!(
+                include_str!("../../shaders/attention_forward.wgsl"),
+                include_str!("../../shaders/attention.wgsl")
+            ),
+            Shader::AttentionBackward => concat!(
+                include_str!("../../shaders/attention_backward.wgsl"),
+                include_str!("../../shaders/attention.wgsl")
+            ),
             Shader::Generated(g) => &g.0.source,
         }
     }
@@ -314,6 +331,9 @@ impl Shader {
             Shader::Sum => 1,
             // Logits, targets, per-row log-sum-exp and per-row gradient scale.
             Shader::CrossEntropy => 4,
+            // q, k, v and the mask; the backward also dO and [lse, D].
+            Shader::AttentionForward => 4,
+            Shader::AttentionBackward => 6,
             // Scales, bodies, and the activations or ids.
             Shader::Quant => 3,
             // The query and the key and value caches.

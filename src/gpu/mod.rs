@@ -58,6 +58,7 @@
 //! inside a batch names its op exactly.
 
 pub(crate) mod attention_decode;
+pub(crate) mod attention;
 pub(crate) mod autotune;
 pub(crate) mod buffer;
 pub(crate) mod codegen;

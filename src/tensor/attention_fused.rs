@@ -12,6 +12,7 @@ use super::Tensor;
 use crate::autograd::elementwise::sum_to;
 use crate::cpu::attention::{self as ca, Dropout, MaskView, Spec};
 use crate::cpu::attention_backward as cab;
+use crate::gpu::attention::{AttnParams, GpuDropout, GpuMask, Operand};
 use crate::shape::broadcast_shapes;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Error, Result};
@@ -129,8 +130,8 @@ pub(crate) fn try_fused(
             return Err(Error::InvalidArgument {
                 op: OP,
                 message: format!(
-                    "the fused kernels do not serve q {:?} {} on {} (f32 on the CPU only so \
-                     far, no empty dims); testing::force_attention(Some(\"fused\")) requires them",
+                    "the fused kernels do not serve q {:?} {} on {} (f32, no empty dims, \
+                     indices within u32 on a GPU); testing::force_attention(Some(\"fused\")) requires them",
                     q.shape(),
                     q.dtype(),
                     q.device()
@@ -206,8 +207,21 @@ fn prepare(
         })?;
     }
     let batch: usize = batch_shape.iter().product();
-    if [batch, l, s, e, ev].contains(&0) || q.is_gpu() {
+    if [batch, l, s, e, ev].contains(&0) {
         return Ok(None);
+    }
+    if q.is_gpu() {
+        let dims = AttnParams {
+            batch_shape: Vec::new(),
+            dims: (batch, l, s, e, ev),
+            scale,
+            causal,
+            mask: None,
+            dropout: None,
+        };
+        if !dims.supported() {
+            return Ok(None);
+        }
     }
     let dropout = (dropout_p > 0.0).then(|| {
         let (seed, offset) = crate::random::take(batch * l * s);
@@ -278,7 +292,22 @@ fn forward(p: &Problem) -> Result<(Tensor, Tensor)> {
                 p.q.derived(Storage::Cpu(CpuStorage::F32(lse)), &[batch, l]),
             )
         }
-        Storage::Gpu(_) => return Err(gpu_pending()),
+        Storage::Gpu(qb) => {
+            let params = gpu_params(p)?;
+            let buf = qb.device.attention_forward(
+                OP,
+                &params,
+                [operand(&p.q)?, operand(&p.k)?, operand(&p.v)?],
+            )?;
+            let flat =
+                p.q.derived(Storage::Gpu(buf), &[batch * l * ev + batch * l]);
+            (
+                flat.narrow(0, 0, batch * l * ev)?
+                    .reshape(&[batch, l, ev])?,
+                flat.narrow(0, batch * l * ev, batch * l)?
+                    .reshape(&[batch, l])?,
+            )
+        }
     };
     Ok((out.reshape(&p.full(l, ev))?, lse))
 }
@@ -321,7 +350,38 @@ fn backward(
                 r.ds.map(|v| make(v, &[batch, l, s])),
             )
         }
-        Storage::Gpu(_) => return Err(gpu_pending()),
+        Storage::Gpu(qb) => {
+            let params = gpu_params(p)?;
+            let stats = Tensor::cat(&[&lse.reshape(&[batch * l])?, &d.reshape(&[batch * l])?], 0)?;
+            let (dq, dkv) = qb.device.attention_backward(
+                OP,
+                &params,
+                [
+                    operand(&p.q)?,
+                    operand(&p.k)?,
+                    operand(&p.v)?,
+                    operand(&g)?,
+                    operand(&stats)?,
+                ],
+                want_ds,
+            )?;
+            let dq_len = batch * l * e;
+            let dq = p.q.derived(
+                Storage::Gpu(dq),
+                &[dq_len + if want_ds { batch * l * s } else { 0 }],
+            );
+            let dk_len = batch * s * e;
+            let dkv = p.q.derived(Storage::Gpu(dkv), &[dk_len + batch * s * ev]);
+            (
+                dq.narrow(0, 0, dq_len)?.reshape(&[batch, l, e])?,
+                dkv.narrow(0, 0, dk_len)?.reshape(&[batch, s, e])?,
+                dkv.narrow(0, dk_len, batch * s * ev)?
+                    .reshape(&[batch, s, ev])?,
+                want_ds
+                    .then(|| dq.narrow(0, dq_len, batch * l * s)?.reshape(&[batch, l, s]))
+                    .transpose()?,
+            )
+        }
     };
     let mut grads = vec![
         needs[0].then(|| dq.reshape(&p.full(l, e))).transpose()?,
@@ -337,9 +397,47 @@ fn backward(
     Ok(grads)
 }
 
-fn gpu_pending() -> Error {
-    Error::InvalidArgument {
-        op: OP,
-        message: "no fused GPU kernel".into(),
+/// A GPU tensor's buffer and first element.
+fn operand(t: &Tensor) -> Result<Operand<'_>> {
+    match t.storage()? {
+        Storage::Gpu(b) => Ok((b, t.layout().offset)),
+        Storage::Cpu(_) => Err(Error::DeviceMismatch {
+            op: OP,
+            lhs: "a GPU".into(),
+            rhs: t.device().to_string(),
+        }),
     }
+}
+
+/// The problem as the GPU kernels' parameters.
+fn gpu_params(p: &Problem) -> Result<AttnParams<'_>> {
+    let nb = p.batch_shape.len();
+    let mask = match &p.mask {
+        None => None,
+        Some(m) => {
+            let (buffer, base) = operand(&m.view)?;
+            let st = &m.view.layout().strides;
+            Some(GpuMask {
+                buffer,
+                base,
+                row: st[nb],
+                col: st[nb + 1],
+                batch_strides: st[..nb].to_vec(),
+                replace: m.replace,
+            })
+        }
+    };
+    Ok(AttnParams {
+        batch_shape: p.batch_shape.clone(),
+        dims: p.spec,
+        scale: p.scale,
+        causal: p.causal,
+        mask,
+        dropout: p.dropout.map(|d| GpuDropout {
+            p: d.p,
+            factor: 1.0 / (1.0 - d.p),
+            seed: d.seed,
+            offset: d.offset,
+        }),
+    })
 }

@@ -1,0 +1,147 @@
+// attention.wgsl: fused scaled-dot-product attention, FlashAttention-2 style (the twin of
+// src/cpu/attention.rs and attention_backward.rs, which are the oracle).
+//
+// Computes   attn_forward: out = softmax(scale q kᵀ + mask) v per batch b, streaming keys and
+//              values once per tile of 64 queries with an online softmax (running max m, sum l);
+//              also lse = m + ln l per row (NaN for a row softmax makes NaN: a NaN or +inf
+//              score, or nothing attended).
+//            attn_dq: dq = scale dS k, dS = P (Z (dO vᵀ) - D), P = exp(S - lse) recomputed tile
+//              by tile; with flag 16 also dS itself (a float mask's gradient).
+//            attn_dkv: dk = scale dSᵀ q and dv = (P Z)ᵀ dO, one thread per key.
+//            Z: dropout factors from Philox, element (b, i, j) = counter (b L + i) S + j, the
+//            element Tensor::rand would give the composed path. No atomics: every output
+//            element is written by one invocation, in a fixed order.
+// Bindings   @binding(0) q [B, L, E], (1) k [B, S, E], (2) v [B, S, Ev], (3) mask (strided,
+//            f32; a dummy without one), forward: (4) dst, (5) params;
+//            backward: (4) g = dO [B, L, Ev], (5) stats = [lse (B L), D (B L)], (6) dst,
+//            (7) params.
+//            dst: forward [out (B L Ev), lse (B L)]; attn_dq [dq (B L E), dS (B L S)];
+//            attn_dkv [dk (B S E), dv (B S Ev)].
+// Params     see the P_* constants; from P_SHAPE: the batch dims' sizes, then the mask's
+//            strides over them.
+// Dispatch   @workgroup_size(64): one workgroup per (tile of 64 rows, output chunk of 64
+//            dims, batch), numbered tile + tiles (chunk + chunks b) over a 2-D grid; extra
+//            workgroups return. Each invocation owns one row (a query, or a key in attn_dkv).
+//            The streamed loop steps 16 keys (or queries) at a time: S / 16 < 65,535
+//            iterations (the host checks), the inner loops are at most 64.
+
+const P_B: u32 = 0u;
+const P_L: u32 = 1u;
+const P_S: u32 = 2u;
+const P_E: u32 = 3u;
+const P_EV: u32 = 4u;
+const P_SCALE: u32 = 5u;
+// 1 causal, 2 mask, 4 boolean mask (-inf replaces), 8 dropout, 16 write dS.
+const P_FLAGS: u32 = 6u;
+const P_DROP_P: u32 = 7u;
+const P_DROP_SCALE: u32 = 8u;
+const P_SEED: u32 = 9u;
+const P_OFFSET: u32 = 11u;
+const P_TILES: u32 = 13u;
+const P_CHUNKS: u32 = 14u;
+const P_MROW: u32 = 15u;
+const P_MCOL: u32 = 16u;
+const P_MBASE: u32 = 17u;
+// Element offsets of q, k, v, g and stats in their buffers.
+const P_QOFF: u32 = 18u;
+const P_KOFF: u32 = 19u;
+const P_VOFF: u32 = 20u;
+const P_GOFF: u32 = 21u;
+const P_SOFF: u32 = 22u;
+// Forward: where lse starts in dst; attn_dq: where dS starts; attn_dkv: where dv starts.
+const P_AUX: u32 = 23u;
+// attn_dkv: chunks of dk (the rest are dv's).
+const P_KCHUNKS: u32 = 24u;
+const P_NB: u32 = 25u;
+const P_SHAPE: u32 = 26u;
+
+const NEG_INF_BITS: u32 = 0xff800000u;
+const TILE: u32 = 64u;
+const STEP: u32 = 16u;
+
+var<workgroup> ta: array<f32, 1024>;
+var<workgroup> tb: array<f32, 1024>;
+
+fn neg_inf() -> f32 {
+    return bitcast<f32>(NEG_INF_BITS);
+}
+
+fn is_neg_inf(x: f32) -> bool {
+    return bitcast<u32>(x) == NEG_INF_BITS;
+}
+
+fn pf(i: u32) -> f32 {
+    return bitcast<f32>(params[i]);
+}
+
+// Which (tile, chunk, batch) a workgroup computes; batch == B past the last one.
+fn work_item(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
+    let w = wid.y * nwg.x + wid.x;
+    let tiles = params[P_TILES];
+    let chunks = params[P_CHUNKS];
+    let rest = w / tiles;
+    return vec3<u32>(w % tiles, rest % chunks, min(rest / chunks, params[P_B]));
+}
+
+// Where batch b's mask starts.
+fn mask_base(b: u32) -> u32 {
+    let nb = params[P_NB];
+    return strided_offset(b, params[P_MBASE], nb, P_SHAPE, P_SHAPE + nb);
+}
+
+// Stages rows r0 .. r0 + 16 (of `rows`), dims d0 .. d0 + 64 (of `dims`) of a packed matrix
+// starting at element `base` of q (which = 0), k (1), v (2) or g (3) into `ta` (dst = 0) or `tb`
+// (dst = 1), zeros past the edges. Called by all 64 invocations (uniform control flow).
+fn stage(which: u32, dst: u32, base: u32, r0: u32, rows: u32, d0: u32, dims: u32, lid: u32) {
+    for (var t = 0u; t < 16u; t = t + 1u) {
+        let idx = t * 64u + lid;
+        let r = r0 + idx / 64u;
+        let d = d0 + idx % 64u;
+        var x = 0.0;
+        if (r < rows && d < dims) {
+            let at = base + r * dims + d;
+            switch which {
+                case 0u: { x = q[at]; }
+                case 1u: { x = k[at]; }
+                case 2u: { x = v[at]; }
+                default: { x = read_g(at); }
+            }
+        }
+        if (dst == 0u) {
+            ta[idx] = x;
+        } else {
+            tb[idx] = x;
+        }
+    }
+}
+
+// A raw score q_i · k_j made the score softmax sees: scaled, masked (a boolean mask's -inf
+// replaces, a float mask adds), causal (j > i) and out-of-range (j >= S) keys at -inf.
+fn finish_score(raw: f32, i: u32, j: u32, mb: u32) -> f32 {
+    let flags = params[P_FLAGS];
+    if (j >= params[P_S] || ((flags & 1u) != 0u && j > i)) {
+        return neg_inf();
+    }
+    var x = raw * pf(P_SCALE);
+    if ((flags & 2u) != 0u) {
+        let mv = mask[mb + i * params[P_MROW] + j * params[P_MCOL]];
+        if ((flags & 4u) != 0u && is_neg_inf(mv)) {
+            x = neg_inf();
+        } else {
+            x = x + mv;
+        }
+    }
+    return x;
+}
+
+// The dropout factor of element (b, i, j): 1 / (1 - p) when kept, 0 when dropped, 1 without
+// dropout.
+fn drop_factor(b: u32, i: u32, j: u32) -> f32 {
+    if ((params[P_FLAGS] & 8u) == 0u) {
+        return 1.0;
+    }
+    let e = (b * params[P_L] + i) * params[P_S] + j;
+    let w = philox_words(params[P_SEED], params[P_SEED + 1u], params[P_OFFSET], params[P_OFFSET + 1u], e);
+    return select(0.0, pf(P_DROP_SCALE), uniform_of(w.x) >= pf(P_DROP_P));
+}
+
