@@ -197,6 +197,7 @@ pub mod testing {
         v.push(("common.wgsl", crate::gpu::kernels::COMMON));
         v.push(("ids.wgsl", crate::gpu::kernels::IDS));
         v.push(("normal.wgsl", crate::gpu::kernels::NORMAL));
+        v.push(("attention.wgsl", crate::gpu::kernels::ATTENTION));
         v
     }
 

@@ -32,10 +32,13 @@ fn validate(name: &str, source: &str) {
         );
         if name.starts_with("matmul")
             || name.starts_with("attention_decode")
+            || name.starts_with("attention_forward")
+            || name.starts_with("attention_backward")
             || (name == "quant.wgsl" && ep.name == "matvec")
         {
             // Matmul tiles its own 2-D workgroups, the quantized matvec takes one workgroup per
-            // weight row and decode attention 64 invocations per head (all dispatched with
+            // weight row, decode attention 64 invocations per head and fused attention 64
+            // per tile of rows (all dispatched with
             // `launch_workgroups`); they must stay within WebGPU's default 256 invocations per
             // workgroup.
             let total: u32 = ep.workgroup_size.iter().product();
@@ -116,6 +119,7 @@ fn shader_files_on_disk_validate() {
             "row_tree.wgsl",
             "row_subgroup.wgsl",
             "reduce_subgroup.wgsl",
+            "attention.wgsl",
         ];
         if snippets.contains(&name.as_str()) {
             continue;
@@ -126,6 +130,10 @@ fn shader_files_on_disk_validate() {
         }
         if source.contains("report_bad_id(") {
             full.push_str(ids);
+        }
+        let mut source = source.clone();
+        if source.contains("finish_score(") {
+            source.push_str(&shaders["attention.wgsl"]);
         }
         validate(name, &format!("{common}\n{full}\n{source}"));
     }

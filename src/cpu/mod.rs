@@ -1,10 +1,10 @@
 //! The native CPU backend: the fallback device when no GPU exists and the oracle every GPU kernel
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
-pub(crate) mod attention_decode;
-pub(crate) mod conv;
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
+pub(crate) mod attention_decode;
+pub(crate) mod conv;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fast_exp;

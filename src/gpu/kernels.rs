@@ -173,6 +173,10 @@ fn matmul_f16_acc() -> &'static str {
     })
 }
 
+/// The fused attention's helpers (composed after attention_forward/backward.wgsl).
+#[allow(dead_code)]
+pub(crate) const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
+
 /// The subgroup first passes of reductions (composed after reduce.wgsl).
 pub(crate) const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce_subgroup.wgsl");
 
@@ -238,6 +242,8 @@ impl Shader {
             Shader::Scatter => include_str!("../../shaders/scatter.wgsl"),
             Shader::CrossEntropy => include_str!("../../shaders/cross_entropy.wgsl"),
             Shader::Quant => include_str!("../../shaders/quant.wgsl"),
+            Shader::AttentionForward => include_str!("../../shaders/attention_forward.wgsl"),
+            Shader::AttentionBackward => include_str!("../../shaders/attention_backward.wgsl"),
             Shader::Softmax | Shader::SoftmaxSubgroup => {
                 include_str!("../../shaders/softmax.wgsl")
             }

@@ -57,8 +57,8 @@
 //! by that launch before it is recorded. `WGTENSOR_VALIDATE=1` scopes every op, so an error
 //! inside a batch names its op exactly.
 
-pub(crate) mod attention_decode;
 pub(crate) mod attention;
+pub(crate) mod attention_decode;
 pub(crate) mod autotune;
 pub(crate) mod buffer;
 pub(crate) mod codegen;
