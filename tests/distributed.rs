@@ -355,6 +355,76 @@ fn sampler(g: &ProcessGroup) {
     );
 }
 
+/// Ranks that make different calls: each rank a broadcast root, different reduce ops, one rank
+/// in a barrier while the others reduce. Every rank gets `Error::Distributed` naming the
+/// disagreement (no hang, no wrong values), and the group stays usable.
+fn mismatched_calls(g: &ProcessGroup) {
+    let (rank, w) = (g.rank(), g.world_size());
+    if w < 2 {
+        return;
+    }
+    let cpu = Device::cpu();
+    let t = Tensor::from_vec(vec![rank as f32; 4], &[4], &cpu).unwrap();
+    let expect = |r: wgtensor::Result<()>, needle: &str| match r {
+        Err(Error::Distributed { message, .. }) => assert!(
+            message.contains(needle) && message.contains("different calls"),
+            "rank {rank}: {message}"
+        ),
+        other => panic!("rank {rank}: expected Error::Distributed, got {other:?}"),
+    };
+    expect(g.broadcast(&t, rank).map(drop), "with root");
+    let op = if rank == 0 {
+        ReduceOp::Sum
+    } else {
+        ReduceOp::Max
+    };
+    expect(g.all_reduce(&t, op).map(drop), "with op");
+    let r = if rank == 0 {
+        g.barrier()
+    } else {
+        g.all_reduce(&t, ReduceOp::Sum).map(drop)
+    };
+    expect(r, "barrier");
+    // The mismatches were found before any data moved: the group still works.
+    let sum = g
+        .all_reduce(&t, ReduceOp::Sum)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(sum, vec![(w * (w - 1) / 2) as f32; 4]);
+}
+
+/// all_gather with uneven shards many times over, with allocations in between that would
+/// reuse freed count and displacement arrays: every result exact.
+fn uneven_all_gather_keeps_its_arrays(g: &ProcessGroup) {
+    let (rank, w) = (g.rank(), g.world_size());
+    let cpu = Device::cpu();
+    for round in 0..50usize {
+        let rows = (rank + round) % 3;
+        let mine: Vec<i32> = (0..rows * 2)
+            .map(|i| (rank * 1000 + round * 10 + i) as i32)
+            .collect();
+        let t = Tensor::from_vec(mine, &[rows, 2], &cpu).unwrap();
+        let work = g.all_gather_async(&t).unwrap();
+        // Fresh small allocations of the arrays' size, filled with garbage.
+        let junk: Vec<Vec<i32>> = (0..64).map(|_| vec![-7; 2 * w]).collect();
+        let got = work.wait().unwrap();
+        drop(junk);
+        for (r, part) in got.iter().enumerate() {
+            let n = (r + round) % 3;
+            let want: Vec<i32> = (0..n * 2)
+                .map(|i| (r * 1000 + round * 10 + i) as i32)
+                .collect();
+            assert_eq!(part.shape(), &[n, 2]);
+            assert_eq!(
+                part.to_vec::<i32>().unwrap(),
+                want,
+                "round {round} rank {r}"
+            );
+        }
+    }
+}
+
 /// The last rank leaves without joining the collective; the others must get the typed error
 /// within the timeout instead of hanging.
 fn peer_exits(g: ProcessGroup) -> (usize, usize) {
@@ -413,6 +483,16 @@ fn main() {
         }
         let g3 = g.clone();
         checks.push(("sampler".into(), Box::new(move || sampler(&g3))));
+        let g4 = g.clone();
+        checks.push((
+            "mismatched calls".into(),
+            Box::new(move || mismatched_calls(&g4)),
+        ));
+        let g5 = g.clone();
+        checks.push((
+            "uneven all_gather".into(),
+            Box::new(move || uneven_all_gather_keeps_its_arrays(&g5)),
+        ));
         let (mut passed, mut failed) = (0, 0);
         for (name, check) in &checks {
             match std::panic::catch_unwind(AssertUnwindSafe(check)) {

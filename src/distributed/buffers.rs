@@ -182,8 +182,64 @@ pub(super) struct Meta {
     pub(super) shape: Vec<usize>,
 }
 
+/// What one rank is calling: the collective, its root (broadcast) and its reduce op,
+/// exchanged with the operand's metadata so that ranks calling different collectives, or the
+/// same one with different roots or ops, all get `Error::Distributed` instead of a hang or
+/// wrong values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Call {
+    pub(super) kind: &'static str,
+    pub(super) root: Option<usize>,
+    pub(super) op: Option<ReduceOp>,
+}
+
+impl Call {
+    pub(super) const KINDS: [&'static str; 5] = [
+        "all_reduce",
+        "broadcast",
+        "all_gather",
+        "reduce_scatter",
+        "barrier",
+    ];
+    const OPS: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Product,
+    ];
+
+    pub(super) fn encode(&self) -> [i64; 3] {
+        let kind = Call::KINDS.iter().position(|k| *k == self.kind);
+        let op = self.op.and_then(|o| Call::OPS.iter().position(|x| *x == o));
+        [
+            kind.map_or(-1, |k| k as i64),
+            self.root.map_or(-1, |r| r as i64),
+            op.map_or(-1, |o| o as i64),
+        ]
+    }
+
+    /// A readable description of an encoded call (for the mismatch message).
+    pub(super) fn describe(code: &[i64]) -> String {
+        let kind = usize::try_from(code[0])
+            .ok()
+            .and_then(|k| Call::KINDS.get(k))
+            .copied()
+            .unwrap_or("an unknown collective");
+        let mut out = kind.to_string();
+        if let Ok(root) = usize::try_from(code[1]) {
+            out.push_str(&format!(" with root {root}"));
+        }
+        if let Some(op) = usize::try_from(code[2]).ok().and_then(|o| Call::OPS.get(o)) {
+            out.push_str(&format!(" with op {op}"));
+        }
+        out
+    }
+}
+
 pub(super) const META_DIMS: usize = 8;
-pub(super) const META_LEN: usize = 2 + META_DIMS;
+/// The call (3), the dtype, the rank count and the dims.
+pub(super) const META_LEN: usize = 3 + 2 + META_DIMS;
 
 pub(super) fn dtype_code(d: DType) -> i64 {
     match d {

@@ -7,7 +7,7 @@
 //! into them), and the group should not be used for further collectives.
 
 use super::buffers::{
-    code_dtype, dtype_code, mpi_op, mpi_type, HostBuf, Meta, SendBuf, META_DIMS, META_LEN,
+    code_dtype, dtype_code, mpi_op, mpi_type, Call, HostBuf, Meta, SendBuf, META_DIMS, META_LEN,
 };
 use super::{timeout_from_env, ReduceOp};
 use crate::{Error, Result, Tensor};
@@ -17,6 +17,10 @@ use mpi::traits::AsRaw;
 use std::os::raw::c_int;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// Bytes given to `MPI_Error_string`: it may write `MPI_MAX_ERROR_STRING` of them, a constant
+/// of the MPI library the bindings were generated from (256 in Open MPI, more in others).
+const ERROR_STRING_LEN: usize = ffi::MPI_MAX_ERROR_STRING as usize;
 
 /// The processes of one MPI job (PyTorch's default process group). Create it once per process
 /// with [`ProcessGroup::init`]; MPI is finalized when it is dropped.
@@ -69,7 +73,9 @@ struct Pending {
     request: ffi::MPI_Request,
     _send: SendBuf,
     recv: Option<HostBuf>,
-    _counts: Vec<c_int>,
+    /// Count and displacement arrays handed to MPI, kept (never reallocated) until the
+    /// request completes.
+    _counts: Vec<Vec<c_int>>,
 }
 
 // SAFETY: the request handle and buffers are only touched under the group's lock.
@@ -89,7 +95,8 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// [`Error::Distributed`] when MPI was already initialized in this process (create the
-    /// group once and share it, e.g. in an `Arc`).
+    /// group once and share it, e.g. in an `Arc`), or grants less than
+    /// `MPI_THREAD_SERIALIZED`.
     pub fn init() -> Result<ProcessGroup> {
         let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Serialized)
             .ok_or_else(|| Error::Distributed {
@@ -99,11 +106,17 @@ impl ProcessGroup {
                               ProcessGroup once and share it"
                     .into(),
             })?;
+        // The group is Send + Sync and calls MPI from whichever thread holds its lock: that
+        // needs MPI_THREAD_SERIALIZED. A library that grants less cannot run it safely.
         if level < mpi::Threading::Serialized {
-            log::warn!(
-                "the MPI library provides thread level {level:?} only; use the ProcessGroup \
-                 from the main thread"
-            );
+            return Err(Error::Distributed {
+                op: "ProcessGroup::init",
+                rank: 0,
+                message: format!(
+                    "the MPI library grants thread level {level:?} only; wgtensor needs \
+                     MPI_THREAD_SERIALIZED (build Open MPI or MPICH with thread support)"
+                ),
+            });
         }
         let world = universe.world();
         // SAFETY: a valid communicator and MPI's predefined error handler. Errors then come
@@ -188,11 +201,11 @@ impl ProcessGroup {
         if rc == 0 {
             return Ok(());
         }
-        let mut buf = vec![0u8; 512];
+        let mut buf = vec![0u8; ERROR_STRING_LEN];
         let mut len: c_int = 0;
-        // SAFETY: the buffer is larger than MPI_MAX_ERROR_STRING (256 in Open MPI and MPICH).
+        // SAFETY: the buffer holds MPI_MAX_ERROR_STRING bytes (the size MPI may write).
         unsafe { ffi::MPI_Error_string(rc, buf.as_mut_ptr().cast(), &mut len) };
-        buf.truncate(usize::try_from(len).unwrap_or(0));
+        buf.truncate(usize::try_from(len).unwrap_or(0).min(ERROR_STRING_LEN));
         Err(self.err(
             op,
             format!(
@@ -277,14 +290,17 @@ impl ProcessGroup {
         }
     }
 
-    /// Exchanges every rank's operand dtype and shape (blocking, with the timeout), so all ranks
-    /// see the same list and reject a mismatch identically.
-    fn exchange_meta(&self, op: &'static str, t: &Tensor) -> Result<Vec<Meta>> {
+    /// Exchanges what every rank is calling (collective, root, reduce op) and its operand's
+    /// dtype and shape (blocking, with the timeout), so all ranks see the same list and reject
+    /// a mismatch identically: a rank that calls another collective, or the same one with
+    /// another root or op, makes the call fail with `Error::Distributed` on every rank.
+    fn exchange_raw(&self, op: &'static str, call: Call, t: Option<&Tensor>) -> Result<Vec<i64>> {
         let mut mine = vec![-1i64; META_LEN];
-        if t.ndim() <= META_DIMS {
-            mine[0] = dtype_code(t.dtype());
-            mine[1] = t.ndim() as i64;
-            for (slot, &d) in mine[2..].iter_mut().zip(t.shape()) {
+        mine[..3].copy_from_slice(&call.encode());
+        if let Some(t) = t.filter(|t| t.ndim() <= META_DIMS) {
+            mine[3] = dtype_code(t.dtype());
+            mine[4] = t.ndim() as i64;
+            for (slot, &d) in mine[5..].iter_mut().zip(t.shape()) {
                 *slot = d as i64;
             }
         }
@@ -307,7 +323,27 @@ impl ProcessGroup {
             std::mem::forget(all);
             return Err(e);
         }
+        let calls: Vec<&[i64]> = all.chunks(META_LEN).map(|m| &m[..3]).collect();
+        if let Some(r) = calls.iter().position(|c| *c != calls[0]) {
+            return Err(self.err(
+                op,
+                format!(
+                    "the ranks made different calls: rank 0 called {}, rank {r} called {}; every \
+                     rank must call the same collectives, with the same root and op, in the \
+                     same order",
+                    Call::describe(calls[0]),
+                    Call::describe(calls[r])
+                ),
+            ));
+        }
+        Ok(all)
+    }
+
+    /// [`ProcessGroup::exchange_raw`] for a collective on `t`: every rank's dtype and shape.
+    fn exchange_meta(&self, op: &'static str, call: Call, t: &Tensor) -> Result<Vec<Meta>> {
+        let all = self.exchange_raw(op, call, Some(t))?;
         all.chunks(META_LEN)
+            .map(|m| &m[3..])
             .enumerate()
             .map(|(r, m)| {
                 let dtype = code_dtype(m[0]).ok_or_else(|| {
@@ -327,9 +363,9 @@ impl ProcessGroup {
             .collect()
     }
 
-    /// Requires every rank's operand to have `t`'s dtype and shape.
-    fn same_everywhere(&self, op: &'static str, t: &Tensor) -> Result<()> {
-        let metas = self.exchange_meta(op, t)?;
+    /// Requires every rank to make `call` on an operand of `t`'s dtype and shape.
+    fn same_everywhere(&self, op: &'static str, call: Call, t: &Tensor) -> Result<()> {
+        let metas = self.exchange_meta(op, call, t)?;
         if let Some((r, m)) = metas.iter().enumerate().find(|(_, m)| **m != metas[0]) {
             return Err(self.err(
                 op,
@@ -365,7 +401,12 @@ impl ProcessGroup {
     /// not join within the timeout; [`Error::InvalidArgument`] for `Mean` on an integer dtype.
     pub fn all_reduce_async(&self, t: &Tensor, op: ReduceOp) -> Result<Work<'_, Tensor>> {
         let name = "all_reduce";
-        self.same_everywhere(name, t)?;
+        let call = Call {
+            kind: name,
+            root: None,
+            op: Some(op),
+        };
+        self.same_everywhere(name, call, t)?;
         if op == ReduceOp::Mean && !t.dtype().is_float() {
             return Err(Error::InvalidArgument {
                 op: name,
@@ -436,7 +477,12 @@ impl ProcessGroup {
                 message: format!("root rank {root} is not in a world of {}", self.world_size),
             });
         }
-        self.same_everywhere(name, t)?;
+        let call = Call {
+            kind: name,
+            root: Some(root),
+            op: None,
+        };
+        self.same_everywhere(name, call, t)?;
         let count = self.count(name, t.numel())?;
         let (send, mut recv) = if self.rank == root {
             (SendBuf::of(t)?, None)
@@ -493,7 +539,12 @@ impl ProcessGroup {
     /// [`Error::Distributed`] when the dtypes or trailing dims differ, or on timeout.
     pub fn all_gather_async(&self, t: &Tensor) -> Result<Work<'_, Vec<Tensor>>> {
         let name = "all_gather";
-        let metas = self.exchange_meta(name, t)?;
+        let call = Call {
+            kind: name,
+            root: None,
+            op: None,
+        };
+        let metas = self.exchange_meta(name, call, t)?;
         let first = &metas[0];
         for (r, m) in metas.iter().enumerate() {
             let ok = m.dtype == first.dtype
@@ -541,13 +592,13 @@ impl ProcessGroup {
             )
         })?;
         let (dtype, device) = (t.dtype(), t.device().clone());
-        let mut keep = counts;
-        keep.extend(displs);
+        // Both arrays move (their heap blocks stay put) into the Pending, which lives until
+        // the request completes: MPI may read them at any point before then.
         let pending = Pending {
             request,
             _send: send,
             recv: Some(recv),
-            _counts: keep,
+            _counts: vec![counts, displs],
         };
         Ok(self.work(
             name,
@@ -596,7 +647,12 @@ impl ProcessGroup {
                 ),
             });
         }
-        self.same_everywhere(name, t)?;
+        let call = Call {
+            kind: name,
+            root: None,
+            op: Some(op),
+        };
+        self.same_everywhere(name, call, t)?;
         let row: usize = t.shape()[1..].iter().product();
         let rows = chunk_rows(t.shape()[0], self.world_size);
         let counts = rows
@@ -626,7 +682,7 @@ impl ProcessGroup {
             request,
             _send: send,
             recv: Some(recv),
-            _counts: counts,
+            _counts: vec![counts],
         };
         Ok(self.work(
             name,
@@ -655,6 +711,13 @@ impl ProcessGroup {
     /// [`Error::Distributed`] when MPI refuses.
     pub fn barrier_async(&self) -> Result<Work<'_, ()>> {
         let name = "barrier";
+        let call = Call {
+            kind: name,
+            root: None,
+            op: None,
+        };
+        // A rank in another collective is found here instead of hanging in MPI_Ibarrier.
+        self.exchange_raw(name, call, None)?;
         // SAFETY: no buffers.
         let request = self.start(name, "MPI_Ibarrier", false, |req| unsafe {
             ffi::MPI_Ibarrier(self.world.as_raw(), req)
