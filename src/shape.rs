@@ -3,13 +3,19 @@
 use crate::{DType, Error, Result};
 
 /// Number of elements of `shape`, or [`Error::ShapeOverflow`] when it does not fit in `usize`.
+/// A zero dim does not excuse the others: the product of the non-zero dims (what strides,
+/// spans and contiguity checks multiply) must fit in `isize` too, so `[0, 2^40, 2^40]` is
+/// refused here instead of overflowing later in stride arithmetic.
 pub(crate) fn numel_checked(shape: &[usize]) -> Result<usize> {
-    shape
+    let overflow = || Error::ShapeOverflow {
+        shape: shape.to_vec(),
+    };
+    let extent = shape
         .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::ShapeOverflow {
-            shape: shape.to_vec(),
-        })
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)))
+        .filter(|&e| e <= isize::MAX as usize)
+        .ok_or_else(overflow)?;
+    Ok(if shape.contains(&0) { 0 } else { extent })
 }
 
 /// Element count of a new `dtype` tensor of `shape`, or [`Error::ShapeOverflow`] when the count

@@ -432,6 +432,21 @@ impl GpuDevice {
         let op = "matmul";
         let p = Problem::new(la, lb, half);
         let out_elems = p.batches() * p.m * p.n;
+        // A result larger than one buffer is the condition `zeros` of its size reports, with
+        // the same error; only a result that fits but that u32 indices cannot cover is the
+        // kernel's own limit below.
+        let esize: u64 = if half { 2 } else { 4 };
+        let bytes = (out_elems as u64).saturating_mul(esize);
+        if bytes > self.0.limits.max_buffer_size {
+            return Err(Error::BufferTooLarge {
+                op,
+                device: self.label().to_string(),
+                adapter: self.adapter_name(),
+                bytes,
+                limit: self.0.limits.max_buffer_size,
+                limit_name: "max_buffer_size",
+            });
+        }
         check_u32(la, lb, out_elems)?;
         let out_bytes = out_elems as u64 * if acc16 { 2 } else { 4 };
         // Zero-filled when K = 0 (that is the whole answer); otherwise the first K chunk stores

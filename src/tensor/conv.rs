@@ -110,10 +110,10 @@ fn cached(device: &Device, key: String, make: impl FnOnce() -> Result<Tensor>) -
 pub(super) fn index_map(
     device: &Device,
     key: String,
-    make: impl FnOnce() -> Vec<u32>,
+    make: impl FnOnce() -> Result<Vec<u32>>,
 ) -> Result<Tensor> {
     cached(device, key, || {
-        let v = make();
+        let v = make()?;
         let n = v.len();
         Tensor::from_vec(v, &[n], device)
     })
@@ -294,7 +294,7 @@ impl Window {
     fn windows(&self, x: &Tensor, fill: f32) -> Result<Tensor> {
         let n = x.shape()[0];
         let map = index_map(x.device(), format!("pool{}", self.key()), || {
-            self.pool_map(true)
+            Ok(self.pool_map(true))
         })?;
         let x2d = x.reshape(&[n, self.c * self.h * self.w])?;
         let cols = gather_with_fill(&x2d, fill, &map)?;
@@ -427,7 +427,9 @@ impl Tensor {
         let cols = if pointwise {
             x.reshape(&[n, g, cg, h * w])?
         } else {
-            let map = index_map(x.device(), format!("conv{}", win.key()), || win.conv_map())?;
+            let map = index_map(x.device(), format!("conv{}", win.key()), || {
+                Ok(win.conv_map())
+            })?;
             let x2d = x.reshape(&[n, c * h * w])?;
             gather_with_fill(&x2d, 0.0, &map)?.reshape(&[n, g, kk, l])?
         };

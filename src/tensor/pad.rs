@@ -94,13 +94,41 @@ impl Tensor {
                 format!("cannot replicate the edge of {shape:?}"),
             ));
         }
+        // Sizes are checked before anything is allocated: absurd pads are a typed error, and
+        // the u32 index map must not wrap.
+        let overflow = || Error::ShapeOverflow {
+            shape: shape.to_vec(),
+        };
         let inner_out: Vec<usize> = inner_in
             .iter()
             .zip(&pairs)
-            .map(|(&n, &(a, b))| n + a + b)
-            .collect();
+            .map(|(&n, &(a, b))| n.checked_add(a)?.checked_add(b))
+            .collect::<Option<_>>()
+            .ok_or_else(overflow)?;
+        let mut out_shape = shape[..lead].to_vec();
+        out_shape.extend(&inner_out);
+        let out_numel = crate::shape::numel_for(&out_shape, self.dtype())?;
+        let total = crate::shape::numel_for(&inner_out, crate::DType::U32)?;
+        if let Some(g) = self.device().as_gpu() {
+            let limit = g.0.limits.max_buffer_size;
+            let bytes = (out_numel as u64).max(total as u64) * 4;
+            if bytes > limit {
+                return Err(Error::BufferTooLarge {
+                    op,
+                    device: g.label().to_string(),
+                    adapter: g.adapter_name(),
+                    bytes,
+                    limit,
+                    limit_name: "max_buffer_size",
+                });
+            }
+        }
         let outer: usize = shape[..lead].iter().product();
         let per: usize = inner_in.iter().product();
+        // Map entries are input offsets, or `per` for the fill.
+        if u32::try_from(per).is_err() {
+            return Err(overflow());
+        }
         let fill = match mode {
             PadMode::Constant(v) => v,
             _ => 0.0,
@@ -111,8 +139,6 @@ impl Tensor {
         })?;
         let x2d = self.reshape(&[outer, per])?;
         let out = gather_with_fill(&x2d, fill, &map)?;
-        let mut out_shape = shape[..lead].to_vec();
-        out_shape.extend(&inner_out);
         out.reshape(&out_shape)
     }
 }
@@ -131,11 +157,11 @@ fn pad_map(
     inner_out: &[usize],
     pairs: &[(usize, usize)],
     mode: PadMode,
-) -> Vec<u32> {
+) -> Result<Vec<u32>> {
     let per: usize = inner_in.iter().product();
     let total: usize = inner_out.iter().product();
     let k = inner_in.len();
-    let mut v = Vec::with_capacity(total);
+    let mut v = crate::cpu::strided::try_vec("pad", total)?;
     let mut idx = vec![0usize; k];
     for _ in 0..total {
         let mut off = 0usize;
@@ -167,5 +193,5 @@ fn pad_map(
             idx[d] = 0;
         }
     }
-    v
+    Ok(v)
 }

@@ -1,0 +1,76 @@
+//! Sizes past what a device can hold, and shapes whose arithmetic overflows: the same typed
+//! error for the same condition whichever op meets it, never an abort, a wrapped count or a
+//! validation error from wgpu.
+
+mod common;
+
+use common::devices;
+use wgtensor::{DType, Error, PadMode, Tensor};
+
+/// A matmul whose result needs 1 TiB fails as `zeros` of that size does: `BufferTooLarge` on
+/// a GPU (the result exceeds `max_buffer_size`), whatever the CPU says for both.
+#[test]
+fn a_1_tib_matmul_fails_like_zeros_of_that_size() {
+    for d in devices() {
+        let n = 1usize << 19; // n x n f32 = 1 TiB
+        let z = Tensor::zeros(&[n, n], DType::F32, &d)
+            .map(drop)
+            .unwrap_err();
+        let a = Tensor::ones(&[n, 1], DType::F32, &d).unwrap();
+        let b = Tensor::ones(&[1, n], DType::F32, &d).unwrap();
+        let m = a.matmul(&b).map(drop).unwrap_err();
+        eprintln!("{d}: zeros: {z}\n{d}: matmul: {m}");
+        assert_eq!(
+            std::mem::discriminant(&z),
+            std::mem::discriminant(&m),
+            "{d}: zeros gives {z:?}, matmul {m:?}"
+        );
+    }
+}
+
+/// Padding a 2x2 image by 2^20 on every side needs a 2^21 x 2^21 result (16 TiB of f32): a
+/// typed size error, not an abort from an unchecked index-map allocation.
+#[test]
+fn absurd_padding_is_a_typed_error() {
+    for d in devices() {
+        let x = Tensor::ones(&[1, 1, 2, 2], DType::F32, &d).unwrap();
+        let r = x.pad(&[1 << 20; 4], PadMode::Constant(0.0)).map(drop);
+        match r {
+            Err(
+                Error::OutOfMemory { .. }
+                | Error::BufferTooLarge { .. }
+                | Error::ShapeOverflow { .. },
+            ) => {}
+            other => panic!("{d}: expected a size error, got {other:?}"),
+        }
+    }
+}
+
+/// A zero before huge dims (`[0, 2^40, 2^40]`) has no elements but strides that overflow: every
+/// way to make such a shape is `ShapeOverflow`, in debug and release builds alike.
+#[test]
+fn a_zero_before_huge_dims_is_a_shape_overflow() {
+    let huge = [0usize, 1 << 40, 1 << 40];
+    for d in devices() {
+        let overflow = |r: wgtensor::Result<Tensor>, what: &str| match r {
+            Err(Error::ShapeOverflow { .. }) => {}
+            other => panic!(
+                "{d} {what}: expected ShapeOverflow, got {:?}",
+                other.map(|t| t.shape().to_vec())
+            ),
+        };
+        overflow(Tensor::zeros(&huge, DType::F32, &d), "zeros");
+        overflow(Tensor::from_vec(Vec::<f32>::new(), &huge, &d), "from_vec");
+        let empty = Tensor::zeros(&[0, 4], DType::F32, &d).unwrap();
+        overflow(empty.reshape(&huge), "reshape");
+        overflow(empty.reshape(&[0, 1, 1]).unwrap().expand(&huge), "expand");
+        let wide = Tensor::zeros(&[0, 1 << 40], DType::F32, &d);
+        if let Ok(w) = wide {
+            overflow(
+                w.unsqueeze(2)
+                    .and_then(|u| u.expand(&[0, 1 << 40, 1 << 40])),
+                "unsqueeze+expand",
+            );
+        }
+    }
+}
