@@ -204,19 +204,31 @@ fn store(item: u32, acc: Acc) {
     dst[item] = v;
 }
 
-// Thread `lid`'s fold of its elements of `item`'s chunk in the workgroup passes: consecutive
-// threads read consecutive elements (coalesced when stride_r == 1), PER_THREAD each.
-fn fold_wg(item: u32, lid: u32) -> Acc {
+// The chunk `item` reduces: its row `o`, the row's storage base, and the row elements
+// [start, end), at most `len` of them (each entry's own bound on L).
+struct Chunk {
+    o: u32,
+    start: u32,
+    end: u32,
+    base: u32,
+}
+
+fn chunk_of(item: u32, len: u32) -> Chunk {
     let chunks = params[1];
     let o = item / chunks;
     let start = (item % chunks) * params[3];
-    let end = min(params[2], start + params[3]);
-    let base = row_base(o);
+    return Chunk(o, start, min(params[2], start + len), row_base(o));
+}
+
+// Thread `lid`'s fold of its elements of `item`'s chunk in the workgroup passes: consecutive
+// threads read consecutive elements (coalesced when stride_r == 1), PER_THREAD each.
+fn fold_wg(item: u32, lid: u32) -> Acc {
+    let c = chunk_of(item, params[3]);
     var acc = identity();
     for (var k = 0u; k < PER_THREAD; k = k + 1u) {
-        let r = start + k * WG + lid;
-        if (r < end) {
-            acc = combine(acc, load(o, r, base));
+        let r = c.start + k * WG + lid;
+        if (r < c.end) {
+            acc = combine(acc, load(c.o, r, c.base));
         }
     }
     return acc;
@@ -256,15 +268,11 @@ fn reduce_thread(@builtin(workgroup_id) wid: vec3<u32>,
     if (item >= params[0]) {
         return;
     }
-    let chunks = params[1];
-    let o = item / chunks;
-    let start = (item % chunks) * params[3];
-    let end = min(params[2], start + params[3]);
-    let base = row_base(o);
+    let c = chunk_of(item, params[3]);
     var acc = identity();
     // Bounded here too, whatever L the host passes.
-    for (var k = 0u; k < THREAD_MAX && start + k < end; k = k + 1u) {
-        acc = combine(acc, load(o, start + k, base));
+    for (var k = 0u; k < THREAD_MAX && c.start + k < c.end; k = k + 1u) {
+        acc = combine(acc, load(c.o, c.start + k, c.base));
     }
     store(item, acc);
 }

@@ -76,14 +76,10 @@ fn reduce_subgroup(inv: SubgroupInv) {
     if (item >= params[0]) {
         return;
     }
-    let chunks = params[1];
-    let o = item / chunks;
-    let start = (item % chunks) * params[3];
-    let end = min(params[2], start + min(params[3], SUBGROUP_MAX));
-    let base = row_base(o);
+    let c = chunk_of(item, min(params[3], SUBGROUP_MAX));
     var acc = identity();
-    for (var r = start + inv.lane; r < end; r = r + inv.size) {
-        acc = combine(acc, load(o, r, base));
+    for (var r = c.start + inv.lane; r < c.end; r = r + inv.size) {
+        acc = combine(acc, load(c.o, r, c.base));
     }
     let merged = subgroup_merge(acc, inv.lane, inv.size);
     if (inv.lane == 0u) {
