@@ -409,7 +409,7 @@ impl QTensor {
     /// let ids = Tensor::from_vec(vec![2u32, 0], &[2], &Device::cpu())?;
     /// let e = q.gather_rows(&ids)?;
     /// assert_eq!(e.shape(), &[2, 32]);
-    /// assert_eq!(e.to_vec::<f32>()?[0], 2.0);
+    /// assert!((e.to_vec::<f32>()?[0] - 2.0).abs() < 1e-3); // Q8_0 keeps 2.0 to 3 digits
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn gather_rows(&self, ids: &Tensor) -> Result<Tensor> {
