@@ -92,6 +92,9 @@ pub(crate) fn layer_norm(
     Ok(out)
 }
 
+/// `dx`, and the weight and bias gradients when asked for.
+pub(crate) type LayerNormGrads = (Vec<f32>, Option<(Vec<f32>, Vec<f32>)>);
+
 /// The gradients of [`layer_norm`] from the output gradient `g` (same shape as `x`): `dx`, and
 /// when `want_wb` the `[len]` sums over rows of `g * x̂` (weight) and `g` (bias). With
 /// `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
@@ -103,7 +106,7 @@ pub(crate) fn layer_norm_backward(
     weight: Option<&[f32]>,
     eps: f32,
     want_wb: bool,
-) -> Result<(Vec<f32>, Option<(Vec<f32>, Vec<f32>)>)> {
+) -> Result<LayerNormGrads> {
     let op = "layer_norm backward";
     let rows = x.len() / len;
     let tasks = rows.div_ceil(ROWS_PER_TASK);

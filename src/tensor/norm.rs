@@ -4,6 +4,9 @@ use super::Tensor;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
 
+/// `dx`, and the weight and bias gradients when asked for.
+pub(crate) type LayerNormGrads = (Tensor, Option<(Tensor, Tensor)>);
+
 impl Tensor {
     /// PyTorch's `F.layer_norm(x, (x.shape[-1],), weight, bias, eps)`: each row of the last dim
     /// becomes `(x - mean) / sqrt(var + eps) * weight + bias` (biased variance), in one kernel
@@ -149,7 +152,7 @@ impl Tensor {
         g: &Tensor,
         eps: f32,
         want_wb: bool,
-    ) -> Result<Option<(Tensor, Option<(Tensor, Tensor)>)>> {
+    ) -> Result<Option<LayerNormGrads>> {
         let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
         if !f32_cpu(x) || !f32_cpu(g) || !weight.is_none_or(f32_cpu) || x.numel() == 0 {
             return Ok(None);
