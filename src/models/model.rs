@@ -96,6 +96,20 @@ impl CausalLM {
         self.dtype
     }
 
+    /// What the weight matrices are stored as: `f32`, `f16`, or a ggml block type (`Q8_0`,
+    /// `Q4_0`, ...) for quantized files (read from the first layer's q projection).
+    pub fn weight_type(&self) -> String {
+        let w = match self.blocks.first() {
+            Some(Block::Llama { q, .. }) => &q.w,
+            Some(Block::Gpt2 { qkv, .. }) => &qkv.w,
+            None => &self.embed,
+        };
+        match w {
+            Weight::Dense(t) => t.dtype().to_string(),
+            Weight::Quantized(q) => format!("{:?}", q.qtype()),
+        }
+    }
+
     /// An empty KV cache for this model holding up to `capacity` positions (at most the
     /// model's context length), on its device.
     ///

@@ -1,0 +1,213 @@
+//! Text generation with a pretrained model: a Hugging Face directory or a llama.cpp `.gguf` file.
+//!
+//! ```text
+//! cargo run --release --features models --example generate -- --model PATH [--tokenizer FILE]
+//!     --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//!     [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids]
+//! ```
+//!
+//! Streams the continuation, then prints `prefill: X tok/s, decode: Y tok/s on DEVICE (DTYPE)`;
+//! with `--ids`, a last line `ids: [..]` (the generated ids as JSON). `--temperature 0` (the
+//! default) is greedy. A GGUF file takes its tokenizer from `--tokenizer` or a `tokenizer.json`
+//! beside it. Any error is one line on stderr and exit code 1. Loading progress goes to stderr
+//! when it is a terminal. Make a model to try it with `examples/make_model.rs`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use wgtensor::models::{AutoModel, GenerateOptions, Tokenizer};
+use wgtensor::{DType, Device};
+
+struct Args {
+    model: PathBuf,
+    tokenizer: Option<PathBuf>,
+    prompt: String,
+    options: GenerateOptions,
+    device: Option<String>,
+    dtype: DType,
+    ids: bool,
+}
+
+const USAGE: &str = "usage: generate --model PATH [--tokenizer FILE] --prompt TEXT [--max-new-tokens N] \
+[--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids]";
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        model: PathBuf::new(),
+        tokenizer: None,
+        prompt: String::new(),
+        options: GenerateOptions {
+            max_new_tokens: 64,
+            ..Default::default()
+        },
+        device: None,
+        dtype: DType::F32,
+        ids: false,
+    };
+    let (mut model, mut prompt) = (false, false);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
+        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
+            v.parse()
+                .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
+        }
+        match flag.as_str() {
+            "--model" => (a.model, model) = (PathBuf::from(value()?), true),
+            "--tokenizer" => a.tokenizer = Some(PathBuf::from(value()?)),
+            "--prompt" => (a.prompt, prompt) = (value()?, true),
+            "--max-new-tokens" => a.options.max_new_tokens = num(&flag, value()?)?,
+            "--temperature" => a.options.temperature = num(&flag, value()?)?,
+            "--top-k" => a.options.top_k = num(&flag, value()?)?,
+            "--top-p" => a.options.top_p = num(&flag, value()?)?,
+            "--seed" => a.options.seed = Some(num(&flag, value()?)?),
+            "--repetition-penalty" => a.options.repetition_penalty = num(&flag, value()?)?,
+            "--device" => a.device = Some(value()?),
+            "--dtype" => {
+                a.dtype = match value()?.as_str() {
+                    "f32" => DType::F32,
+                    "f16" => DType::F16,
+                    other => return Err(format!("--dtype: {other:?} is not f32 or f16")),
+                }
+            }
+            "--ids" => a.ids = true,
+            "-h" | "--help" => return Err(USAGE.to_string()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    if !model || !prompt {
+        return Err(format!("--model and --prompt are required\n{USAGE}"));
+    }
+    Ok(a)
+}
+
+/// The tokenizer: `--tokenizer`, else `tokenizer.json` in the model directory or beside the file.
+fn tokenizer(args: &Args) -> Result<Tokenizer, String> {
+    let path = match &args.tokenizer {
+        Some(p) => p.clone(),
+        None => {
+            let dir = if args.model.is_dir() {
+                args.model.clone()
+            } else {
+                args.model
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default()
+            };
+            let p = dir.join("tokenizer.json");
+            if !p.is_file() {
+                return Err(format!(
+                    "no tokenizer.json beside {} (GGUF vocabularies are not read); pass --tokenizer FILE",
+                    args.model.display()
+                ));
+            }
+            p
+        }
+    };
+    Tokenizer::from_file(&path).map_err(|e| e.to_string())
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), in MB.
+fn peak_rss_mb() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn run() -> Result<(), String> {
+    let args = parse()?;
+    let device: Device = match &args.device {
+        Some(d) => d.parse().map_err(|e: wgtensor::Error| e.to_string())?,
+        None => Device::best(),
+    };
+    let tok = tokenizer(&args)?;
+    let terminal = std::io::stderr().is_terminal();
+    let t0 = std::time::Instant::now();
+    let model =
+        AutoModel::load_with_progress(&args.model, &device, args.dtype, &mut |done, total| {
+            if terminal {
+                let pct = if total == 0 {
+                    100.0
+                } else {
+                    100.0 * done as f64 / total as f64
+                };
+                eprint!(
+                    "\rloading {}: {pct:5.1}% of {:.1} MB",
+                    args.model.display(),
+                    total as f64 / 1e6
+                );
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    if terminal {
+        eprintln!();
+    }
+    eprintln!(
+        "loaded {} ({} layers, {:.1} MB of weights) on {device} in {:.2} s; peak host memory {:.0} MB",
+        model.config().model_type,
+        model.config().num_layers,
+        model.size_in_bytes() as f64 / 1e6,
+        t0.elapsed().as_secs_f64(),
+        peak_rss_mb().unwrap_or(0.0)
+    );
+    let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
+    let ctx = model.config().max_position_embeddings;
+    if prompt.len() >= ctx {
+        return Err(format!(
+            "the prompt is {} tokens, the model's context {ctx}: shorten it",
+            prompt.len()
+        ));
+    }
+    let mut stream = model
+        .stream(&prompt, &args.options)
+        .map_err(|e| e.to_string())?;
+    let mut text = tok.stream();
+    let mut out = std::io::stdout().lock();
+    let mut generated = Vec::new();
+    let _ = write!(out, "{}", args.prompt);
+    for id in stream.by_ref() {
+        let id = id.map_err(|e| e.to_string())?;
+        generated.push(id);
+        if let Some(piece) = text.push(id).map_err(|e| e.to_string())? {
+            let _ = write!(out, "{piece}");
+            let _ = out.flush();
+        }
+    }
+    if let Some(rest) = text.finish().map_err(|e| e.to_string())? {
+        let _ = write!(out, "{rest}");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "prefill: {:.1} tok/s, decode: {:.1} tok/s on {device} ({})",
+        stream.prefill_tokens_per_second(),
+        stream.decode_tokens_per_second(),
+        model.weight_type()
+    );
+    if args.ids {
+        let list: Vec<String> = generated.iter().map(u32::to_string).collect();
+        let _ = writeln!(out, "ids: [{}]", list.join(", "));
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    // Mesa's device-select layer complains on machines without a display; keep the output clean.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none()
+        && std::env::var_os("NODEVICE_SELECT").is_none()
+    {
+        // SAFETY: first statement of `main`, before any other thread exists.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
