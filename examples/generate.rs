@@ -124,6 +124,9 @@ fn run() -> Result<(), String> {
         Some(d) => d.parse().map_err(|e: wgtensor::Error| e.to_string())?,
         None => Device::best(),
     };
+    if !args.model.exists() {
+        return Err(format!("{}: no such file or directory", args.model.display()));
+    }
     let tok = tokenizer(&args)?;
     let terminal = std::io::stderr().is_terminal();
     let t0 = std::time::Instant::now();
