@@ -5,6 +5,9 @@
 //! | `conv2d_fwd` | 3x3 conv, 32 -> 32 channels, 8 images of 32x32, padding 1 |
 //! | `conv2d_fwd_wgrad` | the same forward, then `sum().backward()` for the weight gradient |
 //! | `sdpa_causal` | causal `scaled_dot_product_attention`, 4 heads x 256 x 64, forward |
+//! | `sdpa_causal_composed` | the same through the composed reference (matmul, mask, softmax, matmul) |
+//! | `sdpa_causal_fwd_bwd` | the same forward, then `sum().backward()` for q's gradient |
+//! | `sdpa_causal_16k` | causal attention over 16,384 positions x 64 dims x 1 head, forward (CPU), with peak memory |
 //! | `layer_norm` | `layer_norm` with weight and bias over the rows of 4096 x 1024 |
 //! | `softmax` | `softmax` over the rows of 4096 x 1024 |
 //! | `cnn_digits_adam` | the `cnn_digits` model, one Adam step, batch 64 of 1x8x8 |
@@ -96,18 +99,53 @@ fn conv(dev: &Device, f: &str) -> Result<()> {
 }
 
 fn sdpa(dev: &Device, f: &str) -> Result<()> {
-    if !wanted(&["sdpa_causal"], dev, f) {
+    let names = [
+        "sdpa_causal",
+        "sdpa_causal_composed",
+        "sdpa_causal_fwd_bwd",
+        "sdpa_causal_16k",
+    ];
+    if !wanted(&names, dev, f) {
         return Ok(());
     }
     let q = Tensor::randn(&[4, 256, 64], dev)?;
     let k = Tensor::randn(&[4, 256, 64], dev)?;
     let v = Tensor::randn(&[4, 256, 64], dev)?;
-    time("sdpa_causal", dev, f, || {
+    let fwd = || {
         let _g = wgtensor::no_grad();
         settle(&Tensor::scaled_dot_product_attention(
             &q, &k, &v, None, true, 0.0, None,
         )?)
+    };
+    time("sdpa_causal", dev, f, fwd);
+    // The composed reference (matmul, mask, softmax, matmul): the path before fusion.
+    wgtensor::testing::force_attention(Some("composed"));
+    time("sdpa_causal_composed", dev, f, fwd);
+    wgtensor::testing::force_attention(None);
+    let qg = q.requires_grad_(true);
+    time("sdpa_causal_fwd_bwd", dev, f, || {
+        let y = Tensor::scaled_dot_product_attention(&qg, &k, &v, None, true, 0.0, None)?;
+        y.sum_all()?.backward()?;
+        let g = qg.grad().expect("a gradient");
+        qg.zero_grad();
+        settle(&g)
     });
+    // 16,384 positions x 64 dims x 1 head (a score matrix would be 1 GiB): CPU only, a software
+    // adapter takes minutes (tests/attention_fused.rs has the ignored GPU run).
+    if dev.is_cpu() && "sdpa_causal_16k/cpu".contains(f) {
+        let n = 16_384;
+        let x = Tensor::randn(&[1, n, 64], dev)?;
+        wgtensor::reset_peak_memory_stats(dev);
+        let base = wgtensor::memory_allocated(dev);
+        time("sdpa_causal_16k", dev, f, || {
+            let _g = wgtensor::no_grad();
+            settle(&Tensor::scaled_dot_product_attention(
+                &x, &x, &x, None, true, 0.0, None,
+            )?)
+        });
+        let peak = wgtensor::max_memory_allocated(dev) - base;
+        println!("sdpa_causal_16k/{dev}: peak memory {:.1} MiB over the inputs (scores would be 1024 MiB)", peak as f64 / (1 << 20) as f64);
+    }
     Ok(())
 }
 

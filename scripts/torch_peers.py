@@ -62,6 +62,23 @@ def sdpa():
 
     timed("sdpa_causal", fwd)
 
+    qg = q.clone().requires_grad_(True)
+
+    def fwd_bwd():
+        qg.grad = None
+        F.scaled_dot_product_attention(qg, k, v, is_causal=True).sum().backward()
+        settle(qg.grad)
+
+    timed("sdpa_causal_fwd_bwd", fwd_bwd)
+
+    x = torch.randn(1, 16384, 64)
+
+    def long():
+        with torch.no_grad():
+            settle(F.scaled_dot_product_attention(x, x, x, is_causal=True))
+
+    timed("sdpa_causal_16k", long)
+
 
 def rows():
     x = torch.randn(4096, 1024)
