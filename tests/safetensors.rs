@@ -390,7 +390,8 @@ fn a_failed_save_leaves_the_previous_file_intact() {
         let big = Tensor::ones(&[4096], DType::F32, &device).unwrap();
         let m = model(&device);
         let opt = Adam::new(1e-3);
-        let writers: [(&str, Box<dyn Fn() -> wgtensor::Result<()>>); 3] = [
+        type Writer<'a> = Box<dyn Fn() -> wgtensor::Result<()> + 'a>;
+        let writers: [(&str, Writer); 3] = [
             (
                 "save_safetensors",
                 Box::new(|| save_safetensors(&path, &[("new".into(), big.clone())])),
