@@ -232,29 +232,6 @@ impl Device {
         }
     }
 
-    /// Waits for all work queued on this device; reports a lost device, captured wgpu errors, or
-    /// an out-of-range id found by a kernel since the last readback
-    /// ([`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange)). (PyTorch's
-    /// `torch.cuda.synchronize()`; a no-op on the CPU.)
-    ///
-    /// ```
-    /// wgtensor::Device::cpu().synchronize()?;
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn synchronize(&self) -> Result<()> {
-        match &self.0 {
-            DeviceInner::Cpu => Ok(()),
-            DeviceInner::Gpu(g) => {
-                // Pending fused elementwise work is queued work too.
-                crate::tensor::materialize_pending(g)?;
-                g.wait("synchronize", None)?;
-                // An id found out of range by a kernel surfaces here (a 16-byte read, only when
-                // such a kernel ran since the last readback).
-                g.read_many("synchronize", &[], |_, _| ()).map(|_| ())
-            }
-        }
-    }
-
     /// Waits until the device has finished the work submitted so far (this thread's uploads
     /// included) and reports only this thread's errors: unlike [`Device::synchronize`] it
     /// neither runs other threads' pending fused work nor takes their errors. What a

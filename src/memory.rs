@@ -1,23 +1,9 @@
 //! Memory statistics and cache control (PyTorch's `torch.cuda.memory_allocated` and friends).
 
+use crate::cpu::alloc::{CPU_ALLOCATED, CPU_PEAK};
 use crate::device::DeviceInner;
 use crate::Device;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Bytes held by live CPU tensors (the CPU device reports its tensor bytes too).
-pub(crate) static CPU_ALLOCATED: AtomicU64 = AtomicU64::new(0);
-static CPU_PEAK: AtomicU64 = AtomicU64::new(0);
-
-pub(crate) fn cpu_alloc(bytes: u64) {
-    let now = CPU_ALLOCATED.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    CPU_PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-pub(crate) fn cpu_free(bytes: u64) {
-    let _ = CPU_ALLOCATED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-        Some(v.saturating_sub(bytes))
-    });
-}
+use std::sync::atomic::Ordering;
 
 /// Bytes occupied by live tensors on `device`, exactly (GPU sizes padded to 4 bytes).
 ///

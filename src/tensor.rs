@@ -79,7 +79,7 @@ impl Tensor {
         device: Device,
     ) -> Tensor {
         if let Storage::Cpu(s) = &storage {
-            crate::memory::cpu_alloc(s.size_in_bytes() as u64);
+            crate::cpu::alloc::cpu_alloc(s.size_in_bytes() as u64);
         }
         Tensor(Arc::new(TensorInner {
             storage: Arc::new(fuse::StorageCell::ready(storage)),

@@ -5,7 +5,7 @@
 //! input). Images run in parallel; every sum has a fixed order, so results do not depend on the
 //! number of threads.
 
-use super::strided::try_vec;
+use super::alloc::try_vec;
 use crate::Result;
 use rayon::prelude::*;
 

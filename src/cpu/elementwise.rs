@@ -3,11 +3,12 @@
 //! monomorphised loop through the table's visitors, so the hot loop has no `match` per element.
 //! f16 computes in f32 and rounds once; i32 / u32 follow WGSL ([`crate::ops::IntElem`]).
 
-use super::strided::{build_vec, try_vec, walk};
+use super::alloc::try_vec;
+use super::storage::CpuStorage;
+use super::strided::{build_vec, map1, map2, walk};
 use super::typed::{dtype_of, Scalar};
 use crate::ops::{BinaryFn, BinaryOp, BinaryVisitor, UnaryFn, UnaryOp, UnaryVisitor};
 use crate::shape::Layout;
-use crate::storage::CpuStorage;
 use crate::{Error, Result};
 use half::f16;
 
@@ -123,77 +124,6 @@ pub(crate) fn arange(n: usize, start: f32, step: f32) -> Result<Vec<f32>> {
         for (i, o) in out.iter_mut().enumerate() {
             o.write(start + (off + i) as f32 * step);
         }
-    })
-}
-
-/// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
-pub(crate) fn map1<T: Copy + Sync, U: Send>(
-    op: &'static str,
-    src: &[T],
-    l: &Layout,
-    f: impl Fn(T) -> U + Sync,
-) -> Result<Vec<U>> {
-    let n = l.numel();
-    if l.is_contiguous() {
-        let src = &src[l.offset..l.offset + n];
-        return build_vec(op, n, |off, out| {
-            let end = off + out.len();
-            for (o, &x) in out.iter_mut().zip(&src[off..end]) {
-                o.write(f(x));
-            }
-        });
-    }
-    build_vec(op, n, |off, out| {
-        let mut it = out.iter_mut();
-        walk(
-            &l.shape,
-            [&l.strides],
-            [l.offset],
-            off,
-            off + it.len(),
-            |[p]| {
-                if let Some(o) = it.next() {
-                    o.write(f(src[p]));
-                }
-            },
-        );
-    })
-}
-
-/// `f(a, b)` over two views broadcast to one shape, packed row-major (any element types).
-pub(crate) fn map2<T: Copy + Sync, U: Send>(
-    op: &'static str,
-    a: &[T],
-    la: &Layout,
-    b: &[T],
-    lb: &Layout,
-    f: impl Fn(T, T) -> U + Sync,
-) -> Result<Vec<U>> {
-    let n = la.numel();
-    if la.is_contiguous() && lb.is_contiguous() {
-        let a = &a[la.offset..la.offset + n];
-        let b = &b[lb.offset..lb.offset + n];
-        return build_vec(op, n, |off, out| {
-            let end = off + out.len();
-            for ((o, &x), &y) in out.iter_mut().zip(&a[off..end]).zip(&b[off..end]) {
-                o.write(f(x, y));
-            }
-        });
-    }
-    build_vec(op, n, |off, out| {
-        let mut it = out.iter_mut();
-        walk(
-            &la.shape,
-            [&la.strides, &lb.strides],
-            [la.offset, lb.offset],
-            off,
-            off + it.len(),
-            |[p, q]| {
-                if let Some(o) = it.next() {
-                    o.write(f(a[p], b[q]));
-                }
-            },
-        );
     })
 }
 

@@ -16,7 +16,7 @@ pub(crate) fn index_select<T: Copy>(
     let outer: usize = shape[..d].iter().product();
     let inner: usize = shape[d + 1..].iter().product();
     let n = outer * ids.len() * inner;
-    let mut out = super::strided::try_vec("index_select", n)?;
+    let mut out = super::alloc::try_vec("index_select", n)?;
     if n == 0 {
         return Ok(out);
     }
@@ -69,7 +69,7 @@ pub(crate) fn gather_dim(
     ids: &[u32],
     index_shape: &[usize],
 ) -> Result<Vec<f32>> {
-    let mut out = super::strided::try_vec("gather", ids.len())?;
+    let mut out = super::alloc::try_vec("gather", ids.len())?;
     for (i, &id) in ids.iter().enumerate() {
         let mut rem = i;
         let mut at = layout.offset;
@@ -101,7 +101,7 @@ pub(crate) fn scatter_add_into(
     src: &[f32],
     r: usize,
 ) -> Result<()> {
-    let mut keyed: Vec<(usize, usize)> = super::strided::try_vec("scatter_add", ids.len())?;
+    let mut keyed: Vec<(usize, usize)> = super::alloc::try_vec("scatter_add", ids.len())?;
     for (k, &id) in ids.iter().enumerate() {
         let mut rem = k;
         let mut key = 0;

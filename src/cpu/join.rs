@@ -1,10 +1,10 @@
 //! CPU `cat` (and `stack`, which is `cat` of unsqueezed views): the fallback device and the
 //! oracle for `shaders/join.wgsl`. Works for every dtype: elements are only moved.
 
+use super::alloc::try_vec;
 use super::elementwise::contiguous;
-use super::strided::try_vec;
+use super::storage::CpuStorage;
 use crate::shape::Layout;
-use crate::storage::CpuStorage;
 use crate::{Result, WithDType};
 use std::borrow::Cow;
 

@@ -5,7 +5,8 @@
 //! are never copied. Batches are a loop over per-matrix gemm calls: threads go inside each
 //! product when products are large, across the batch when they are small.
 
-use super::strided::{try_vec, walk};
+use super::alloc::try_vec;
+use super::strided::walk;
 use crate::shape::Layout;
 use crate::Result;
 use rayon::prelude::*;

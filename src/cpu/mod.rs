@@ -1,6 +1,7 @@
 //! The native CPU backend: the fallback device when no GPU exists and the oracle every GPU kernel
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
+pub(crate) mod alloc;
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
 pub(crate) mod attention_decode;
@@ -18,5 +19,6 @@ pub(crate) mod quant;
 pub(crate) mod quant_dot;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
+pub(crate) mod storage;
 pub(crate) mod strided;
 pub(crate) mod typed;

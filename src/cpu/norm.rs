@@ -4,7 +4,8 @@
 //! the output; no allocation per row, rayon over blocks of rows. A row's result never depends
 //! on how rows are split across threads.
 
-use super::strided::{try_vec, PAR_THRESHOLD};
+use super::alloc::try_vec;
+use super::strided::PAR_THRESHOLD;
 use crate::Result;
 use rayon::prelude::*;
 

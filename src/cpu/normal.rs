@@ -1,6 +1,9 @@
 //! Standard normal samples from two Philox words in integer fixed point: the CPU twin of
 //! `shaders/normal.wgsl` (same tables, same steps), so `randn` gives the same bits on the CPU
 //! and every adapter. See the shader for the method; absolute error below 1e-6.
+//!
+//! Also the counter-based generator those words come from (Philox4x32-10) and the host sampler
+//! of `rand`/`randn`: the backend's side of `src/random.rs`, which keeps only the global state.
 
 const LN2_Q26: i32 = 46516320;
 const TWO_PI_Q29: u32 = 3373259426;
@@ -173,6 +176,72 @@ pub(crate) fn normal(w0: u32, w1: u32) -> f32 {
     }
 }
 
+// ---- Philox4x32-10 and the host sampler (the CPU twin of `shaders/common.wgsl::philox`) ----
+
+const M0: u32 = 0xD251_1F53;
+const M1: u32 = 0xCD9E_8D57;
+const W0: u32 = 0x9E37_79B9;
+const W1: u32 = 0xBB67_AE85;
+
+/// Philox4x32-10 (Salmon et al., Random123): 10 rounds of multiply-xor over a 128-bit counter.
+/// `shaders/common.wgsl::philox` is the same function.
+pub(crate) fn philox(mut c: [u32; 4], mut k: [u32; 2]) -> [u32; 4] {
+    for round in 0..10 {
+        if round > 0 {
+            k = [k[0].wrapping_add(W0), k[1].wrapping_add(W1)];
+        }
+        let p0 = M0 as u64 * c[0] as u64;
+        let p1 = M1 as u64 * c[2] as u64;
+        let (hi0, lo0) = ((p0 >> 32) as u32, p0 as u32);
+        let (hi1, lo1) = ((p1 >> 32) as u32, p1 as u32);
+        c = [hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0];
+    }
+    c
+}
+
+/// The four words of element `e` of an op that took offsets from `offset` with `seed`.
+#[inline]
+pub(crate) fn words(seed: u64, offset: u64, e: u64) -> [u32; 4] {
+    let c = offset.wrapping_add(e);
+    philox(
+        [c as u32, (c >> 32) as u32, 0, 0],
+        [seed as u32, (seed >> 32) as u32],
+    )
+}
+
+/// A word as a uniform f32 in `[0, 1)`: its low 24 bits times 2^-24 (exact; PyTorch's recipe).
+#[inline]
+pub(crate) fn uniform(w: u32) -> f32 {
+    (w & 0xFF_FFFF) as f32 * (1.0 / 16_777_216.0)
+}
+
+/// Which distribution a random node draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Dist {
+    Uniform,
+    Normal,
+}
+
+/// `n` samples of `dist` on the host, element `e` from offset `offset + e`.
+pub(crate) fn sample_host(dist: Dist, seed: u64, offset: u64, n: usize) -> crate::Result<Vec<f32>> {
+    use rayon::prelude::*;
+    let mut v = super::alloc::try_vec::<f32>("rand", n)?;
+    v.resize(n, 0.0);
+    let draw = |e: usize| {
+        let w = words(seed, offset, e as u64);
+        match dist {
+            Dist::Uniform => uniform(w[0]),
+            Dist::Normal => normal(w[0], w[1]),
+        }
+    };
+    if n >= super::strided::PAR_THRESHOLD {
+        v.par_iter_mut().enumerate().for_each(|(e, o)| *o = draw(e));
+    } else {
+        v.iter_mut().enumerate().for_each(|(e, o)| *o = draw(e));
+    }
+    Ok(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::normal;
@@ -196,5 +265,32 @@ mod tests {
             (big - (2.0 * 24.0 * std::f64::consts::LN_2).sqrt()).abs() < 1e-5,
             "{big}"
         );
+    }
+
+    #[test]
+    fn philox_matches_the_random123_known_answers() {
+        // Known-answer vectors of Random123's kat_vectors for philox4x32_10.
+        assert_eq!(
+            philox([0, 0, 0, 0], [0, 0]),
+            [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
+        );
+        assert_eq!(
+            philox([u32::MAX; 4], [u32::MAX; 2]),
+            [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
+        );
+        assert_eq!(
+            philox(
+                [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+                [0xa4093822, 0x299f31d0]
+            ),
+            [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
+        );
+    }
+
+    #[test]
+    fn uniform_is_in_the_unit_interval() {
+        assert_eq!(uniform(0), 0.0);
+        assert!(uniform(u32::MAX) < 1.0);
+        assert!(normal(u32::MAX, 0).is_finite());
     }
 }

@@ -296,7 +296,7 @@ pub(crate) fn matmul_t(
 ) -> crate::Result<Vec<f32>> {
     let nb = cols / q.block_len();
     let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
-    let mut out_t = super::strided::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
+    let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
     out_t.resize(rows * m, 0.0);
     let per = rows_per_task(rows, cols, m);
     let integer = integer && matches!(q, QType::Q8_0 | QType::Q4_0);

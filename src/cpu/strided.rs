@@ -1,6 +1,8 @@
 //! Walking strided layouts on the host: the CPU twin of the `strided` shader entry points.
 
-use crate::{Error, Result};
+use super::alloc::try_vec;
+use crate::shape::Layout;
+use crate::Result;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -107,19 +109,75 @@ pub(crate) fn build_vec<T: Send>(
     Ok(v)
 }
 
-/// An empty `Vec` with room for `n` elements, or [`Error::OutOfMemory`].
-pub(crate) fn try_vec<T>(op: &'static str, n: usize) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-        op,
-        device: "cpu".into(),
-        adapter: "host memory".into(),
-        requested: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
-        allocated: crate::memory::CPU_ALLOCATED.load(std::sync::atomic::Ordering::Relaxed),
-        reserved: crate::memory::CPU_ALLOCATED.load(std::sync::atomic::Ordering::Relaxed),
-        limit: isize::MAX as u64,
-    })?;
-    Ok(v)
+/// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
+pub(crate) fn map1<T: Copy + Sync, U: Send>(
+    op: &'static str,
+    src: &[T],
+    l: &Layout,
+    f: impl Fn(T) -> U + Sync,
+) -> Result<Vec<U>> {
+    let n = l.numel();
+    if l.is_contiguous() {
+        let src = &src[l.offset..l.offset + n];
+        return build_vec(op, n, |off, out| {
+            let end = off + out.len();
+            for (o, &x) in out.iter_mut().zip(&src[off..end]) {
+                o.write(f(x));
+            }
+        });
+    }
+    build_vec(op, n, |off, out| {
+        let mut it = out.iter_mut();
+        walk(
+            &l.shape,
+            [&l.strides],
+            [l.offset],
+            off,
+            off + it.len(),
+            |[p]| {
+                if let Some(o) = it.next() {
+                    o.write(f(src[p]));
+                }
+            },
+        );
+    })
+}
+
+/// `f(a, b)` over two views broadcast to one shape, packed row-major (any element types).
+pub(crate) fn map2<T: Copy + Sync, U: Send>(
+    op: &'static str,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    f: impl Fn(T, T) -> U + Sync,
+) -> Result<Vec<U>> {
+    let n = la.numel();
+    if la.is_contiguous() && lb.is_contiguous() {
+        let a = &a[la.offset..la.offset + n];
+        let b = &b[lb.offset..lb.offset + n];
+        return build_vec(op, n, |off, out| {
+            let end = off + out.len();
+            for ((o, &x), &y) in out.iter_mut().zip(&a[off..end]).zip(&b[off..end]) {
+                o.write(f(x, y));
+            }
+        });
+    }
+    build_vec(op, n, |off, out| {
+        let mut it = out.iter_mut();
+        walk(
+            &la.shape,
+            [&la.strides, &lb.strides],
+            [la.offset, lb.offset],
+            off,
+            off + it.len(),
+            |[p, q]| {
+                if let Some(o) = it.next() {
+                    o.write(f(a[p], b[q]));
+                }
+            },
+        );
+    })
 }
 
 #[cfg(test)]

@@ -2,13 +2,12 @@
 //! `shaders/typed.wgsl`. f16 computes in f32 and rounds once (as the shaders do); i32 / u32 use
 //! the WGSL integer semantics of [`crate::ops::IntElem`].
 
-use super::elementwise::{map1, map2};
 use super::reduce::{ReduceOp, Rows};
-use super::strided::walk;
+use super::storage::CpuStorage;
+use super::strided::{map1, map2, walk};
 use crate::ops::CmpOp;
 use crate::ops::IntElem;
 use crate::shape::Layout;
-use crate::storage::CpuStorage;
 use crate::{DType, Result};
 use half::f16;
 
@@ -149,7 +148,7 @@ pub(crate) fn where_cond(
         lf: &Layout,
     ) -> Result<Vec<T>> {
         let n = lm.numel();
-        let mut out = super::strided::try_vec("where_cond", n)?;
+        let mut out = super::alloc::try_vec("where_cond", n)?;
         walk(
             &lm.shape,
             [&lm.strides, &lt.strides, &lf.strides],

@@ -17,8 +17,8 @@
 //! - Values live in their compute type: f32 for F32 and F16 (every F16 result is rounded to f16,
 //!   so a fused chain gives the bits of the op-by-op path), i32 for I32, u32 for U32 and U8.
 
+use crate::cpu::normal::Dist;
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
-use crate::random::Dist;
 use crate::DType;
 use std::collections::HashMap;
 use std::fmt::Write as _;

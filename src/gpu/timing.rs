@@ -32,9 +32,9 @@ impl GpuDevice {
         )
     }
 
-    /// Opens a profile; earlier pending work is submitted first, so it is not counted.
+    /// Opens a profile; earlier recorded work is submitted first, so it is not counted (the
+    /// caller, `Device::profile`, materialises pending fused tensors before).
     pub(crate) fn profile_begin(&self, op: &'static str) -> Result<()> {
-        crate::tensor::materialize_pending(self)?;
         self.flush(op)?;
         let mut s = self.0.profiler.lock();
         if s.is_some() {
@@ -60,10 +60,9 @@ impl GpuDevice {
     }
 
     /// Closes the open profile: runs what is pending, resolves the timestamps, reads them back
-    /// (one readback) and sums GPU time per kernel.
+    /// (one readback) and sums GPU time per kernel. The caller materialises pending fused
+    /// tensors first, so they run inside the profile.
     pub(crate) fn profile_finish(&self, op: &'static str) -> Result<Measured> {
-        // Fused chains still pending run inside the profile.
-        crate::tensor::materialize_pending(self)?;
         let Some(s) = self.0.profiler.lock().take() else {
             return Err(Error::InvalidArgument {
                 op,

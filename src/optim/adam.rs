@@ -72,9 +72,9 @@ fn cpu_step(
     let bc2 = 1.0 - b2.powi(step);
     let (sq2, scale) = (bc2.sqrt(), lr / bc1);
     let n = ps.len();
-    let mut np = crate::cpu::strided::try_vec::<f32>("Adam::step", n)?;
-    let mut nm = crate::cpu::strided::try_vec::<f32>("Adam::step", n)?;
-    let mut nv = crate::cpu::strided::try_vec::<f32>("Adam::step", n)?;
+    let mut np = crate::cpu::alloc::try_vec::<f32>("Adam::step", n)?;
+    let mut nm = crate::cpu::alloc::try_vec::<f32>("Adam::step", n)?;
+    let mut nv = crate::cpu::alloc::try_vec::<f32>("Adam::step", n)?;
     np.resize(n, 0.0);
     nm.resize(n, 0.0);
     nv.resize(n, 0.0);

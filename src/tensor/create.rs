@@ -173,7 +173,7 @@ impl Tensor {
             ));
         }
         fn host<T: WithDType>(op: &'static str, n: usize, v: f64) -> Result<CpuStorage> {
-            let mut data = cpu::strided::try_vec(op, n)?;
+            let mut data = cpu::alloc::try_vec(op, n)?;
             data.resize(n, T::from_f64(v));
             Ok(CpuStorage::from_vec(data))
         }

@@ -17,11 +17,12 @@
 //! twice: fusion trades that recomputation (cheap, elementwise) for memory passes and launches.
 
 use super::{Tensor, TensorInner};
+use crate::device::DeviceInner;
 use crate::gpu::codegen::{Expr, NodeId, Program};
 use crate::gpu::{GpuBuffer, GpuDevice};
 use crate::shape::Layout;
 use crate::storage::Storage;
-use crate::{DType, Error, Result};
+use crate::{DType, Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -179,6 +180,33 @@ pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
         c.get()?;
     }
     Ok(())
+}
+
+// `Device::synchronize` lives here, in the tensor layer, because pending fused tensors are work
+// queued on the device that only this module knows about (`src/device.rs` is below it).
+impl Device {
+    /// Waits for all work queued on this device; reports a lost device, captured wgpu errors, or
+    /// an out-of-range id found by a kernel since the last readback
+    /// ([`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange)). (PyTorch's
+    /// `torch.cuda.synchronize()`; a no-op on the CPU.)
+    ///
+    /// ```
+    /// wgtensor::Device::cpu().synchronize()?;
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.0 {
+            DeviceInner::Cpu => Ok(()),
+            DeviceInner::Gpu(g) => {
+                // Pending fused elementwise work is queued work too.
+                materialize_pending(g)?;
+                g.wait("synchronize", None)?;
+                // An id found out of range by a kernel surfaces here (a 16-byte read, only when
+                // such a kernel ran since the last readback).
+                g.read_many("synchronize", &[], |_, _| ()).map(|_| ())
+            }
+        }
+    }
 }
 
 /// Builds one fused program for an op whose output has `shape`, inlining pending operands.

@@ -172,8 +172,8 @@ impl QTensor {
         while row0 < shape[0] {
             let rows = per.min(shape[0] - row0);
             let src = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
-            let mut scales = cpu::strided::try_vec(OP, rows * nb * scale_halfs(qtype))?;
-            let mut body = cpu::strided::try_vec(OP, rows * nb * body_bytes(qtype))?;
+            let mut scales = cpu::alloc::try_vec(OP, rows * nb * scale_halfs(qtype))?;
+            let mut body = cpu::alloc::try_vec(OP, rows * nb * body_bytes(qtype))?;
             cpu::quant::split_blocks(qtype, src, &mut scales, &mut body);
             parts.push(Part::new(scales, body, row0, rows, device)?);
             row0 += rows;
@@ -236,8 +236,8 @@ impl QTensor {
         while row0 < rows {
             let n = per.min(rows - row0);
             let src = &x[row0 * cols..(row0 + n) * cols];
-            let mut scales = cpu::strided::try_vec(OP, n * nb)?;
-            let mut body = cpu::strided::try_vec(OP, n * nb * body_bytes(qtype))?;
+            let mut scales = cpu::alloc::try_vec(OP, n * nb)?;
+            let mut body = cpu::alloc::try_vec(OP, n * nb * body_bytes(qtype))?;
             if qtype == QType::Q8_0 {
                 cpu::quant::quantize_q8_0(src, &mut scales, &mut body);
             } else {
@@ -292,7 +292,7 @@ impl QTensor {
         let [rows, cols] = self.0.shape;
         let storage = match backend(&self.0.device) {
             Backend::Cpu => {
-                let mut out = cpu::strided::try_vec::<f32>(OP, rows * cols)?;
+                let mut out = cpu::alloc::try_vec::<f32>(OP, rows * cols)?;
                 out.resize(rows * cols, 0.0);
                 for p in &self.0.parts {
                     let (s, b) = p.host_planes(OP)?;
@@ -432,7 +432,7 @@ impl QTensor {
         let storage = match backend(&self.0.device) {
             Backend::Cpu => {
                 let host = host_ids(OP, ids, rows)?;
-                let mut out = cpu::strided::try_vec::<f32>(OP, n * cols)?;
+                let mut out = cpu::alloc::try_vec::<f32>(OP, n * cols)?;
                 out.resize(n * cols, 0.0);
                 let nb = cols / q.block_len();
                 let (ns, bb) = (nb * scale_halfs(q), nb * body_bytes(q));
