@@ -244,7 +244,7 @@ pub(crate) fn sample_host(dist: Dist, seed: u64, offset: u64, n: usize) -> crate
 
 #[cfg(test)]
 mod tests {
-    use super::normal;
+    use super::{normal, philox, uniform};
 
     #[test]
     fn matches_box_muller_in_f64_within_1e6() {

@@ -33,6 +33,7 @@ mod clip;
 pub mod lr_scheduler;
 mod scaler;
 mod sgd;
+mod checkpoint;
 mod state;
 
 pub use adam::{Adam, AdamW};
@@ -40,7 +41,7 @@ pub use clip::clip_grad_norm_;
 pub use lr_scheduler::{CosineWithWarmup, LrScheduler, StepLR};
 pub use scaler::GradScaler;
 pub use sgd::Sgd;
-pub use state::{load_checkpoint, save_checkpoint};
+pub use checkpoint::{load_checkpoint, save_checkpoint};
 
 use crate::nn::{self, Module};
 use crate::{Error, Result, Tensor};
