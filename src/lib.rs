@@ -25,6 +25,33 @@
 //! Ops never move data between devices silently: mixing devices is an
 //! [`Error::DeviceMismatch`]. Every fallible call returns [`Result`]; wgpu's panicking default
 //! error handler is replaced on every device wgtensor opens or wraps.
+//!
+//! # Layers
+//!
+//! Files of `src/` import one way, bottom to top; a file may use files of its own layer (with no
+//! cycle between files) and of the layers below, never of a layer above. `tests/layers.rs` reads
+//! every `use crate::...`, `super::...` and inline `crate::x::y` path, resolves it to the file
+//! that defines the item, and fails on an upward import or a file cycle.
+//!
+//! 1. **base**: `dtype`, `shape`, `error`, and the op tables of `ops/` (names, dtypes, scalar
+//!    functions, WGSL bodies): the backends read the tables, so they sit below them. The tables'
+//!    tensor half (gradients, `Tensor` methods) is a macro the tensor layer expands.
+//! 2. **backends**: `cpu/` (host kernels, `CpuStorage`, the allocation counters, the Philox
+//!    sampler) and `gpu/` (every wgpu call; its own file layering is in `gpu/mod.rs`). They take
+//!    slices, layouts and buffers, never tensors. `gpu` may name `cpu` items that define an op
+//!    for both (`ReduceOp`, `CmpOp`, the sampler's `Dist`); `cpu` never imports `gpu`.
+//! 3. **device**: `device` (`Device` = CPU or one `GpuDevice`), `storage` (`Storage` = host data
+//!    or a GPU buffer), `memory` (the statistics API over both backends' counters), `random`
+//!    (the global generator's state).
+//! 4. **tensor**: `tensor` and `tensor/` (validation and dispatch of every op, lazy fusion,
+//!    `Device::synchronize`, which must run pending fused work), `autograd/`, `autotune`,
+//!    `profile`. Autograd is in this layer, not above it: every op records its gradient node as
+//!    it runs (the op files call `autograd/`'s recording functions, whose formulas call the ops),
+//!    and a tensor holds its node, so `Node` and `Meta` are defined in `tensor.rs` beside
+//!    `Tensor` and the graph walk and formulas in `autograd/` import only downward.
+//! 5. **api**: `nn`, `optim`, `data`, `distributed`, `models`.
+//!
+//! `lib.rs` is the root: it re-exports the public items and imports from every layer.
 
 mod autograd;
 mod autotune;

@@ -4,6 +4,7 @@
 mod attention;
 mod attention_decode;
 pub(crate) mod attention_fused;
+mod cell;
 mod chunked;
 mod compare;
 mod conv;
@@ -26,16 +27,13 @@ mod softmax;
 mod transfer;
 mod view;
 
+pub(crate) use cell::materialize_pending;
 pub use conv::Conv2dOptions;
-pub(crate) use fuse::materialize_pending;
 pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
 pub use quant::{quantized_activations, set_quantized_activations, QTensor};
 
-/// Forces quantized matrices into parts of `rows` rows (0: only at the binding limit).
-pub(crate) fn quant_part_rows(rows: usize) {
-    quant::FORCED_PART_ROWS.store(rows, std::sync::atomic::Ordering::Relaxed);
-}
+pub(crate) use quant::quant_part_rows;
 pub use transfer::{read_all, WgpuBufferView};
 
 use crate::device::DeviceInner;
@@ -43,7 +41,7 @@ use crate::gpu::GpuDevice;
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Error, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// An n-dimensional array on a [`Device`].
 ///
@@ -63,12 +61,12 @@ pub struct Tensor(Arc<TensorInner>);
 
 struct TensorInner {
     /// Materialised data, or a pending fused elementwise program (`fuse.rs`).
-    storage: Arc<fuse::StorageCell>,
+    storage: Arc<cell::StorageCell>,
     layout: Layout,
     dtype: DType,
     device: Device,
     /// Autograd state: the recording node of an op result, or a leaf's flag and grad slot.
-    autograd: crate::autograd::Meta,
+    autograd: Meta,
 }
 
 impl Tensor {
@@ -82,7 +80,7 @@ impl Tensor {
             crate::cpu::alloc::cpu_alloc(s.size_in_bytes() as u64);
         }
         Tensor(Arc::new(TensorInner {
-            storage: Arc::new(fuse::StorageCell::ready(storage)),
+            storage: Arc::new(cell::StorageCell::ready(storage)),
             layout: Layout::contiguous(shape),
             dtype,
             device,
@@ -106,19 +104,19 @@ impl Tensor {
     }
 
     /// Autograd state (see `src/autograd/`).
-    pub(crate) fn autograd_meta(&self) -> &crate::autograd::Meta {
+    pub(crate) fn autograd_meta(&self) -> &Meta {
         &self.0.autograd
     }
 
     /// This tensor's recording node when this handle is the last one to it (used to free long
     /// graphs without recursion); `None` otherwise.
-    pub(crate) fn into_unique_node(self) -> Option<Arc<crate::autograd::Node>> {
+    pub(crate) fn into_unique_node(self) -> Option<Arc<Node>> {
         Arc::try_unwrap(self.0).ok()?.autograd.take_node()
     }
 
     /// A tensor sharing this one's storage and view with new autograd state: how recorded op
     /// results, `detach` and `requires_grad_` are made without copying data.
-    pub(crate) fn with_autograd(&self, autograd: crate::autograd::Meta) -> Tensor {
+    pub(crate) fn with_autograd(&self, autograd: Meta) -> Tensor {
         Tensor(Arc::new(TensorInner {
             storage: self.0.storage.clone(),
             layout: self.0.layout.clone(),
@@ -269,5 +267,68 @@ impl std::fmt::Debug for Tensor {
             self.dtype(),
             self.device()
         )
+    }
+}
+
+// ---- The autograd half of a tensor ----
+//
+// `Node` and `Meta` are defined beside `Tensor` because the three types contain each other (a
+// tensor holds its node, a node holds its input tensors); the graph walk and the formulas that
+// build nodes are `src/autograd/`.
+
+/// Maps the output's gradient to one optional gradient per input. The flags say which inputs
+/// require grad, so work for the others can be skipped.
+pub(crate) type BackwardFn =
+    Box<dyn Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+
+/// One recorded op: what backward needs to send the gradient on to the op's inputs.
+pub(crate) struct Node {
+    pub(crate) op: &'static str,
+    pub(crate) inputs: Vec<Tensor>,
+    /// Always `Some` until the node is dropped (taken first so the inputs it captured are
+    /// released before the inputs are walked).
+    pub(crate) backward: Option<BackwardFn>,
+}
+
+impl Drop for Node {
+    /// Frees a chain of nodes with a loop instead of recursion: a graph of 100,000 recorded ops
+    /// (an unrolled recurrence) would otherwise overflow the stack when its last tensor drops.
+    fn drop(&mut self) {
+        drop(self.backward.take());
+        let mut stack = std::mem::take(&mut self.inputs);
+        while let Some(t) = stack.pop() {
+            let Some(node) = t.into_unique_node() else {
+                continue;
+            };
+            if let Ok(mut n) = Arc::try_unwrap(node) {
+                drop(n.backward.take());
+                stack.append(&mut n.inputs);
+            }
+        }
+    }
+}
+
+/// Autograd state of one tensor. Clones share it (they share the `Arc`), so a leaf's grad slot
+/// is seen through every clone, as a PyTorch parameter's `.grad` is.
+#[derive(Default)]
+pub(crate) struct Meta {
+    /// A leaf created by `requires_grad_(true)` / `nn::param`.
+    pub(crate) requires_grad: bool,
+    /// Set on results of recorded ops (never on leaves).
+    pub(crate) node: Option<Arc<Node>>,
+    /// A leaf's accumulated gradient.
+    pub(crate) grad: Mutex<Option<Tensor>>,
+}
+
+impl Meta {
+    pub(crate) fn take_node(&mut self) -> Option<Arc<Node>> {
+        self.node.take()
+    }
+
+    pub(crate) fn leaf(requires_grad: bool) -> Meta {
+        Meta {
+            requires_grad,
+            ..Meta::default()
+        }
     }
 }

@@ -5,11 +5,6 @@ use super::record;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::{Result, Tensor};
 
-/// A 0-d constant on `like`'s device, broadcast by the ops that use it.
-pub(crate) fn scalar_like(like: &Tensor, v: f32) -> Result<Tensor> {
-    Tensor::full(&[], v as f64, like.dtype(), like.device())
-}
-
 /// Sums a broadcast gradient back to `shape` (the input's shape before broadcasting): over the
 /// leading dims the input did not have, and over the dims where it had size 1.
 pub(crate) fn sum_to(g: Tensor, shape: &[usize]) -> Result<Tensor> {

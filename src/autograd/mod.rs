@@ -18,11 +18,12 @@ pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod shape;
 
+use crate::tensor::{Meta, Node};
 use crate::{DType, Error, Result, Tensor};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 thread_local! {
     /// Grad mode is per thread, as in PyTorch: a `no_grad` scope on one thread does not stop
@@ -99,63 +100,6 @@ pub fn no_grad_scope<T>(f: impl FnOnce() -> T) -> T {
 /// Turns recording back on inside a `no_grad` region (checkpointing recomputes with it).
 pub(crate) fn enable_grad() -> NoGradGuard {
     set_grad_enabled(true)
-}
-
-/// Maps the output's gradient to one optional gradient per input. The flags say which inputs
-/// require grad, so work for the others can be skipped.
-pub(crate) type BackwardFn =
-    Box<dyn Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
-
-/// One recorded op: what backward needs to send the gradient on to the op's inputs.
-pub(crate) struct Node {
-    op: &'static str,
-    inputs: Vec<Tensor>,
-    /// Always `Some` until the node is dropped (taken first so the inputs it captured are
-    /// released before the inputs are walked).
-    backward: Option<BackwardFn>,
-}
-
-impl Drop for Node {
-    /// Frees a chain of nodes with a loop instead of recursion: a graph of 100,000 recorded ops
-    /// (an unrolled recurrence) would otherwise overflow the stack when its last tensor drops.
-    fn drop(&mut self) {
-        drop(self.backward.take());
-        let mut stack = std::mem::take(&mut self.inputs);
-        while let Some(t) = stack.pop() {
-            let Some(node) = t.into_unique_node() else {
-                continue;
-            };
-            if let Ok(mut n) = Arc::try_unwrap(node) {
-                drop(n.backward.take());
-                stack.append(&mut n.inputs);
-            }
-        }
-    }
-}
-
-/// Autograd state of one tensor. Clones share it (they share the `Arc`), so a leaf's grad slot
-/// is seen through every clone, as a PyTorch parameter's `.grad` is.
-#[derive(Default)]
-pub(crate) struct Meta {
-    /// A leaf created by `requires_grad_(true)` / `nn::param`.
-    requires_grad: bool,
-    /// Set on results of recorded ops (never on leaves).
-    node: Option<Arc<Node>>,
-    /// A leaf's accumulated gradient.
-    grad: Mutex<Option<Tensor>>,
-}
-
-impl Meta {
-    pub(crate) fn take_node(&mut self) -> Option<Arc<Node>> {
-        self.node.take()
-    }
-
-    pub(crate) fn leaf(requires_grad: bool) -> Meta {
-        Meta {
-            requires_grad,
-            ..Meta::default()
-        }
-    }
 }
 
 /// Whether `t` takes part in a graph (a leaf that requires grad or a recorded result).

@@ -70,8 +70,8 @@ pub(crate) fn reduce(
             Reduction::Max | Reduction::Min => {
                 let hit = x.eq(&unreduce(&o, shape, d, keepdim)?)?;
                 let ones = hit.where_cond(
-                    &super::elementwise::scalar_like(x, 1.0)?,
-                    &super::elementwise::scalar_like(x, 0.0)?,
+                    &Tensor::full(&[], 1.0, x.dtype(), x.device())?,
+                    &Tensor::full(&[], 0.0, x.dtype(), x.device())?,
                 )?;
                 let count = match d {
                     Some(d) => ones.sum(d as isize, true)?,

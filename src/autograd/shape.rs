@@ -1,7 +1,7 @@
 //! Backward formulas of views, joins, selections and device transfers: they move gradients
 //! around without arithmetic (except `expand`, whose gradient sums the repeated elements).
 
-use super::elementwise::{scalar_like, sum_to};
+use super::elementwise::sum_to;
 use super::record;
 use crate::shape::normalize_dim;
 use crate::{DType, Device, Tensor};
@@ -96,7 +96,7 @@ pub(crate) fn where_cond(
         out,
         &[mask, on_true, on_false],
         move |g, needs| {
-            let zero = scalar_like(g, 0.0)?;
+            let zero = Tensor::full(&[], 0.0, g.dtype(), g.device())?;
             let gt = if needs[1] {
                 Some(sum_to(m.where_cond(g, &zero)?, t.shape())?)
             } else {
@@ -116,7 +116,7 @@ pub(crate) fn where_cond(
 pub(crate) fn clamp(x: &Tensor, min: f32, max: f32, out: Tensor) -> Tensor {
     let x2 = x.clone();
     record("clamp", out, &[x], move |g, _| {
-        let zero = scalar_like(g, 0.0)?;
+        let zero = Tensor::full(&[], 0.0, g.dtype(), g.device())?;
         let inner = x2.le_scalar(max)?.where_cond(g, &zero)?;
         Ok(vec![Some(x2.ge_scalar(min)?.where_cond(&inner, &zero)?)])
     })

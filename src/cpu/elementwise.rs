@@ -3,9 +3,8 @@
 //! monomorphised loop through the table's visitors, so the hot loop has no `match` per element.
 //! f16 computes in f32 and rounds once; i32 / u32 follow WGSL ([`crate::ops::IntElem`]).
 
-use super::alloc::try_vec;
 use super::storage::CpuStorage;
-use super::strided::{build_vec, map1, map2, walk};
+use super::strided::{build_vec, map1, map2};
 use super::typed::{dtype_of, Scalar};
 use crate::ops::{BinaryFn, BinaryOp, BinaryVisitor, UnaryFn, UnaryOp, UnaryVisitor};
 use crate::shape::Layout;
@@ -124,31 +123,5 @@ pub(crate) fn arange(n: usize, start: f32, step: f32) -> Result<Vec<f32>> {
         for (i, o) in out.iter_mut().enumerate() {
             o.write(start + (off + i) as f32 * step);
         }
-    })
-}
-
-/// Gathers any view into a packed row-major `Vec` (dtype-agnostic: used for every dtype).
-pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Result<Vec<T>> {
-    let op = "contiguous";
-    let n = l.numel();
-    if l.is_contiguous() {
-        let mut v = try_vec("contiguous", n)?;
-        v.extend_from_slice(&src[l.offset..l.offset + n]);
-        return Ok(v);
-    }
-    build_vec(op, n, |off, out| {
-        let mut it = out.iter_mut();
-        walk(
-            &l.shape,
-            [&l.strides],
-            [l.offset],
-            off,
-            off + it.len(),
-            |[p]| {
-                if let Some(o) = it.next() {
-                    o.write(src[p]);
-                }
-            },
-        );
     })
 }

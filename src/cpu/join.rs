@@ -2,8 +2,8 @@
 //! oracle for `shaders/join.wgsl`. Works for every dtype: elements are only moved.
 
 use super::alloc::try_vec;
-use super::elementwise::contiguous;
 use super::storage::CpuStorage;
+use super::strided::contiguous;
 use crate::shape::Layout;
 use crate::{Result, WithDType};
 use std::borrow::Cow;

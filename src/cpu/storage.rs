@@ -111,7 +111,7 @@ impl CpuStorage {
 
     /// Packs the view `layout` into a new storage of the same dtype.
     pub(crate) fn contiguous(&self, layout: &crate::shape::Layout) -> crate::Result<CpuStorage> {
-        use super::elementwise::contiguous as c;
+        use super::strided::contiguous as c;
         Ok(match self {
             CpuStorage::F32(v) => CpuStorage::F32(c(v, layout)?),
             CpuStorage::F16(v) => CpuStorage::F16(c(v, layout)?),

@@ -109,6 +109,32 @@ pub(crate) fn build_vec<T: Send>(
     Ok(v)
 }
 
+/// Gathers any view into a packed row-major `Vec` (dtype-agnostic: used for every dtype).
+pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Result<Vec<T>> {
+    let op = "contiguous";
+    let n = l.numel();
+    if l.is_contiguous() {
+        let mut v = try_vec("contiguous", n)?;
+        v.extend_from_slice(&src[l.offset..l.offset + n]);
+        return Ok(v);
+    }
+    build_vec(op, n, |off, out| {
+        let mut it = out.iter_mut();
+        walk(
+            &l.shape,
+            [&l.strides],
+            [l.offset],
+            off,
+            off + it.len(),
+            |[p]| {
+                if let Some(o) = it.next() {
+                    o.write(src[p]);
+                }
+            },
+        );
+    })
+}
+
 /// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
 pub(crate) fn map1<T: Copy + Sync, U: Send>(
     op: &'static str,

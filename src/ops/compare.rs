@@ -7,12 +7,12 @@
 //! - the WGSL expression spliced into generated kernels by `src/gpu/codegen.rs`, with the NaN
 //!   result taken from `holds(None)` (so CPU and GPU agree on unordered operands by
 //!   construction);
-//! - the public `Tensor` methods (`a.lt(&b)`, `t.lt_scalar(1.0)`);
+//! - the public `Tensor` methods (`a.lt(&b)`, `t.lt_scalar(1.0)`), expanded by
+//!   `src/tensor/compare.rs` from the table's `compare_tensor_half!`;
 //! - the test sweeps (`wgtensor::testing::compare_ops()`).
 //!
 //! Adding a comparison is one `compare_ops!` entry.
 
-use crate::{Result, Tensor};
 use std::cmp::Ordering::{self, Equal, Greater, Less};
 
 /// Declares the comparisons. Entry: docs, `Variant method scalar_method { holds, wgsl }`;
@@ -55,6 +55,10 @@ macro_rules! compare_ops {
             }
         }
 
+        /// The tensor half of the comparison table (the public `Tensor` methods), expanded by
+        /// `src/tensor/compare.rs` in the tensor layer: this file sits below the backends, which
+        /// read the kernel half above (see `src/ops/mod.rs`).
+        macro_rules! compare_tensor_half { () => {
         impl Tensor {
             $(
                 $(#[$doc])*
@@ -88,6 +92,8 @@ macro_rules! compare_ops {
                 }
             )*
         }
+        } }
+        pub(crate) use compare_tensor_half;
     };
 }
 

@@ -9,18 +9,22 @@
 //! - the backward formula used by `src/autograd/elementwise.rs`;
 //! - the public `Tensor` methods (`t.exp()`, `a.add(&b)`, `t.add_scalar(2.0)`), with their docs.
 //!
+//! The table has two halves because its users sit in two layers: the kernel half (enums, scalar
+//! functions, WGSL) is expanded here, below the CPU and GPU backends that read it; the tensor
+//! half (gradients and methods) is a macro each table defines (`unary_tensor_half!`,
+//! `binary_tensor_half!`) that `src/tensor/elementwise.rs` expands, so this file imports nothing
+//! above it while every op is still written once.
+//!
 //! Adding a unary op is one `unary_ops!` entry and its test. In the WGSL bodies the operands are
 //! `x` (and `y`); integer bodies are written once for i32 and u32 with `{T}` for the type.
 //! Float bodies of unary ops run after a NaN check (`NaN -> NaN`), as every unary op here
 //! propagates NaN.
 
-use crate::{Result, Tensor};
-
 mod compare;
 mod host;
 mod reduce;
 pub(crate) mod testing;
-pub(crate) use compare::CmpOp;
+pub(crate) use compare::{compare_tensor_half, CmpOp};
 pub(crate) use host::*;
 pub(crate) use reduce::{Empty, ReduceOp};
 
@@ -118,6 +122,14 @@ macro_rules! unary_ops {
                 match self { $(UnaryOp::$V => <unary_fns::$V as UnaryFn>::f32(x),)* }
             }
 
+        }
+
+        /// The tensor half of the unary table: each op's gradient and its public `Tensor`
+        /// method. Expanded by `src/tensor/elementwise.rs`, in the tensor layer, where
+        /// `Tensor`, `Result` and the gradient helpers are in scope: this file sits below the
+        /// backends (which read the kernel half above) and names no tensor type itself.
+        macro_rules! unary_tensor_half { () => {
+        impl UnaryOp {
             /// The gradient of `y = op(x)` given the output gradient `g`.
             #[allow(unused_variables)]
             pub(crate) fn grad(self, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
@@ -133,6 +145,8 @@ macro_rules! unary_ops {
                 }
             )*
         }
+        } }
+        pub(crate) use unary_tensor_half;
     };
 }
 
@@ -212,6 +226,12 @@ macro_rules! binary_ops {
                 match self { $(BinaryOp::$V => <binary_fns::$V as BinaryFn>::f32(a, b),)* }
             }
 
+        }
+
+        /// The tensor half of the binary table (gradients and public `Tensor` methods),
+        /// expanded by `src/tensor/elementwise.rs` as `unary_tensor_half` is.
+        macro_rules! binary_tensor_half { () => {
+        impl BinaryOp {
             /// Gradient of `o = op(a, b)` for `a`, before summing over broadcast dims.
             #[allow(unused_variables)]
             pub(crate) fn grad_a(self, a: &Tensor, b: &Tensor, o: &Tensor, g: &Tensor) -> Result<Tensor> {
@@ -253,6 +273,8 @@ macro_rules! binary_ops {
                 }
             )*
         }
+        } }
+        pub(crate) use binary_tensor_half;
     };
 }
 
@@ -664,41 +686,4 @@ binary_ops! {
             Ok(g.clone())
         },
     }
-}
-
-/// `g` where `mask` is set, else 0.
-fn masked(mask: &Tensor, g: &Tensor) -> Result<Tensor> {
-    mask.where_cond(g, &crate::autograd::elementwise::scalar_like(g, 0.0)?)
-}
-
-/// Gradient of `max(a, b)` (or `min`) for the operand `a` against `b` (a tensor, or a scalar as
-/// `Ok`): all of it where `a` wins, half on ties (PyTorch).
-fn winner_grad(
-    g: &Tensor,
-    a: &Tensor,
-    b: std::result::Result<f32, &Tensor>,
-    max: bool,
-) -> Result<Tensor> {
-    let (wins, tie) = match (b, max) {
-        (Err(b), true) => (a.gt(b)?, a.eq(b)?),
-        (Err(b), false) => (a.lt(b)?, a.eq(b)?),
-        (Ok(s), true) => (a.gt_scalar(s)?, a.eq_scalar(s)?),
-        (Ok(s), false) => (a.lt_scalar(s)?, a.eq_scalar(s)?),
-    };
-    let half = masked(&tie, &g.mul_scalar(0.5)?)?;
-    wins.where_cond(g, &half)
-}
-
-/// d/dx x Φ(x) = Φ(x) + x φ(x). Φ(x) is recovered as gelu(x) / x (the forward's own erf, so
-/// CPU and GPU agree with their forwards), with Φ(0) = 1/2.
-fn gelu_grad(x: &Tensor, gelu: &Tensor) -> Result<Tensor> {
-    use crate::autograd::elementwise::scalar_like;
-    let at_zero = x.eq_scalar(0.0)?;
-    let cdf = at_zero.where_cond(&scalar_like(x, 0.5)?, &gelu.div(x)?)?;
-    let pdf = x
-        .mul(x)?
-        .mul_scalar(-0.5)?
-        .exp()?
-        .mul_scalar(1.0 / (2.0 * std::f32::consts::PI).sqrt())?;
-    cdf.add(&x.mul(&pdf)?)
 }

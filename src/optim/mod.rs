@@ -29,19 +29,19 @@
 //! ```
 
 mod adam;
+mod checkpoint;
 mod clip;
 pub mod lr_scheduler;
 mod scaler;
 mod sgd;
-mod checkpoint;
 mod state;
 
 pub use adam::{Adam, AdamW};
+pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use clip::clip_grad_norm_;
 pub use lr_scheduler::{CosineWithWarmup, LrScheduler, StepLR};
 pub use scaler::GradScaler;
 pub use sgd::Sgd;
-pub use checkpoint::{load_checkpoint, save_checkpoint};
 
 use crate::nn::{self, Module};
 use crate::{Error, Result, Tensor};

@@ -172,7 +172,7 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
     }
     let copy = device.extract(op, b, start, len)?;
     Ok(Tensor(Arc::new(TensorInner {
-        storage: Arc::new(super::fuse::StorageCell::ready(Storage::Gpu(copy))),
+        storage: Arc::new(super::cell::StorageCell::ready(Storage::Gpu(copy))),
         layout: Layout {
             offset: 0,
             ..l.clone()

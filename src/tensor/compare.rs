@@ -123,3 +123,6 @@ impl Tensor {
         self.typed_clamp(min, max)
     }
 }
+
+// The public comparison methods of the table (`src/ops/compare.rs`).
+crate::ops::compare_tensor_half!();

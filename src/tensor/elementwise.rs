@@ -147,3 +147,45 @@ impl std::ops::Neg for &Tensor {
         Tensor::neg(self)
     }
 }
+
+// The public methods and gradients of the op table (`src/ops/mod.rs`), with the helpers its
+// gradient formulas call.
+crate::ops::unary_tensor_half!();
+crate::ops::binary_tensor_half!();
+
+/// `g` where `mask` is set, else 0.
+fn masked(mask: &Tensor, g: &Tensor) -> Result<Tensor> {
+    mask.where_cond(g, &Tensor::full(&[], 0.0, g.dtype(), g.device())?)
+}
+
+/// Gradient of `max(a, b)` (or `min`) for the operand `a` against `b` (a tensor, or a scalar as
+/// `Ok`): all of it where `a` wins, half on ties (PyTorch).
+fn winner_grad(
+    g: &Tensor,
+    a: &Tensor,
+    b: std::result::Result<f32, &Tensor>,
+    max: bool,
+) -> Result<Tensor> {
+    let (wins, tie) = match (b, max) {
+        (Err(b), true) => (a.gt(b)?, a.eq(b)?),
+        (Err(b), false) => (a.lt(b)?, a.eq(b)?),
+        (Ok(s), true) => (a.gt_scalar(s)?, a.eq_scalar(s)?),
+        (Ok(s), false) => (a.lt_scalar(s)?, a.eq_scalar(s)?),
+    };
+    let half = masked(&tie, &g.mul_scalar(0.5)?)?;
+    wins.where_cond(g, &half)
+}
+
+/// d/dx x Φ(x) = Φ(x) + x φ(x). Φ(x) is recovered as gelu(x) / x (the forward's own erf, so
+/// CPU and GPU agree with their forwards), with Φ(0) = 1/2.
+fn gelu_grad(x: &Tensor, gelu: &Tensor) -> Result<Tensor> {
+    let at_zero = x.eq_scalar(0.0)?;
+    let half = Tensor::full(&[], 0.5, x.dtype(), x.device())?;
+    let cdf = at_zero.where_cond(&half, &gelu.div(x)?)?;
+    let pdf = x
+        .mul(x)?
+        .mul_scalar(-0.5)?
+        .exp()?
+        .mul_scalar(1.0 / (2.0 * std::f32::consts::PI).sqrt())?;
+    cdf.add(&x.mul(&pdf)?)
+}

@@ -6,7 +6,7 @@
 //! whole and packed (same shape, no broadcast or view) inlines the pending program into its own,
 //! so a chain of k ops becomes one generated kernel and one pass over memory. Anything else that
 //! needs the data (a readback, matmul, a reduction, a strided view, `wgpu_buffer`) materialises
-//! the cell with one dispatch, once ([`StorageCell::get`]).
+//! the cell with one dispatch, once (`StorageCell::get`, in `cell.rs`).
 //!
 //! Chains end where a kernel would get too large: at [`MAX_NODES`] nodes, or when the inputs
 //! would exceed [`MAX_INPUTS`] bindings (WebGPU guarantees 8 storage buffers per stage: the
@@ -16,13 +16,12 @@
 //! A pending tensor that is inlined into a consumer and later materialised as well is computed
 //! twice: fusion trades that recomputation (cheap, elementwise) for memory passes and launches.
 
+use super::cell::{register, Pending, StorageCell};
 use super::{Tensor, TensorInner};
-use crate::device::DeviceInner;
 use crate::gpu::codegen::{Expr, NodeId, Program};
-use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::gpu::GpuDevice;
 use crate::shape::Layout;
-use crate::storage::Storage;
-use crate::{DType, Device, Error, Result};
+use crate::{DType, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,181 +32,6 @@ pub(crate) const MAX_NODES: usize = 48;
 /// Input bindings at most in one fused kernel (8 storage buffers per stage, less the output and
 /// the params).
 pub(crate) const MAX_INPUTS: usize = 6;
-
-/// An elementwise program waiting to run: its inputs are materialised cells read through
-/// layouts broadcast to the output shape.
-pub(crate) struct Pending {
-    name: &'static str,
-    device: GpuDevice,
-    program: Program,
-    inputs: Vec<(Arc<StorageCell>, Layout)>,
-    scalars: Vec<u32>,
-    n: usize,
-    /// The output shape the program was built for (its strided inputs unravel over it).
-    shape: Vec<usize>,
-}
-
-/// A tensor's data: materialised [`Storage`], or a pending program that produces it.
-pub(crate) struct StorageCell {
-    value: OnceLock<Storage>,
-    pending: Mutex<Option<Arc<Pending>>>,
-    /// The buffer was handed to the application (`wgpu_buffer`), which may write it with its
-    /// own passes: ops reading it run and are submitted at once, never deferred past those.
-    exported: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // The state is replaced whole under the lock; a poisoned lock holds a consistent value.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl StorageCell {
-    pub(crate) fn ready(s: Storage) -> StorageCell {
-        StorageCell {
-            value: OnceLock::from(s),
-            pending: Mutex::new(None),
-            exported: AtomicBool::new(false),
-        }
-    }
-
-    /// Marks the buffer as shared with the application (see `exported`).
-    pub(crate) fn mark_exported(&self) {
-        self.exported.store(true, Ordering::SeqCst);
-    }
-
-    /// The materialised storage for an in-place write; `None` while a program is pending.
-    #[cfg_attr(not(feature = "models"), allow(dead_code))]
-    pub(crate) fn get_mut(&mut self) -> Option<&mut Storage> {
-        self.value.get_mut()
-    }
-
-    /// The storage, running the pending program first if there is one.
-    pub(crate) fn get(&self) -> Result<&Storage> {
-        if let Some(s) = self.value.get() {
-            return Ok(s);
-        }
-        let mut pending = lock(&self.pending);
-        if let Some(s) = self.value.get() {
-            return Ok(s);
-        }
-        let Some(p) = pending.clone() else {
-            return Err(Error::InvalidArgument {
-                op: "materialize",
-                message: "a tensor has neither data nor a pending program (a wgtensor bug)".into(),
-            });
-        };
-        let mut views: Vec<(&GpuBuffer, &Layout)> = Vec::with_capacity(p.inputs.len());
-        for (cell, layout) in &p.inputs {
-            match cell.value.get() {
-                Some(Storage::Gpu(b)) => views.push((b, layout)),
-                _ => {
-                    return Err(Error::InvalidArgument {
-                        op: p.name,
-                        message: "a fused kernel's input is not on the GPU (a wgtensor bug)".into(),
-                    })
-                }
-            }
-        }
-        let out = p
-            .device
-            .run_program(p.name, &p.program, &views, &p.scalars, p.n)?;
-        drop(views);
-        let _ = self.value.set(Storage::Gpu(out));
-        // The inputs are released with the program.
-        *pending = None;
-        Ok(self.value.get().expect("set just above"))
-    }
-
-    /// Bytes of the GPU buffer (materialised, or the packed output a pending program will
-    /// allocate); `None` for host data.
-    pub(crate) fn gpu_bytes(&self, dtype: DType) -> Option<u64> {
-        match self.value.get() {
-            Some(Storage::Gpu(b)) => Some(b.size),
-            Some(Storage::Cpu(_)) => None,
-            None => {
-                let n = lock(&self.pending).as_ref().map_or(0, |p| p.n);
-                Some((n as u64 * dtype.size_in_bytes() as u64).div_ceil(4) * 4)
-            }
-        }
-    }
-
-    /// The pending program, if the cell is not materialised yet.
-    fn pending(&self) -> Option<Arc<Pending>> {
-        if self.value.get().is_some() {
-            return None;
-        }
-        lock(&self.pending).clone()
-    }
-}
-
-/// Pending cells not yet materialised, oldest first, so that `Device::synchronize` can run them
-/// (a user who synchronises expects the queued elementwise work to be done). Weak: a pending
-/// tensor that is dropped unread is never run.
-static PENDING: Mutex<Vec<std::sync::Weak<StorageCell>>> = Mutex::new(Vec::new());
-
-fn register(cell: &Arc<StorageCell>) {
-    let mut list = lock(&PENDING);
-    // Amortised pruning of cells that were dropped or materialised.
-    if list.len() >= 64 && list.len().is_power_of_two() {
-        list.retain(|w| w.upgrade().is_some_and(|c| c.value.get().is_none()));
-    }
-    list.push(Arc::downgrade(cell));
-}
-
-/// Materialises every pending fused tensor on `device` (part of `Device::synchronize`). A lost
-/// device or errors that escaped wgpu's scopes are reported as `synchronize`'s first.
-pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
-    device.check("synchronize")?;
-    let cells: Vec<Arc<StorageCell>> = {
-        let mut list = lock(&PENDING);
-        let mut mine = Vec::new();
-        list.retain(|w| match w.upgrade() {
-            Some(c) if c.value.get().is_some() => false,
-            Some(c) => {
-                let same = lock(&c.pending)
-                    .as_ref()
-                    .is_some_and(|p| &p.device == device);
-                if same {
-                    mine.push(c);
-                }
-                !same
-            }
-            None => false,
-        });
-        mine
-    };
-    for c in cells {
-        c.get()?;
-    }
-    Ok(())
-}
-
-// `Device::synchronize` lives here, in the tensor layer, because pending fused tensors are work
-// queued on the device that only this module knows about (`src/device.rs` is below it).
-impl Device {
-    /// Waits for all work queued on this device; reports a lost device, captured wgpu errors, or
-    /// an out-of-range id found by a kernel since the last readback
-    /// ([`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange)). (PyTorch's
-    /// `torch.cuda.synchronize()`; a no-op on the CPU.)
-    ///
-    /// ```
-    /// wgtensor::Device::cpu().synchronize()?;
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn synchronize(&self) -> Result<()> {
-        match &self.0 {
-            DeviceInner::Cpu => Ok(()),
-            DeviceInner::Gpu(g) => {
-                // Pending fused elementwise work is queued work too.
-                materialize_pending(g)?;
-                g.wait("synchronize", None)?;
-                // An id found out of range by a kernel surfaces here (a 16-byte read, only when
-                // such a kernel ran since the last readback).
-                g.read_many("synchronize", &[], |_, _| ()).map(|_| ())
-            }
-        }
-    }
-}
 
 /// Builds one fused program for an op whose output has `shape`, inlining pending operands.
 pub(crate) struct Fuser {

@@ -111,6 +111,11 @@ fn blocks_per_row(op: &'static str, qtype: QType, shape: [usize; 2]) -> Result<u
 pub(crate) static FORCED_PART_ROWS: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
 
+/// Forces quantized matrices into parts of `rows` rows (0: only at the binding limit).
+pub(crate) fn quant_part_rows(rows: usize) {
+    FORCED_PART_ROWS.store(rows, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Rows per part: the most whose body plane fits one binding (everything on the CPU).
 fn rows_per_part(qtype: QType, shape: [usize; 2], device: &Device) -> usize {
     let row_bytes = (shape[1] / qtype.block_len() * body_bytes(qtype)) as u64;

@@ -1,0 +1,854 @@
+//! The layering of `src/`, checked at file granularity: every `use crate::...` (grouped, renamed
+//! and glob forms), every `super::`/`self::` path and every inline `crate::x::y` path in code is
+//! resolved to the file that defines it, and the test fails when a file imports a file of a
+//! higher layer or when the file graph has a cycle. The layers are the table [`LAYERS`], the
+//! same as in `src/lib.rs`'s module doc.
+//!
+//! A small hand parser, no dependency: comments, string and char literals are blanked first, and
+//! `#[cfg(test)]` items are skipped (a unit test may exercise its file through the layers above).
+//! A path resolves to the longest prefix that is a module file; a name a module re-exports
+//! (`crate::Tensor`, `crate::nn::Linear`, globs included) is followed to the file that defines it,
+//! and the `pub use` line itself is no edge (a module's face is not a use of its own).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Layers of `src/`, bottom to top. A file may import files of its own layer (without a cycle)
+/// and of the layers below it, never of a layer above. The same as `src/lib.rs`'s module doc.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("base", &["dtype.rs", "shape.rs", "error.rs", "ops/"]),
+    ("backends", &["cpu/", "gpu/"]),
+    (
+        "device",
+        &["device.rs", "storage.rs", "memory.rs", "random.rs"],
+    ),
+    (
+        "tensor",
+        &[
+            "tensor.rs",
+            "tensor/",
+            "autograd/",
+            "autotune.rs",
+            "profile.rs",
+            // The op tables as the tests see them: calls ops on tensors.
+            "ops/testing.rs",
+        ],
+    ),
+    (
+        "api",
+        &["nn/", "optim/", "data/", "distributed/", "models/"],
+    ),
+    ("root", &["lib.rs"]),
+];
+
+fn layer_of(file: &str) -> Option<usize> {
+    // A file named exactly wins over a folder prefix (`ops/testing.rs` over `ops/`).
+    let exact = LAYERS.iter().position(|(_, p)| p.contains(&file));
+    exact.or_else(|| {
+        LAYERS.iter().position(|(_, prefixes)| {
+            prefixes
+                .iter()
+                .any(|p| p.ends_with('/') && file.starts_with(p))
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lexing
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Ident(String),
+    /// `::`
+    Path,
+    Punct(char),
+}
+
+/// Tokens of `src` with their line numbers; comments and the contents of literals are dropped.
+fn lex(src: &str) -> Vec<(Tok, usize)> {
+    let c: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    // Skips a (possibly raw) string literal starting at the quote or the first `#` at `j`.
+    let skip_string = |mut j: usize, raw: bool, line: &mut usize| -> usize {
+        let mut hashes = 0;
+        while raw && c.get(j) == Some(&'#') {
+            hashes += 1;
+            j += 1;
+        }
+        j += 1; // the opening quote
+        while j < c.len() {
+            match c[j] {
+                '\n' => *line += 1,
+                '\\' if !raw => j += 1,
+                '"' if (0..hashes).all(|h| c.get(j + 1 + h) == Some(&'#')) => {
+                    return j + 1 + hashes
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        j
+    };
+    while i < c.len() {
+        let ch = c[i];
+        let next = c.get(i + 1).copied();
+        if ch == '\n' {
+            line += 1;
+            i += 1;
+        } else if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '/' && next == Some('/') {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if ch == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if c[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            }
+        } else if ch == '"' {
+            i = skip_string(i, false, &mut line);
+        } else if ch == '\'' {
+            // A char literal ('a', '\n', '\u{..}') or a lifetime ('a, 'static).
+            if next == Some('\\') {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if c.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                out.push((Tok::Punct('\''), line));
+                i += 1;
+            }
+        } else if ch.is_alphanumeric() || ch == '_' {
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                i += 1;
+            }
+            let word: String = c[start..i].iter().collect();
+            let quote_or_hash = matches!(c.get(i), Some('"') | Some('#'));
+            if (word == "r" || word == "br") && quote_or_hash {
+                i = skip_string(i, true, &mut line);
+            } else if word == "b" && c.get(i) == Some(&'"') {
+                i = skip_string(i, false, &mut line);
+            } else if word == "b" && c.get(i) == Some(&'\'') {
+                i += 1;
+                while i < c.len() && c[i] != '\'' {
+                    i += if c[i] == '\\' { 2 } else { 1 };
+                }
+                i += 1;
+            } else {
+                out.push((Tok::Ident(word), line));
+            }
+        } else if ch == ':' && next == Some(':') {
+            out.push((Tok::Path, line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(ch), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Drops every item marked `#[cfg(test)]` (up to its `;` or its closing brace).
+fn drop_cfg_test(toks: Vec<(Tok, usize)>) -> Vec<(Tok, usize)> {
+    let id = |s: &str| Tok::Ident(s.to_string());
+    let marker = [
+        Tok::Punct('#'),
+        Tok::Punct('['),
+        id("cfg"),
+        Tok::Punct('('),
+        id("test"),
+        Tok::Punct(')'),
+        Tok::Punct(']'),
+    ];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let is_marker = toks.len() - i >= marker.len()
+            && toks[i..i + marker.len()]
+                .iter()
+                .zip(&marker)
+                .all(|((t, _), m)| t == m);
+        if !is_marker {
+            out.push(toks[i].clone());
+            i += 1;
+            continue;
+        }
+        i += marker.len();
+        let mut depth = 0i32;
+        while i < toks.len() {
+            match toks[i].0 {
+                Tok::Punct('(' | '[' | '{') => depth += 1,
+                Tok::Punct(')' | ']') => depth -= 1,
+                Tok::Punct('}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        i += 1;
+                        break;
+                    }
+                }
+                Tok::Punct(';') if depth == 0 => {
+                    i += 1;
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paths
+
+/// One path found in a file: the module it was written in (for `self`/`super`), its segments as
+/// written, the name it binds (for `use` leaves) and its line.
+#[derive(Clone, Debug)]
+struct Found {
+    module: Vec<String>,
+    path: Vec<String>,
+    binds: Option<String>,
+    line: usize,
+    in_use: bool,
+    public_use: bool,
+}
+
+/// Parses one use tree at `toks[*i]`, pushing a leaf per imported name.
+fn use_tree(
+    toks: &[(Tok, usize)],
+    i: &mut usize,
+    prefix: Vec<String>,
+    leaf: &mut dyn FnMut(Vec<String>, Option<String>, usize),
+) {
+    let mut path = prefix;
+    let line = toks.get(*i).map_or(0, |t| t.1);
+    loop {
+        match toks.get(*i).map(|t| &t.0) {
+            Some(Tok::Path) => *i += 1,
+            Some(Tok::Ident(s)) if s == "as" => {
+                *i += 1;
+                let alias = match toks.get(*i).map(|t| &t.0) {
+                    Some(Tok::Ident(a)) => a.clone(),
+                    _ => String::new(),
+                };
+                *i += 1;
+                leaf(path, Some(alias), line);
+                return;
+            }
+            Some(Tok::Ident(s)) => {
+                path.push(s.clone());
+                *i += 1;
+            }
+            Some(Tok::Punct('*')) => {
+                *i += 1;
+                leaf(path, Some("*".into()), line);
+                return;
+            }
+            Some(Tok::Punct('{')) => {
+                *i += 1;
+                loop {
+                    match toks.get(*i).map(|t| &t.0) {
+                        None => return,
+                        Some(Tok::Punct('}')) => {
+                            *i += 1;
+                            return;
+                        }
+                        Some(Tok::Punct(',')) => *i += 1,
+                        _ => use_tree(toks, i, path.clone(), leaf),
+                    }
+                }
+            }
+            _ => {
+                let last = path.last().cloned();
+                if last.as_deref() == Some("self") {
+                    path.pop();
+                    let name = path.last().cloned();
+                    leaf(path, name, line);
+                } else if !path.is_empty() {
+                    leaf(path, last, line);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Every path of one file whose module path is `module`.
+fn paths_of(src: &str, module: &[String]) -> Vec<Found> {
+    let toks = drop_cfg_test(lex(src));
+    let mut found = Vec::new();
+    let mut inline: Vec<(String, i32)> = Vec::new();
+    let mut depth = 0i32;
+    let mut i = 0;
+    let here = |inline: &Vec<(String, i32)>| -> Vec<String> {
+        module
+            .iter()
+            .cloned()
+            .chain(inline.iter().map(|(m, _)| m.clone()))
+            .collect()
+    };
+    while i < toks.len() {
+        let prev = if i > 0 { Some(&toks[i - 1].0) } else { None };
+        match &toks[i].0 {
+            Tok::Punct('{') => {
+                depth += 1;
+                i += 1;
+            }
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth -= 1;
+                i += 1;
+            }
+            Tok::Ident(kw) if kw == "mod" => {
+                if let (Some((Tok::Ident(name), _)), Some((Tok::Punct('{'), _))) =
+                    (toks.get(i + 1), toks.get(i + 2))
+                {
+                    depth += 1;
+                    inline.push((name.clone(), depth));
+                    i += 3;
+                } else {
+                    i += 1;
+                }
+            }
+            Tok::Ident(kw) if kw == "use" => {
+                let public = matches!(prev, Some(Tok::Ident(p)) if p == "pub")
+                    || matches!(prev, Some(Tok::Punct(')')));
+                i += 1;
+                let m = here(&inline);
+                use_tree(&toks, &mut i, Vec::new(), &mut |path, binds, line| {
+                    found.push(Found {
+                        module: m.clone(),
+                        path,
+                        binds,
+                        line,
+                        in_use: true,
+                        public_use: public,
+                    })
+                });
+            }
+            Tok::Ident(first)
+                if prev != Some(&Tok::Path) && matches!(toks.get(i + 1), Some((Tok::Path, _))) =>
+            {
+                let line = toks[i].1;
+                let mut path = vec![first.clone()];
+                i += 1;
+                while let (Some((Tok::Path, _)), Some((Tok::Ident(s), _))) =
+                    (toks.get(i), toks.get(i + 1))
+                {
+                    path.push(s.clone());
+                    i += 2;
+                }
+                found.push(Found {
+                    module: here(&inline),
+                    path,
+                    binds: None,
+                    line,
+                    in_use: false,
+                    public_use: false,
+                });
+            }
+            _ => i += 1,
+        }
+    }
+    found
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file graph
+
+/// One import edge: `from` uses `to` through `via` at `line`.
+#[derive(Clone, Debug)]
+struct Edge {
+    from: String,
+    to: String,
+    via: String,
+    line: usize,
+}
+
+/// The module path of a file relative to `src/` (`cpu/mod.rs` and `cpu.rs` are both `cpu`).
+fn module_of(file: &str) -> Vec<String> {
+    let stem = file.trim_end_matches(".rs");
+    let mut parts: Vec<String> = stem.split('/').map(String::from).collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The absolute module path of `f` (without `crate`), or `None` for a path into another crate.
+fn absolute(
+    f: &Found,
+    modules: &BTreeMap<Vec<String>, String>,
+    aliases: &BTreeMap<String, Vec<String>>,
+) -> Option<Vec<String>> {
+    let first = f.path.first()?.as_str();
+    match first {
+        "crate" => Some(f.path[1..].to_vec()),
+        "self" => Some(f.module.iter().chain(&f.path[1..]).cloned().collect()),
+        "super" => {
+            let ups = f.path.iter().take_while(|s| *s == "super").count();
+            let base = f.module.len().checked_sub(ups)?;
+            Some(
+                f.module[..base]
+                    .iter()
+                    .chain(&f.path[ups..])
+                    .cloned()
+                    .collect(),
+            )
+        }
+        _ => {
+            let mut child = f.module.clone();
+            child.push(first.to_string());
+            if modules.contains_key(&child) {
+                Some(
+                    child
+                        .into_iter()
+                        .chain(f.path[1..].iter().cloned())
+                        .collect(),
+                )
+            } else {
+                let target = aliases.get(first)?;
+                Some(target.iter().chain(&f.path[1..]).cloned().collect())
+            }
+        }
+    }
+}
+
+/// Builds the file graph of `files` (path relative to `src/` -> text).
+fn graph(files: &BTreeMap<String, String>) -> Vec<Edge> {
+    let modules: BTreeMap<Vec<String>, String> =
+        files.keys().map(|f| (module_of(f), f.clone())).collect();
+    let found: BTreeMap<&String, Vec<Found>> = files
+        .iter()
+        .map(|(f, text)| (f, paths_of(text, &module_of(f))))
+        .collect();
+    // Names each module re-exports (`pub use`), to follow `crate::Tensor` or `crate::nn::Linear`
+    // to the file that defines the item: a re-export is the module's face, not a use of its own.
+    let mut exports: BTreeMap<(Vec<String>, String), Vec<String>> = BTreeMap::new();
+    let mut globs: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
+    for paths in found.values() {
+        for f in paths.iter().filter(|f| f.in_use && f.public_use) {
+            let Some(abs) = absolute(f, &modules, &BTreeMap::new()) else {
+                continue;
+            };
+            match f.binds.as_deref() {
+                Some("*") => globs.entry(f.module.clone()).or_default().push(abs),
+                Some(name) => {
+                    exports.insert((f.module.clone(), name.to_string()), abs);
+                }
+                None => {}
+            }
+        }
+    }
+    // Whether the file of module `m` defines an item called `name` (for glob re-exports).
+    let defines = |m: &[String], name: &str| -> bool {
+        let Some(text) = modules.get(m).and_then(|f| files.get(f)) else {
+            return false;
+        };
+        [
+            "fn",
+            "struct",
+            "enum",
+            "trait",
+            "type",
+            "const",
+            "static",
+            "macro_rules!",
+            "mod",
+        ]
+        .iter()
+        .any(|kw| text.contains(&format!("{kw} {name}")) || text.contains(&format!("{kw} {name}<")))
+    };
+    let resolve = |abs: &[String]| -> Option<String> {
+        let mut abs = abs.to_vec();
+        for _ in 0..8 {
+            let k = (0..=abs.len())
+                .rev()
+                .find(|k| modules.contains_key(&abs[..*k]))?;
+            let file = modules[&abs[..k]].clone();
+            if k < abs.len() {
+                let module = abs[..k].to_vec();
+                if let Some(target) = exports.get(&(module.clone(), abs[k].clone())) {
+                    abs = target.iter().chain(&abs[k + 1..]).cloned().collect();
+                    continue;
+                }
+                let from_glob = globs
+                    .get(&module)
+                    .into_iter()
+                    .flatten()
+                    .find(|g| defines(g, &abs[k]));
+                if let Some(g) = from_glob {
+                    abs = g.iter().chain(&abs[k..]).cloned().collect();
+                    continue;
+                }
+            }
+            return Some(file);
+        }
+        None
+    };
+    let mut edges = Vec::new();
+    for (file, paths) in &found {
+        // Names this file binds with `use`, for inline paths that start with one (`gpu::x`).
+        let mut aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for f in paths.iter().filter(|f| f.in_use) {
+            if let (Some(name), Some(abs)) = (&f.binds, absolute(f, &modules, &aliases)) {
+                if name != "*" {
+                    aliases.insert(name.clone(), abs);
+                }
+            }
+        }
+        for f in paths.iter().filter(|f| !f.public_use) {
+            let Some(abs) = absolute(f, &modules, &aliases) else {
+                continue;
+            };
+            let Some(to) = resolve(&abs) else { continue };
+            if &to != *file {
+                edges.push(Edge {
+                    from: (*file).clone(),
+                    to,
+                    via: f.path.join("::"),
+                    line: f.line,
+                });
+            }
+        }
+    }
+    edges
+}
+
+/// Every import of a file from a higher layer, as readable lines.
+fn upward(edges: &[Edge]) -> Vec<String> {
+    // One line per pair of files: the first path that makes the edge, and how many more do.
+    let mut pairs: BTreeMap<(&str, &str), (&Edge, usize)> = BTreeMap::new();
+    for e in edges {
+        let (Some(a), Some(b)) = (layer_of(&e.from), layer_of(&e.to)) else {
+            continue;
+        };
+        if b > a {
+            let entry = pairs.entry((&e.from, &e.to)).or_insert((e, 0));
+            if e.line < entry.0.line {
+                entry.0 = e;
+            }
+            entry.1 += 1;
+        }
+    }
+    pairs
+        .values()
+        .map(|(e, n)| {
+            let (a, b) = (layer_of(&e.from).unwrap_or(0), layer_of(&e.to).unwrap_or(0));
+            let more = if *n > 1 {
+                format!(" (and {} more)", n - 1)
+            } else {
+                String::new()
+            };
+            format!(
+                "src/{}:{} ({}) imports src/{} ({}) via {}{more}",
+                e.from, e.line, LAYERS[a].0, e.to, LAYERS[b].0, e.via
+            )
+        })
+        .collect()
+}
+
+/// Files that no layer lists.
+fn unlayered(files: &BTreeMap<String, String>) -> Vec<String> {
+    files
+        .keys()
+        .filter(|f| layer_of(f).is_none())
+        .cloned()
+        .collect()
+}
+
+/// One cycle per strongly connected component of the file graph (Tarjan), each printed as
+/// `a -> b -> ... -> a` with the path that makes every step.
+fn cycles(edges: &[Edge]) -> Vec<String> {
+    let mut adj: BTreeMap<&str, BTreeMap<&str, &Edge>> = BTreeMap::new();
+    for e in edges {
+        adj.entry(&e.from).or_default().entry(&e.to).or_insert(e);
+        adj.entry(&e.to).or_default();
+    }
+    let nodes: Vec<&str> = adj.keys().copied().collect();
+    let index_of: BTreeMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    // Iterative-free recursive Tarjan: the graph has about a hundred nodes.
+    struct T<'a> {
+        adj: &'a BTreeMap<&'a str, BTreeMap<&'a str, &'a Edge>>,
+        index_of: &'a BTreeMap<&'a str, usize>,
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        sccs: Vec<Vec<usize>>,
+        nodes: &'a [&'a str],
+    }
+    fn strong(t: &mut T, v: usize) {
+        t.index[v] = Some(t.next);
+        t.low[v] = t.next;
+        t.next += 1;
+        t.stack.push(v);
+        t.on[v] = true;
+        let succ: Vec<usize> = t.adj[t.nodes[v]].keys().map(|w| t.index_of[w]).collect();
+        for w in succ {
+            match t.index[w] {
+                None => {
+                    strong(t, w);
+                    t.low[v] = t.low[v].min(t.low[w]);
+                }
+                Some(iw) if t.on[w] => t.low[v] = t.low[v].min(iw),
+                _ => {}
+            }
+        }
+        if Some(t.low[v]) == t.index[v] {
+            let mut scc = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on[w] = false;
+                scc.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if scc.len() > 1 {
+                t.sccs.push(scc);
+            }
+        }
+    }
+    let n = nodes.len();
+    let mut t = T {
+        adj: &adj,
+        index_of: &index_of,
+        index: vec![None; n],
+        low: vec![0; n],
+        on: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        sccs: Vec::new(),
+        nodes: &nodes,
+    };
+    for v in 0..n {
+        if t.index[v].is_none() {
+            strong(&mut t, v);
+        }
+    }
+    let mut out = Vec::new();
+    for scc in &t.sccs {
+        // A shortest cycle through the component's first node (breadth-first inside it).
+        let members: BTreeSet<&str> = scc.iter().map(|v| nodes[*v]).collect();
+        let start = *members.iter().next().expect("non-empty component");
+        let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut end = None;
+        'bfs: while let Some(v) = queue.pop_front() {
+            for w in adj[v].keys().filter(|w| members.contains(*w)) {
+                if *w == start {
+                    end = Some(v);
+                    break 'bfs;
+                }
+                if !parent.contains_key(w) {
+                    parent.insert(w, v);
+                    queue.push_back(w);
+                }
+            }
+        }
+        let mut back = Vec::new();
+        let mut v = end.expect("a strongly connected component has a cycle");
+        while v != start {
+            back.push(v);
+            v = parent[v];
+        }
+        back.reverse();
+        let chain: Vec<&str> = [start].into_iter().chain(back).chain([start]).collect();
+        let steps: Vec<String> = chain
+            .windows(2)
+            .map(|w| {
+                let e = adj[w[0]][w[1]];
+                format!(
+                    "  src/{}:{} -> src/{} (via {})",
+                    e.from, e.line, e.to, e.via
+                )
+            })
+            .collect();
+        out.push(format!(
+            "cycle of {} files through src/{start}:\n{}",
+            members.len(),
+            steps.join("\n")
+        ));
+    }
+    out
+}
+
+fn read_src() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).expect("read src/") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(root).expect("under src/");
+                let rel = rel.to_string_lossy().replace('\\', "/");
+                out.insert(
+                    rel,
+                    std::fs::read_to_string(&path).expect("read a source file"),
+                );
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    walk(&root, &root, &mut out);
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks
+
+#[test]
+fn src_imports_run_one_way_without_cycles() {
+    let files = read_src();
+    assert!(files.len() > 50, "read src/: {} files", files.len());
+    let edges = graph(&files);
+    assert!(
+        edges.len() > 100,
+        "found the imports: {} edges",
+        edges.len()
+    );
+    let mut problems = Vec::new();
+    for f in unlayered(&files) {
+        problems.push(format!(
+            "src/{f} is in no layer: add it to LAYERS in tests/layers.rs"
+        ));
+    }
+    problems.extend(upward(&edges));
+    problems.extend(cycles(&edges));
+    assert!(
+        problems.is_empty(),
+        "the layering of src/ (bottom to top: {}) is broken:\n{}\n\nMove the item down to the \
+         lower layer, or let the upper layer register a hook the lower one calls.",
+        LAYERS.iter().map(|l| l.0).collect::<Vec<_>>().join(" -> "),
+        problems.join("\n")
+    );
+}
+
+fn synthetic(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+    files
+        .iter()
+        .map(|(f, t)| (f.to_string(), t.to_string()))
+        .collect()
+}
+
+fn targets(files: &BTreeMap<String, String>, from: &str) -> BTreeSet<String> {
+    graph(files)
+        .into_iter()
+        .filter(|e| e.from == from)
+        .map(|e| e.to)
+        .collect()
+}
+
+#[test]
+fn checker_reads_grouped_renamed_inline_and_relative_paths() {
+    let files = synthetic(&[
+        (
+            "lib.rs",
+            "mod cpu; mod dtype; mod shape; mod tensor;\npub use tensor::Tensor;\n",
+        ),
+        ("dtype.rs", "pub enum DType {}"),
+        ("shape.rs", "pub struct Layout;"),
+        ("tensor.rs", "pub struct Tensor;"),
+        ("cpu/mod.rs", "mod a; mod b; pub(crate) use a::Kernel;"),
+        ("cpu/a.rs", "pub struct Kernel;"),
+        (
+            "cpu/b.rs",
+            "// use crate::tensor::Tensor;  (a comment is no import)\n\
+             /* crate::tensor::Tensor */\n\
+             use crate::{dtype::DType as D, shape::{self}};\n\
+             use super::Kernel;\n\
+             fn f() -> &'static str { let _ = 'x'; \"crate::tensor::Tensor\" }\n\
+             fn g() { shape::Layout; crate::Tensor::new(); }\n\
+             #[cfg(test)]\nmod tests { use crate::tensor::Nothing; }\n",
+        ),
+    ]);
+    let got = targets(&files, "cpu/b.rs");
+    let want: BTreeSet<String> = ["dtype.rs", "shape.rs", "cpu/a.rs", "tensor.rs"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(got, want, "re-exports are followed to the defining file");
+    // Grouped and inline paths in the same file count once per path, each with its line.
+    let lines: BTreeSet<usize> = graph(&files)
+        .iter()
+        .filter(|e| e.from == "cpu/b.rs")
+        .map(|e| e.line)
+        .collect();
+    assert_eq!(lines, BTreeSet::from([3, 4, 6]));
+    // A re-export is no use of the re-exporting file; a glob re-export is followed too.
+    assert!(targets(&files, "cpu/mod.rs").is_empty());
+    let mut files = files;
+    files.insert(
+        "cpu/mod.rs".into(),
+        "mod a; mod b; pub(crate) use a::*;".into(),
+    );
+    assert!(targets(&files, "cpu/b.rs").contains("cpu/a.rs"));
+}
+
+#[test]
+fn checker_fails_on_an_injected_upward_edge() {
+    let mut files = synthetic(&[
+        ("lib.rs", "mod cpu; mod tensor;"),
+        ("cpu/mod.rs", "pub(crate) fn add() {}"),
+        ("tensor.rs", "use crate::cpu::add;\npub struct Tensor;"),
+    ]);
+    assert!(upward(&graph(&files)).is_empty());
+    assert!(cycles(&graph(&files)).is_empty());
+    files.insert(
+        "cpu/mod.rs".into(),
+        "pub(crate) fn add() { let _ = crate::tensor::Tensor; }".into(),
+    );
+    let up = upward(&graph(&files));
+    assert_eq!(
+        up,
+        ["src/cpu/mod.rs:1 (backends) imports src/tensor.rs (tensor) via crate::tensor::Tensor"]
+    );
+}
+
+#[test]
+fn checker_fails_on_an_injected_cycle() {
+    let mut files = synthetic(&[
+        ("lib.rs", "mod gpu;"),
+        ("gpu/mod.rs", "mod a; mod b; mod c;"),
+        ("gpu/a.rs", "use super::b::B;\npub struct A;"),
+        ("gpu/b.rs", "use super::c::C;\npub struct B;"),
+        ("gpu/c.rs", "pub struct C;"),
+    ]);
+    assert!(cycles(&graph(&files)).is_empty());
+    files.insert("gpu/c.rs".into(), "pub struct C(crate::gpu::a::A);".into());
+    let found = cycles(&graph(&files));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0],
+        "cycle of 3 files through src/gpu/a.rs:\n  \
+         src/gpu/a.rs:1 -> src/gpu/b.rs (via super::b::B)\n  \
+         src/gpu/b.rs:1 -> src/gpu/c.rs (via super::c::C)\n  \
+         src/gpu/c.rs:1 -> src/gpu/a.rs (via crate::gpu::a::A)"
+    );
+    // Every file of src/ is in a layer, so an upward edge cannot hide in an unlisted file.
+    assert!(layer_of("gpu/a.rs").is_some() && layer_of("nowhere.rs").is_none());
+}
