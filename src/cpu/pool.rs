@@ -2,7 +2,8 @@
 //! the input (no window gather), and the backward scattering each gradient to its maximum.
 //! Planes run in parallel; each plane's sums run in a fixed order.
 
-use super::strided::{try_vec, PAR_THRESHOLD};
+use super::alloc::try_vec;
+use super::strided::PAR_THRESHOLD;
 use crate::Result;
 use rayon::prelude::*;
 

@@ -1,6 +1,7 @@
 //! Walking strided layouts on the host: the CPU twin of the `strided` shader entry points.
 
-use super::alloc::try_vec;
+// Re-exported: `try_vec` lived here before `alloc.rs`, and kernels still name it through here.
+pub(crate) use super::alloc::try_vec;
 use crate::shape::Layout;
 use crate::Result;
 use rayon::prelude::*;

@@ -5,16 +5,14 @@
 //!
 //! - the `ReduceOp` enum with `name`, `is_arg`, `code` and `ints`, which the CPU loops
 //!   (`src/cpu/reduce.rs`, `src/cpu/typed.rs`) and the GPU passes (`src/gpu/reduce.rs`) read;
-//! - the public `Tensor` methods with their docs, and the autograd node they record;
+//! - the public `Tensor` methods with their docs, and the autograd node they record (the
+//!   table's `reduce_tensor_half!`, expanded by `src/tensor/reduce.rs`);
 //! - the WGSL op codes: `shaders/reduce.wgsl` names each code as `const OP_<NAME>: u32`, and
 //!   `tests/shaders.rs` checks those constants against this table;
 //! - the test sweeps (`wgtensor::testing::reduce_ops()`).
 //!
 //! Adding a reduction is one `reduce_ops!` entry, its CPU fold in `src/cpu/reduce.rs` and its
 //! `combine` case in `shaders/reduce.wgsl`.
-
-use crate::autograd::reduce::Reduction;
-use crate::{Result, Tensor};
 
 /// What a reduction of no elements gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +78,14 @@ macro_rules! reduce_ops {
                 match self { $(ReduceOp::$V => Empty::$empty,)* }
             }
 
+        }
+
+        /// The tensor half of the reduction table (the autograd node each op records and the
+        /// public `Tensor` methods), expanded by `src/tensor/reduce.rs` in the tensor layer:
+        /// this file sits below the backends, which read the kernel half above (see
+        /// `src/ops/mod.rs`).
+        macro_rules! reduce_tensor_half { () => {
+        impl ReduceOp {
             /// The autograd node the op records (`None`: not differentiable).
             pub(crate) fn grad(self) -> Option<Reduction> {
                 match self { $(ReduceOp::$V => $grad,)* }
@@ -99,6 +105,8 @@ macro_rules! reduce_ops {
                 }
             )*
         }
+        } }
+        pub(crate) use reduce_tensor_half;
     };
 }
 

@@ -9,7 +9,7 @@
 
 use super::chunked::{blocks_needed, map_dim0_blocks};
 use super::Tensor;
-use crate::autograd::reduce as autograd;
+use crate::autograd::reduce::{self as autograd, Reduction};
 use crate::cpu::reduce::Rows;
 use crate::gpu::GpuDevice;
 use crate::ops::{Empty, ReduceOp};
@@ -223,3 +223,6 @@ impl Tensor {
         })
     }
 }
+
+// The public reduction methods and the nodes they record, from the table (`src/ops/reduce.rs`).
+crate::ops::reduce_tensor_half!();
