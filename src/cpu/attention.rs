@@ -42,8 +42,8 @@ impl Dropout {
     /// The factor element `e` of the probabilities is multiplied by: `1 / (1 - p)` or 0.
     #[inline]
     pub(crate) fn factor(&self, e: u64) -> f32 {
-        let w = crate::random::words(self.seed, self.offset, e);
-        if crate::random::uniform(w[0]) >= self.p {
+        let w = super::normal::words(self.seed, self.offset, e);
+        if super::normal::uniform(w[0]) >= self.p {
             1.0 / (1.0 - self.p)
         } else {
             0.0
