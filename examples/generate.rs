@@ -125,7 +125,10 @@ fn run() -> Result<(), String> {
         None => Device::best(),
     };
     if !args.model.exists() {
-        return Err(format!("{}: no such file or directory", args.model.display()));
+        return Err(format!(
+            "{}: no such file or directory",
+            args.model.display()
+        ));
     }
     let tok = tokenizer(&args)?;
     let terminal = std::io::stderr().is_terminal();
