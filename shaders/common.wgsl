@@ -37,6 +37,20 @@ struct Invocation {
     @builtin(local_invocation_index) lid: u32,
 }
 
+// Online log-sum-exp: merges the running pair (m, s) = (max, sum of exp(x - max)) with
+// (m2, s2). An empty pair has s = 0 and m = -inf and is skipped, since exp(-inf - -inf) would be
+// NaN. Softmax and cross-entropy fold their rows with it.
+fn lse_merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
+    if (s2 == 0.0) {
+        return vec2<f32>(m, s);
+    }
+    if (s == 0.0) {
+        return vec2<f32>(m2, s2);
+    }
+    let mm = max(m, m2);
+    return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
+}
+
 // The flat element index of an invocation.
 fn item(inv: Invocation) -> u32 {
     return flat_index(inv.wid, inv.nwg, inv.lid);

@@ -2,7 +2,7 @@
 // (PyTorch's F.cross_entropy with ignore_index and label_smoothing), and its gradient.
 //
 // Computes   ce_forward, one workgroup per row i of the packed logits x [N, C]:
-//              lse_i = log Σ_j exp(x_ij) (online max/sum, merged by a fixed tree as softmax.wgsl)
+//              lse_i = log Σ_j exp(x_ij) (online max/sum, merged by row_tree.wgsl's fixed tree)
 //              loss_i = (1 - ε)(lse_i - x_i,t) + ε (lse_i - Σ_j x_ij / C)   (ε term only if ε > 0)
 //              valid_i = 1, or loss_i = valid_i = 0 when t = targets[i] is ignore_index;
 //              a NaN or +inf in the row makes loss_i NaN (as log_softmax does).
@@ -30,39 +30,29 @@
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(5) var<storage, read> params: array<u32>;
 
-var<workgroup> wmax: array<f32, 256>;
-var<workgroup> wsum: array<f32, 256>;
-var<workgroup> wx: array<f32, 256>;
-var<workgroup> wbad: array<u32, 256>;
-
 const NEG_INF: u32 = 0xff800000u;
 
-fn merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
-    if (s2 == 0.0) {
-        return vec2<f32>(m, s);
-    }
-    if (s == 0.0) {
-        return vec2<f32>(m2, s2);
-    }
-    let mm = max(m, m2);
-    return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
-}
-
 // A row's running statistics: (max, sum of exp) of the finite and +-inf-free values, the
-// plain sum (for label smoothing) and whether a NaN or +inf was seen.
-struct Acc {
+// plain sum (for label smoothing) and whether a NaN or +inf was seen. Merged across the
+// workgroup by row_tree.wgsl (prepended).
+struct RowStat {
     m: f32,
     s: f32,
     sx: f32,
     bad: u32,
 }
 
-fn push(a: Acc, v: f32) -> Acc {
-    var r = Acc(a.m, a.s, a.sx + v, a.bad);
+fn stat_merge(a: RowStat, b: RowStat) -> RowStat {
+    let r = lse_merge(a.m, a.s, b.m, b.s);
+    return RowStat(r.x, r.y, a.sx + b.sx, a.bad | b.bad);
+}
+
+fn push(a: RowStat, v: f32) -> RowStat {
+    var r = RowStat(a.m, a.s, a.sx + v, a.bad);
     if (is_nan(v) || bitcast<u32>(v) == INF_BITS) {
         r.bad = 1u;
     } else if (bitcast<u32>(v) != NEG_INF) {
-        let ms = merge(a.m, a.s, v, 1.0);
+        let ms = lse_merge(a.m, a.s, v, 1.0);
         r.m = ms.x;
         r.s = ms.y;
     }
@@ -81,7 +71,7 @@ fn target_kind(id: u32, classes: u32) -> u32 {
 }
 
 @compute @workgroup_size(256)
-fn ce_forward(inv: Invocation) {
+fn ce_forward(inv: RowInv) {
     let lid = inv.lid;
     let row = inv.wid.y * inv.nwg.x + inv.wid.x;
     let nrows = params[0];
@@ -91,30 +81,15 @@ fn ce_forward(inv: Invocation) {
         count = classes;
     }
     let base = params[2] + row * classes;
-    var a = Acc(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
+    var a = RowStat(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
     for (var k = lid; k < count; k = k + 256u) {
         a = push(a, x[base + k]);
     }
-    wmax[lid] = a.m;
-    wsum[lid] = a.s;
-    wx[lid] = a.sx;
-    wbad[lid] = a.bad;
-    workgroupBarrier();
-    // Fixed tree: the same order on every run and device.
-    for (var h = 128u; h > 0u; h = h >> 1u) {
-        if (lid < h) {
-            let r = merge(wmax[lid], wsum[lid], wmax[lid + h], wsum[lid + h]);
-            wmax[lid] = r.x;
-            wsum[lid] = r.y;
-            wx[lid] = wx[lid] + wx[lid + h];
-            wbad[lid] = wbad[lid] | wbad[lid + h];
-        }
-        workgroupBarrier();
-    }
+    let st = row_merge(inv, a);
     if (lid != 0u || row >= nrows) {
         return;
     }
-    finish_row(row, nrows, classes, base, wmax[0], wsum[0], wx[0], wbad[0]);
+    finish_row(row, nrows, classes, base, st);
 }
 
 // One invocation per row (the autotuned variant for many rows of few classes: no merge, no
@@ -129,17 +104,17 @@ fn ce_forward_per_row(inv: Invocation) {
     }
     let classes = params[1];
     let base = params[2] + row * classes;
-    var a = Acc(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
+    var a = RowStat(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
     for (var k = 0u; k < classes; k = k + 1u) {
         a = push(a, x[base + k]);
     }
-    finish_row(row, nrows, classes, base, a.m, a.s, a.sx, a.bad);
+    finish_row(row, nrows, classes, base, a);
 }
 
 // Writes row `row`'s loss, validity and log-sum-exp from its merged statistics.
-fn finish_row(row: u32, nrows: u32, classes: u32, base: u32, m: f32, s: f32, sx: f32, bad: u32) {
-    var l = m + log(s);
-    if (bad != 0u) {
+fn finish_row(row: u32, nrows: u32, classes: u32, base: u32, st: RowStat) {
+    var l = st.m + log(st.s);
+    if (st.bad != 0u) {
         l = bitcast<f32>(NAN_BITS);
     }
     let id = t[params[3] + row];
@@ -153,7 +128,7 @@ fn finish_row(row: u32, nrows: u32, classes: u32, base: u32, m: f32, s: f32, sx:
         let eps = bitcast<f32>(params[7]);
         loss = l - x[base + id];
         if (eps > 0.0) {
-            loss = (1.0 - eps) * loss + eps * (l - sx / f32(classes));
+            loss = (1.0 - eps) * loss + eps * (l - st.sx / f32(classes));
         }
     }
     dst[row] = loss;

@@ -3,8 +3,8 @@
 //
 // Computes   dst = (x - mean) / sqrt(var + eps) * weight + bias   (var biased: divides by len)
 //            Each thread folds its elements k = lid, lid + 256, ... with Welford's update into
-//            (count, mean, M2); the 256 triples are merged by a fixed binary tree in workgroup
-//            memory with Chan's formula (deterministic, no cancellation of a one-pass sum of
+//            (count, mean, M2); the 256 triples are merged by row_tree.wgsl's fixed binary tree
+//            in workgroup memory with Chan's formula (deterministic, no cancellation of a one-pass sum of
 //            squares), then the row is read again and written. NaN propagates arithmetically.
 // Bindings   @group(0) @binding(0) src    : array<f32>, read-only, packed [nrows, len]
 //            @group(0) @binding(1) weight : array<f32>, read-only, len (unused unless FLAGS & 1)
@@ -20,54 +20,37 @@
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(4) var<storage, read> params: array<u32>;
 
-var<workgroup> wn: array<f32, 256>;
-var<workgroup> wmean: array<f32, 256>;
-var<workgroup> wm2: array<f32, 256>;
+// A row's Welford statistics (count, mean, M2), merged by row_tree.wgsl (prepended).
+struct RowStat {
+    n: f32,
+    mean: f32,
+    m2: f32,
+}
 
-@compute @workgroup_size(256)
-fn layer_norm(inv: Invocation) {
-    let lid = inv.lid;
-    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
-    let len = params[1];
-    var count = 0u;
-    if (row < params[0]) {
-        count = len;
+// Chan's merge of a (the lower threads) with b; an empty b leaves a as it is.
+fn stat_merge(a: RowStat, b: RowStat) -> RowStat {
+    if (b.n <= 0.0) {
+        return a;
     }
-    let base = row * len;
-    var n = 0.0;
-    var mean = 0.0;
-    var m2 = 0.0;
-    for (var k = lid; k < count; k = k + 256u) {
-        let x = src[base + k];
-        n = n + 1.0;
-        let d = x - mean;
-        mean = mean + d / n;
-        m2 = m2 + d * (x - mean);
-    }
-    wn[lid] = n;
-    wmean[lid] = mean;
-    wm2[lid] = m2;
-    workgroupBarrier();
-    // Fixed tree: 128, 64, ..., 1 (the same order on every run and device).
-    for (var h = 128u; h > 0u; h = h >> 1u) {
-        if (lid < h) {
-            let na = wn[lid];
-            let nb = wn[lid + h];
-            if (nb > 0.0) {
-                let nn = na + nb;
-                let d = wmean[lid + h] - wmean[lid];
-                wmean[lid] = wmean[lid] + d * (nb / nn);
-                wm2[lid] = wm2[lid] + wm2[lid + h] + d * d * (na * nb / nn);
-                wn[lid] = nn;
-            }
-        }
-        workgroupBarrier();
-    }
-    let mu = wmean[0];
-    let rstd = 1.0 / sqrt(wm2[0] / f32(len) + bitcast<f32>(params[2]));
+    let nn = a.n + b.n;
+    let d = b.mean - a.mean;
+    return RowStat(nn, a.mean + d * (b.n / nn), a.m2 + b.m2 + d * d * (a.n * b.n / nn));
+}
+
+// Welford's update of st with x.
+fn push(st: RowStat, x: f32) -> RowStat {
+    let n = st.n + 1.0;
+    let d = x - st.mean;
+    let mean = st.mean + d / n;
+    return RowStat(n, mean, st.m2 + d * (x - mean));
+}
+
+// Writes the normalised row of `count` elements at base, given its statistics.
+fn write_row(base: u32, count: u32, first: u32, step: u32, st: RowStat) {
+    let rstd = 1.0 / sqrt(st.m2 / f32(params[1]) + bitcast<f32>(params[2]));
     let flags = params[3];
-    for (var k = lid; k < count; k = k + 256u) {
-        var y = (src[base + k] - mu) * rstd;
+    for (var k = first; k < count; k = k + step) {
+        var y = (src[base + k] - st.mean) * rstd;
         if ((flags & 1u) != 0u) {
             y = y * weight[k];
         }
@@ -78,37 +61,37 @@ fn layer_norm(inv: Invocation) {
     }
 }
 
+@compute @workgroup_size(256)
+fn layer_norm(inv: RowInv) {
+    let lid = inv.lid;
+    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
+    let len = params[1];
+    var count = 0u;
+    if (row < params[0]) {
+        count = len;
+    }
+    let base = row * len;
+    var st = RowStat(0.0, 0.0, 0.0);
+    for (var k = lid; k < count; k = k + 256u) {
+        st = push(st, src[base + k]);
+    }
+    write_row(base, count, lid, 256u, row_merge(inv, st));
+}
+
 // One invocation per row: the autotuned variant for many rows (no workgroup merge, no barrier;
 // a software adapter pays dearly for each barrier). Welford over the whole row, then the write
 // pass. 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256 + lid).
 @compute @workgroup_size(256)
 fn layer_norm_per_row(inv: Invocation) {
-    let row = (inv.wid.y * inv.nwg.x + inv.wid.x) * 256u + inv.lid;
+    let row = item(inv);
     if (row >= params[0]) {
         return;
     }
     let len = params[1];
     let base = row * len;
-    var n = 0.0;
-    var mean = 0.0;
-    var m2 = 0.0;
+    var st = RowStat(0.0, 0.0, 0.0);
     for (var k = 0u; k < len; k = k + 1u) {
-        let x = src[base + k];
-        n = n + 1.0;
-        let d = x - mean;
-        mean = mean + d / n;
-        m2 = m2 + d * (x - mean);
+        st = push(st, src[base + k]);
     }
-    let rstd = 1.0 / sqrt(m2 / f32(len) + bitcast<f32>(params[2]));
-    let flags = params[3];
-    for (var k = 0u; k < len; k = k + 1u) {
-        var y = (src[base + k] - mean) * rstd;
-        if ((flags & 1u) != 0u) {
-            y = y * weight[k];
-        }
-        if ((flags & 2u) != 0u) {
-            y = y + bias[k];
-        }
-        dst[base + k] = y;
-    }
+    write_row(base, len, 0u, 1u, st);
 }

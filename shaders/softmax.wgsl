@@ -30,25 +30,18 @@ override OP: u32 = 0u;
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(2) var<storage, read> params: array<u32>;
 
-// A row's merged statistics (see row_tree.wgsl / row_subgroup.wgsl, one of which is
-// prepended: they define RowInv and row_merge).
+// A row's statistics: max, sum of exp(x - max), and whether a NaN or +inf was seen. The row
+// merge (row_tree.wgsl or row_subgroup.wgsl, one of which is prepended: they define RowInv and
+// row_merge) combines the threads' with stat_merge.
 struct RowStat {
     m: f32,
     s: f32,
     bad: u32,
 }
 
-// Merges the running pair (m, s) with (m2, s2); an empty pair has s = 0 and m = -inf (skipped,
-// since exp(-inf - -inf) would be NaN).
-fn merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
-    if (s2 == 0.0) {
-        return vec2<f32>(m, s);
-    }
-    if (s == 0.0) {
-        return vec2<f32>(m2, s2);
-    }
-    let mm = max(m, m2);
-    return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
+fn stat_merge(a: RowStat, b: RowStat) -> RowStat {
+    let r = lse_merge(a.m, a.s, b.m, b.s);
+    return RowStat(r.x, r.y, a.bad | b.bad);
 }
 
 // Folds element x into a running (max, sum of exp, bad) triple: NaN and +inf mark the row bad,
@@ -60,7 +53,7 @@ fn push(st: RowStat, x: f32) -> RowStat {
     if (bitcast<u32>(x) == 0xff800000u) {
         return st;
     }
-    let r = merge(st.m, st.s, x, 1.0);
+    let r = lse_merge(st.m, st.s, x, 1.0);
     return RowStat(r.x, r.y, st.bad);
 }
 
@@ -76,19 +69,10 @@ fn value(x: f32, rm: f32, rs: f32, ls: f32, nan_row: bool) -> f32 {
     return exp(d) / rs;
 }
 
-// Address in src of packed index p of the view (params from index 5 on).
+// Address in src of packed index p of the view (params from index 3 on).
 fn address(p: u32) -> u32 {
     let nd = params[5];
-    var at = params[3];
-    var rem = p;
-    // At most ndim iterations.
-    for (var k = nd; k > 0u; k = k - 1u) {
-        let d = k - 1u;
-        let size = params[6u + d];
-        at = at + (rem % size) * params[6u + nd + d];
-        rem = rem / size;
-    }
-    return at;
+    return strided_offset(p, params[3], nd, 6u, 6u + nd);
 }
 
 @compute @workgroup_size(256)
@@ -114,7 +98,7 @@ fn softmax(inv: RowInv) {
     for (var k = lid; k < count; k = k + 256u) {
         acc = push(acc, src[base + k * rstride]);
     }
-    let st = row_merge(inv, acc.m, acc.s, acc.bad);
+    let st = row_merge(inv, acc);
     let rm = st.m;
     let rs = st.s;
     // NaN / +inf anywhere, or nothing but -inf (s = 0): the whole row is NaN.

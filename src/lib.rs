@@ -213,8 +213,7 @@ pub mod testing {
     /// without `ids.wgsl`, which the library prepends to shaders that call `report_bad_id`);
     /// compared with `shaders/*.wgsl` on disk in the tests.
     pub fn shader_files() -> Vec<(&'static str, &'static str)> {
-        let mut v: Vec<_> = crate::gpu::kernels::Shader::ALL
-            .iter()
+        let mut v: Vec<_> = crate::gpu::kernels::Shader::all()
             .filter(|s| s.file().ends_with(".wgsl"))
             .map(|s| (s.file(), s.raw()))
             .collect();
@@ -232,8 +231,7 @@ pub mod testing {
     /// files and, for every op of the table in every dtype it supports, the generated kernel
     /// (validated by naga in the tests).
     pub fn shader_sources() -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = crate::gpu::kernels::Shader::ALL
-            .iter()
+        let mut v: Vec<(String, String)> = crate::gpu::kernels::Shader::all()
             .map(|s| (s.file().to_string(), s.source()))
             .collect();
         for (name, body) in crate::gpu::codegen::catalogue() {

@@ -183,127 +183,220 @@ pub(crate) const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce_subg
 /// `normal_of`: standard normals from Philox words in integer fixed point.
 pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 
-impl Shader {
-    /// Every hand-written shader file, for tests that validate them all.
-    #[allow(dead_code)]
-    pub(crate) const ALL: [Shader; 18] = [
-        Shader::Reduce,
-        Shader::ReduceSubgroup,
-        Shader::Softmax,
-        Shader::SoftmaxSubgroup,
-        Shader::LayerNorm,
-        Shader::Join,
-        Shader::Matmul,
-        Shader::MatmulF16,
-        Shader::MatmulF16Acc,
-        Shader::MatmulVec4,
-        Shader::Gather,
-        Shader::Scatter,
-        Shader::CrossEntropy,
-        Shader::Sum,
-        Shader::Quant,
-        Shader::AttentionDecode,
-        Shader::AttentionForward,
-        Shader::AttentionBackward,
-    ];
+/// How the source of a [`ShaderDef`] is assembled after `common.wgsl`.
+pub(crate) enum Body {
+    /// Files concatenated at compile time ([`wgsl!`]).
+    Text(&'static str),
+    /// A variant derived from a file by text replacement, built on first use.
+    Built(fn() -> &'static str),
+}
 
+/// One hand-written kernel: everything the pipeline cache and the tests ask of it.
+pub(crate) struct ShaderDef {
+    pub shader: Shader,
+    /// The file name, as labels and errors report it; a variant of a file names it with its
+    /// twist in parentheses (and is then no file of its own).
+    pub label: &'static str,
+    /// The file as written on disk (for a variant, the file it starts from).
+    pub raw: &'static str,
+    /// What wgpu compiles after `common.wgsl`.
+    pub body: Body,
+    /// Read-only input bindings before the output.
+    pub inputs: usize,
+    /// Whether it reads ids and so binds the device's error word as `@group(1)`.
+    pub checked: bool,
+    /// Whether naga adds its counter against infinite loops (see [`KernelCache::pipeline`]).
+    pub bounded_loops: bool,
+}
+
+impl ShaderDef {
+    const fn new(shader: Shader, label: &'static str, raw: &'static str, inputs: usize) -> Self {
+        ShaderDef {
+            shader,
+            label,
+            raw,
+            body: Body::Text(raw),
+            inputs,
+            checked: false,
+            bounded_loops: true,
+        }
+    }
+
+    /// Compiled as `body` rather than the file alone.
+    const fn body(mut self, body: Body) -> Self {
+        self.body = body;
+        self
+    }
+
+    /// Reads ids: `ids.wgsl` goes first and the error word is bound.
+    const fn checked(mut self, body: &'static str) -> Self {
+        self.body = Body::Text(body);
+        self.checked = true;
+        self
+    }
+
+    /// Built without naga's loop counters.
+    const fn unbounded(mut self) -> Self {
+        self.bounded_loops = false;
+        self
+    }
+}
+
+/// `shaders/` files concatenated at compile time, in order.
+macro_rules! wgsl {
+    ($($file:literal),+) => { concat!($(include_str!(concat!("../../shaders/", $file))),+) };
+}
+
+/// Every hand-written kernel. Row shaders start with a row merge (`row_tree.wgsl`, or
+/// `row_subgroup.wgsl` on adapters with `SUBGROUP`); shaders that read ids with `ids.wgsl`;
+/// the fused attention's entry points come before their shared helpers.
+pub(crate) const SHADERS: [ShaderDef; 18] = [
+    // reduce binds an auxiliary input (softmax's row maxima) beside the data.
+    ShaderDef::new(Shader::Reduce, "reduce.wgsl", wgsl!("reduce.wgsl"), 2),
+    ShaderDef::new(
+        Shader::ReduceSubgroup,
+        "reduce.wgsl (subgroups)",
+        wgsl!("reduce.wgsl"),
+        2,
+    )
+    .body(Body::Text(wgsl!("reduce.wgsl", "reduce_subgroup.wgsl"))),
+    ShaderDef::new(Shader::Softmax, "softmax.wgsl", wgsl!("softmax.wgsl"), 1)
+        .body(Body::Text(wgsl!("row_tree.wgsl", "softmax.wgsl"))),
+    ShaderDef::new(
+        Shader::SoftmaxSubgroup,
+        "softmax.wgsl (subgroups)",
+        wgsl!("softmax.wgsl"),
+        1,
+    )
+    .body(Body::Text(wgsl!("row_subgroup.wgsl", "softmax.wgsl"))),
+    // The input, weight and bias.
+    ShaderDef::new(
+        Shader::LayerNorm,
+        "layer_norm.wgsl",
+        wgsl!("layer_norm.wgsl"),
+        3,
+    )
+    .body(Body::Text(wgsl!("row_tree.wgsl", "layer_norm.wgsl"))),
+    // Logits, targets, per-row log-sum-exp and per-row gradient scale.
+    ShaderDef::new(
+        Shader::CrossEntropy,
+        "cross_entropy.wgsl",
+        wgsl!("cross_entropy.wgsl"),
+        4,
+    )
+    .checked(wgsl!("ids.wgsl", "row_tree.wgsl", "cross_entropy.wgsl")),
+    ShaderDef::new(Shader::Join, "join.wgsl", wgsl!("join.wgsl"), 1),
+    ShaderDef::new(Shader::Matmul, "matmul.wgsl", wgsl!("matmul.wgsl"), 2).unbounded(),
+    ShaderDef::new(
+        Shader::MatmulF16,
+        "matmul.wgsl (f16 operands)",
+        wgsl!("matmul.wgsl"),
+        2,
+    )
+    .body(Body::Built(matmul_f16))
+    .unbounded(),
+    ShaderDef::new(
+        Shader::MatmulF16Acc,
+        "matmul.wgsl (f16 accumulation)",
+        wgsl!("matmul.wgsl"),
+        2,
+    )
+    .body(Body::Built(matmul_f16_acc))
+    .unbounded(),
+    ShaderDef::new(
+        Shader::MatmulVec4,
+        "matmul_vec4.wgsl",
+        wgsl!("matmul_vec4.wgsl"),
+        2,
+    )
+    .unbounded(),
+    // The table and the ids.
+    ShaderDef::new(Shader::Gather, "gather.wgsl", wgsl!("gather.wgsl"), 2)
+        .checked(wgsl!("ids.wgsl", "gather.wgsl")),
+    // Ids or sorted pairs, and the values to add.
+    ShaderDef::new(Shader::Scatter, "scatter.wgsl", wgsl!("scatter.wgsl"), 2)
+        .checked(wgsl!("ids.wgsl", "scatter.wgsl")),
+    ShaderDef::new(Shader::Sum, "sum.wgsl", wgsl!("sum.wgsl"), 1),
+    // The packed weights, the per-block scales, and the activations or ids.
+    ShaderDef::new(Shader::Quant, "quant.wgsl", wgsl!("quant.wgsl"), 3)
+        .checked(wgsl!("ids.wgsl", "quant.wgsl")),
+    // The query and the key and value caches.
+    ShaderDef::new(
+        Shader::AttentionDecode,
+        "attention_decode.wgsl",
+        wgsl!("attention_decode.wgsl"),
+        3,
+    ),
+    // q, k, v and the mask.
+    ShaderDef::new(
+        Shader::AttentionForward,
+        "attention_forward.wgsl",
+        wgsl!("attention_forward.wgsl"),
+        4,
+    )
+    .body(Body::Text(wgsl!(
+        "attention_forward.wgsl",
+        "attention.wgsl"
+    ))),
+    // q, k, v, the mask, dO and [lse, D].
+    ShaderDef::new(
+        Shader::AttentionBackward,
+        "attention_backward.wgsl",
+        wgsl!("attention_backward.wgsl"),
+        6,
+    )
+    .body(Body::Text(wgsl!(
+        "attention_backward.wgsl",
+        "attention.wgsl"
+    ))),
+];
+
+impl Shader {
+    /// Every hand-written shader, for tests that validate them all.
+    #[allow(dead_code)]
+    pub(crate) fn all() -> impl Iterator<Item = Shader> {
+        SHADERS.iter().map(|d| d.shader)
+    }
+
+    /// The table entry of a hand-written shader (`None` for a generated kernel).
+    fn def(self) -> Option<&'static ShaderDef> {
+        SHADERS.iter().find(|d| d.shader == self)
+    }
+
+    /// The label: the file name of a hand-written shader.
     pub(crate) fn file(self) -> &'static str {
-        match self {
-            Shader::Reduce => "reduce.wgsl",
-            // Not a file of its own: reduce.wgsl after which reduce_subgroup.wgsl comes.
-            Shader::ReduceSubgroup => "reduce.wgsl (subgroups)",
-            Shader::Softmax => "softmax.wgsl",
-            // Not a file of its own: softmax.wgsl after row_subgroup.wgsl.
-            Shader::SoftmaxSubgroup => "softmax.wgsl (subgroups)",
-            Shader::LayerNorm => "layer_norm.wgsl",
-            Shader::Join => "join.wgsl",
-            Shader::Matmul => "matmul.wgsl",
-            // Not a file of its own: matmul.wgsl with f16 operand bindings.
-            Shader::MatmulF16 => "matmul.wgsl (f16 operands)",
-            Shader::MatmulF16Acc => "matmul.wgsl (f16 accumulation)",
-            Shader::MatmulVec4 => "matmul_vec4.wgsl",
-            Shader::Gather => "gather.wgsl",
-            Shader::Scatter => "scatter.wgsl",
-            Shader::Sum => "sum.wgsl",
-            Shader::CrossEntropy => "cross_entropy.wgsl",
-            Shader::AttentionForward => "attention_forward.wgsl",
-            Shader::AttentionBackward => "attention_backward.wgsl",
-            Shader::Quant => "quant.wgsl",
-            Shader::AttentionDecode => "attention_decode.wgsl",
-            Shader::Generated(g) => &g.0.label,
+        match (self, self.def()) {
+            (Shader::Generated(g), _) => &g.0.label,
+            (_, Some(d)) => d.label,
+            (_, None) => "unlisted shader",
         }
     }
 
     /// The file as written on disk (checked shaders without `ids.wgsl`).
     #[allow(dead_code)]
     pub(crate) fn raw(self) -> &'static str {
-        match self {
-            Shader::Gather => include_str!("../../shaders/gather.wgsl"),
-            Shader::Scatter => include_str!("../../shaders/scatter.wgsl"),
-            Shader::CrossEntropy => include_str!("../../shaders/cross_entropy.wgsl"),
-            Shader::Quant => include_str!("../../shaders/quant.wgsl"),
-            Shader::AttentionForward => include_str!("../../shaders/attention_forward.wgsl"),
-            Shader::AttentionBackward => include_str!("../../shaders/attention_backward.wgsl"),
-            Shader::Softmax | Shader::SoftmaxSubgroup => {
-                include_str!("../../shaders/softmax.wgsl")
-            }
-            Shader::MatmulF16 | Shader::MatmulF16Acc => include_str!("../../shaders/matmul.wgsl"),
-            other => other.body(),
-        }
+        self.def().map_or_else(|| self.body(), |d| d.raw)
     }
 
     /// The shader as compiled, without `common.wgsl` (checked shaders start with `ids.wgsl`).
     pub(crate) fn body(self) -> &'static str {
-        match self {
-            Shader::Reduce => include_str!("../../shaders/reduce.wgsl"),
-            Shader::ReduceSubgroup => concat!(
-                include_str!("../../shaders/reduce.wgsl"),
-                include_str!("../../shaders/reduce_subgroup.wgsl")
-            ),
-            // The row merge comes first: a workgroup tree, or subgroup operations.
-            Shader::Softmax => concat!(
-                include_str!("../../shaders/row_tree.wgsl"),
-                include_str!("../../shaders/softmax.wgsl")
-            ),
-            Shader::SoftmaxSubgroup => concat!(
-                include_str!("../../shaders/row_subgroup.wgsl"),
-                include_str!("../../shaders/softmax.wgsl")
-            ),
-            Shader::LayerNorm => include_str!("../../shaders/layer_norm.wgsl"),
-            Shader::Join => include_str!("../../shaders/join.wgsl"),
-            Shader::Matmul => include_str!("../../shaders/matmul.wgsl"),
-            Shader::MatmulF16 => matmul_f16(),
-            Shader::MatmulF16Acc => matmul_f16_acc(),
-            Shader::MatmulVec4 => include_str!("../../shaders/matmul_vec4.wgsl"),
-            // Shaders that read ids start with the error word's binding and `report_bad_id`.
-            Shader::Sum => include_str!("../../shaders/sum.wgsl"),
-            Shader::AttentionDecode => include_str!("../../shaders/attention_decode.wgsl"),
-            Shader::Gather => concat!(
-                include_str!("../../shaders/ids.wgsl"),
-                include_str!("../../shaders/gather.wgsl")
-            ),
-            Shader::Scatter => concat!(
-                include_str!("../../shaders/ids.wgsl"),
-                include_str!("../../shaders/scatter.wgsl")
-            ),
-            Shader::CrossEntropy => concat!(
-                include_str!("../../shaders/ids.wgsl"),
-                include_str!("../../shaders/cross_entropy.wgsl")
-            ),
-            Shader::Quant => concat!(
-                include_str!("../../shaders/ids.wgsl"),
-                include_str!("../../shaders/quant.wgsl")
-            ),
-            // The entry points and bindings first; the shared helpers after them.
-            Shader::AttentionForward => concat!(
-                include_str!("../../shaders/attention_forward.wgsl"),
-                include_str!("../../shaders/attention.wgsl")
-            ),
-            Shader::AttentionBackward => concat!(
-                include_str!("../../shaders/attention_backward.wgsl"),
-                include_str!("../../shaders/attention.wgsl")
-            ),
-            Shader::Generated(g) => &g.0.source,
+        match (self, self.def()) {
+            (Shader::Generated(g), _) => &g.0.source,
+            (
+                _,
+                Some(ShaderDef {
+                    body: Body::Text(t),
+                    ..
+                }),
+            ) => t,
+            (
+                _,
+                Some(ShaderDef {
+                    body: Body::Built(f),
+                    ..
+                }),
+            ) => f(),
+            (_, None) => "",
         }
     }
 
@@ -314,37 +407,20 @@ impl Shader {
 
     /// Whether the shader reads ids and so binds the device's error word as `@group(1)`.
     pub(crate) fn checked(self) -> bool {
-        matches!(
-            self,
-            Shader::Gather | Shader::Scatter | Shader::CrossEntropy | Shader::Quant
-        )
+        self.def().is_some_and(|d| d.checked)
+    }
+
+    /// Whether naga bounds the shader's loops (every shader but the matmuls).
+    fn bounded_loops(self) -> bool {
+        self.def().is_none_or(|d| d.bounded_loops)
     }
 
     /// Read-only input bindings before the output.
     pub(crate) fn inputs(self) -> usize {
-        match self {
-            Shader::Matmul | Shader::MatmulF16 | Shader::MatmulF16Acc | Shader::MatmulVec4 => 2,
-            // reduce binds an auxiliary input (softmax's row maxima) beside the data.
-            Shader::Reduce | Shader::ReduceSubgroup => 2,
-            Shader::Softmax | Shader::SoftmaxSubgroup => 1,
-            // The input, weight and bias.
-            Shader::LayerNorm => 3,
-            Shader::Join => 1,
-            // The table and the ids.
-            Shader::Gather => 2,
-            // Ids or sorted pairs, and the values to add.
-            Shader::Scatter => 2,
-            Shader::Sum => 1,
-            // Logits, targets, per-row log-sum-exp and per-row gradient scale.
-            Shader::CrossEntropy => 4,
-            // q, k, v and the mask; the backward also dO and [lse, D].
-            Shader::AttentionForward => 4,
-            Shader::AttentionBackward => 6,
-            // Scales, bodies, and the activations or ids.
-            Shader::Quant => 3,
-            // The query and the key and value caches.
-            Shader::AttentionDecode => 3,
-            Shader::Generated(g) => g.0.inputs,
+        match (self, self.def()) {
+            (Shader::Generated(g), _) => g.0.inputs,
+            (_, Some(d)) => d.inputs,
+            (_, None) => 0,
         }
     }
 }
@@ -533,13 +609,7 @@ impl KernelCache {
                     // with it). Bounds checks and integer-division guards stay on. The other
                     // shaders keep the counters: no gain was measured for them.
                     let mut checks = wgpu::ShaderRuntimeChecks::checked();
-                    checks.force_loop_bounding = !matches!(
-                        shader,
-                        Shader::Matmul
-                            | Shader::MatmulF16
-                            | Shader::MatmulF16Acc
-                            | Shader::MatmulVec4
-                    );
+                    checks.force_loop_bounding = shader.bounded_loops();
                     // SAFETY: wgpu requires shaders built without loop bounding to have no
                     // infinite loop. The matmul shaders are wgtensor's own; each loop runs from
                     // a start to a bound taken from its params (a K chunk of at most 16,384, a
@@ -680,7 +750,19 @@ pub(crate) fn grid(workgroups: u64, max_per_dim: u32) -> Option<(u32, u32)> {
 
 #[cfg(test)]
 mod tests {
-    use super::grid;
+    use super::{grid, Shader, SHADERS};
+
+    #[test]
+    fn each_shader_has_one_table_entry() {
+        for (i, d) in SHADERS.iter().enumerate() {
+            let first = SHADERS.iter().position(|e| e.shader == d.shader);
+            assert_eq!(first, Some(i), "{} is listed twice", d.label);
+            assert_eq!(d.shader.file(), d.label);
+            assert!(d.shader.body().contains(d.raw) || d.label.contains('('), "{}", d.label);
+            assert_eq!(d.shader.inputs(), d.inputs);
+        }
+        assert!(Shader::all().count() == SHADERS.len());
+    }
 
     #[test]
     fn grid_stays_within_limits() {
