@@ -10,13 +10,43 @@ pub(crate) enum Storage {
     Gpu(GpuBuffer),
 }
 
+impl From<CpuStorage> for Storage {
+    fn from(s: CpuStorage) -> Storage {
+        Storage::Cpu(s)
+    }
+}
+
+impl From<GpuBuffer> for Storage {
+    fn from(b: GpuBuffer) -> Storage {
+        Storage::Gpu(b)
+    }
+}
+
+impl Storage {
+    /// The GPU buffer, or `None` for host data.
+    pub(crate) fn gpu(&self) -> Option<&GpuBuffer> {
+        match self {
+            Storage::Cpu(_) => None,
+            Storage::Gpu(b) => Some(b),
+        }
+    }
+
+    /// Bytes of host data (counted by the CPU allocation statistics); `None` for a GPU buffer,
+    /// which accounts for itself.
+    pub(crate) fn host_bytes(&self) -> Option<u64> {
+        match self {
+            Storage::Cpu(s) => Some(s.size_in_bytes() as u64),
+            Storage::Gpu(_) => None,
+        }
+    }
+}
+
 impl Drop for Storage {
     fn drop(&mut self) {
         // GPU buffers account for themselves; host data is counted here and in
         // `Tensor::from_parts`, the one place a `Storage` becomes a tensor's.
-        match self {
-            Storage::Cpu(s) => crate::cpu::alloc::cpu_free(s.size_in_bytes() as u64),
-            Storage::Gpu(_) => {}
+        if let Some(bytes) = self.host_bytes() {
+            crate::cpu::alloc::cpu_free(bytes);
         }
     }
 }

@@ -12,6 +12,7 @@ mod conv_cpu;
 mod convert;
 mod create;
 mod cross_entropy;
+mod dispatch;
 mod display;
 mod elementwise;
 mod fuse;
@@ -29,6 +30,7 @@ mod view;
 
 pub(crate) use cell::materialize_pending;
 pub use conv::Conv2dOptions;
+pub(crate) use dispatch::{backend, data_n, Backend, Data, DataMut, DataN};
 pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
 pub use quant::{quantized_activations, set_quantized_activations, QTensor};
@@ -36,10 +38,8 @@ pub use quant::{quantized_activations, set_quantized_activations, QTensor};
 pub(crate) use quant::quant_part_rows;
 pub use transfer::{read_all, WgpuBufferView};
 
-use crate::device::DeviceInner;
-use crate::gpu::GpuDevice;
 use crate::shape::Layout;
-use crate::storage::{CpuStorage, Storage};
+use crate::storage::Storage;
 use crate::{DType, Device, Error, Result};
 use std::sync::{Arc, Mutex};
 
@@ -71,13 +71,14 @@ struct TensorInner {
 
 impl Tensor {
     pub(crate) fn from_parts(
-        storage: Storage,
+        storage: impl Into<Storage>,
         shape: &[usize],
         dtype: DType,
         device: Device,
     ) -> Tensor {
-        if let Storage::Cpu(s) = &storage {
-            crate::cpu::alloc::cpu_alloc(s.size_in_bytes() as u64);
+        let storage = storage.into();
+        if let Some(bytes) = storage.host_bytes() {
+            crate::cpu::alloc::cpu_alloc(bytes);
         }
         Tensor(Arc::new(TensorInner {
             storage: Arc::new(cell::StorageCell::ready(storage)),
@@ -95,7 +96,7 @@ impl Tensor {
     }
 
     /// The tensor's data, materialising a pending fused program first (one dispatch).
-    pub(crate) fn storage(&self) -> Result<&Storage> {
+    fn storage(&self) -> Result<&Storage> {
         self.0.storage.get()
     }
 
@@ -195,14 +196,6 @@ impl Tensor {
         self.0.layout.is_contiguous()
     }
 
-    /// f32 host data, or the error `op` reports for other dtypes.
-    fn cpu_f32(&self, op: &'static str) -> Result<&[f32]> {
-        match self.storage()? {
-            Storage::Cpu(CpuStorage::F32(v)) => Ok(v),
-            _ => Err(self.unsupported(op)),
-        }
-    }
-
     /// Rejects dtypes without kernels yet.
     fn require_f32(&self, op: &'static str) -> Result<()> {
         if self.dtype() == DType::F32 {
@@ -237,24 +230,6 @@ impl Tensor {
             });
         }
         Ok(())
-    }
-
-    /// A new contiguous tensor on `device` from freshly computed storage.
-    fn derived(&self, storage: Storage, shape: &[usize]) -> Tensor {
-        Tensor::from_parts(storage, shape, self.dtype(), self.device().clone())
-    }
-}
-
-/// Which backend a device dispatches to; keeps the exhaustive match in one place.
-pub(crate) enum Backend<'a> {
-    Cpu,
-    Gpu(&'a GpuDevice),
-}
-
-pub(crate) fn backend(device: &Device) -> Backend<'_> {
-    match &device.0 {
-        DeviceInner::Cpu => Backend::Cpu,
-        DeviceInner::Gpu(g) => Backend::Gpu(g),
     }
 }
 

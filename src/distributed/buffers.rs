@@ -2,7 +2,6 @@
 //! tensor is sent from its own memory, and empty buffers never look like `MPI_IN_PLACE`.
 
 use super::ReduceOp;
-use crate::storage::Storage;
 use crate::{DType, Device, Result, Tensor};
 use half::f16;
 use mpi::ffi;
@@ -153,7 +152,7 @@ impl SendBuf {
     /// A contiguous CPU tensor whose MPI type is its own is sent from its memory; anything
     /// else is read to the host once.
     pub(super) fn of(t: &Tensor) -> Result<SendBuf> {
-        if t.is_cpu() && t.is_contiguous() && t.dtype() != DType::F16 {
+        if t.dtype() != DType::F16 && t.host_packed_bytes()?.is_some() {
             return Ok(SendBuf::Tensor(t.clone()));
         }
         Ok(SendBuf::Host(HostBuf::read(t)?))
@@ -163,12 +162,10 @@ impl SendBuf {
         match self {
             SendBuf::Host(h) => h.ptr(),
             SendBuf::Tensor(t) if t.numel() == 0 => EMPTY.as_ptr().cast(),
-            SendBuf::Tensor(t) => match t.storage().expect("kept only when materialised") {
-                Storage::Cpu(s) => {
-                    let start = t.layout().offset * t.dtype().size_in_bytes();
-                    s.as_bytes()[start..].as_ptr().cast()
-                }
-                Storage::Gpu(_) => unreachable!("SendBuf::of keeps CPU tensors only"),
+            SendBuf::Tensor(t) => match t.host_packed_bytes() {
+                Ok(Some(bytes)) => bytes.as_ptr().cast(),
+                // `SendBuf::of` keeps only packed CPU tensors, so this never sends.
+                _ => std::ptr::null(),
             },
             SendBuf::None => std::ptr::null(),
         }

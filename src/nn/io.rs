@@ -1,7 +1,6 @@
 //! Weights in the safetensors format (the `safetensors` crate): save tensors by name, load them
 //! by name (loading lives in `load.rs`), and the host f32 <-> f16 conversion both share.
 
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 use safetensors::Dtype;
 use std::borrow::Cow;
@@ -43,14 +42,12 @@ impl safetensors::View for &HostView {
 /// The packed little-endian bytes of `t`, read back from wherever it lives.
 fn host_bytes(t: &Tensor) -> Result<Vec<u8>> {
     let host = t.to(&Device::cpu())?.contiguous()?;
-    let esize = host.dtype().size_in_bytes();
-    let start = host.layout().offset * esize;
-    match host.storage()? {
-        Storage::Cpu(s) => Ok(s.as_bytes()[start..start + host.numel() * esize].to_vec()),
-        // `to(cpu)` always gives host storage.
-        Storage::Gpu(_) => Err(Error::InvalidArgument {
+    match host.host_packed_bytes()? {
+        Some(bytes) => Ok(bytes.to_vec()),
+        // `to(cpu)` then `contiguous` always gives packed host data.
+        None => Err(Error::InvalidArgument {
             op: "save_safetensors",
-            message: "a tensor moved to the CPU still has GPU storage".into(),
+            message: "a tensor moved to the CPU is not packed host data".into(),
         }),
     }
 }

@@ -6,7 +6,7 @@
 //! file fails before a device (or a model) sees any of it.
 
 use super::io::convert_float;
-use crate::storage::{CpuStorage, Storage};
+use crate::storage::CpuStorage;
 use crate::{DType, Device, Error, Result, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::cell::Cell;
@@ -94,12 +94,7 @@ fn convert(
     })?;
     let host = |dtype: DType, bytes: &[u8]| -> Result<Tensor> {
         let storage = CpuStorage::from_bytes(dtype, bytes)?;
-        Ok(Tensor::from_parts(
-            Storage::Cpu(storage),
-            shape,
-            dtype,
-            Device::cpu(),
-        ))
+        Ok(Tensor::from_parts(storage, shape, dtype, Device::cpu()))
     };
     let cpu = Device::cpu();
     let floats = |v: Vec<f32>| -> Result<Tensor> {

@@ -2,7 +2,6 @@
 
 use super::{check_hyper, check_state, state, update_params, Optimizer};
 use crate::nn::Module;
-use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
@@ -24,13 +23,8 @@ fn cpu_f32(t: &Tensor) -> Option<&[f32]> {
     if t.dtype() != DType::F32 || !t.is_contiguous() {
         return None;
     }
-    match t.storage().ok()? {
-        Storage::Cpu(CpuStorage::F32(v)) => {
-            let at = t.layout().offset;
-            v.get(at..at + t.numel())
-        }
-        _ => None,
-    }
+    let at = t.layout().offset;
+    t.host_f32("adam").ok()?.get(at..at + t.numel())
 }
 
 /// One Adam update of a CPU parameter in a single pass (new parameter, moments, step), or

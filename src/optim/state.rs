@@ -66,9 +66,9 @@ pub(crate) fn parse(
 /// (`lr`) come as CPU tensors from `state_dict`, so loading them moves nothing between devices.
 /// A GPU tensor here is refused rather than read back.
 pub(crate) fn cpu_f32_scalar(op: &'static str, key: &str, t: &Tensor) -> Result<f32> {
-    use crate::storage::{CpuStorage, Storage};
-    match t.storage()? {
-        Storage::Cpu(CpuStorage::F32(v)) => Ok(v[t.layout().offset]),
+    use crate::storage::CpuStorage;
+    match t.host_data()? {
+        Some(CpuStorage::F32(v)) => Ok(v[t.layout().offset]),
         _ => Err(Error::InvalidArgument {
             op,
             message: format!(
@@ -82,9 +82,9 @@ pub(crate) fn cpu_f32_scalar(op: &'static str, key: &str, t: &Tensor) -> Result<
 
 /// The value of a one-element CPU i32 tensor, read from its storage; `None` for a GPU tensor.
 pub(crate) fn cpu_i32_scalar(t: &Tensor) -> Result<Option<i32>> {
-    use crate::storage::{CpuStorage, Storage};
-    Ok(match t.storage()? {
-        Storage::Cpu(CpuStorage::I32(v)) => Some(v[t.layout().offset]),
+    use crate::storage::CpuStorage;
+    Ok(match t.host_data()? {
+        Some(CpuStorage::I32(v)) => Some(v[t.layout().offset]),
         _ => None,
     })
 }

@@ -2,10 +2,10 @@
 //! `shaders/attention_decode.wgsl`) and the in-place append that fills the cache.
 
 use super::Tensor;
+use super::{Data, DataMut};
 use crate::cpu::attention_decode::DecodeDims;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, Error, Result};
-use std::sync::Arc;
 
 fn invalid(op: &'static str, message: String) -> Error {
     Error::InvalidArgument { op, message }
@@ -105,17 +105,17 @@ impl Tensor {
             k_cache.contiguous()?,
             v_cache.contiguous()?,
         );
-        let storage = match (q.storage()?, k.storage()?, v.storage()?) {
-            (Storage::Cpu(_), Storage::Cpu(_), Storage::Cpu(_)) => {
-                Storage::Cpu(CpuStorage::F32(cpu::attention_decode::attention_decode(
-                    q.cpu_f32(op)?,
-                    k.cpu_f32(op)?,
-                    v.cpu_f32(op)?,
+        let storage = match (q.data()?, k.data()?, v.data()?) {
+            (Data::Cpu(_), Data::Cpu(_), Data::Cpu(_)) => {
+                Storage::from(CpuStorage::F32(cpu::attention_decode::attention_decode(
+                    q.host_f32(op)?,
+                    k.host_f32(op)?,
+                    v.host_f32(op)?,
                     dims,
                 )))
             }
-            (Storage::Gpu(qb), Storage::Gpu(kb), Storage::Gpu(vb)) => {
-                Storage::Gpu(qb.device.attention_decode(qb, kb, vb, dims)?)
+            (Data::Gpu(qb), Data::Gpu(kb), Data::Gpu(vb)) => {
+                Storage::from(qb.device.attention_decode(qb, kb, vb, dims)?)
             }
             _ => return Err(q.unsupported(op)),
         };
@@ -165,11 +165,7 @@ impl Tensor {
         let plain = self.layout().is_contiguous() && self.layout().offset == 0;
         // In place only when nothing else can observe the write: this handle owns the tensor
         // and its storage (no view, clone or pending fused program holds it).
-        let unique = plain
-            && Arc::get_mut(&mut self.0)
-                .and_then(|inner| Arc::get_mut(&mut inner.storage))
-                .and_then(|cell| cell.get_mut())
-                .is_some();
+        let unique = plain && self.data_mut().is_some();
         let aligned = (at * elem).is_multiple_of(4) && (n * elem).is_multiple_of(4);
         if !unique || !aligned || n == 0 {
             if n > 0 {
@@ -177,22 +173,19 @@ impl Tensor {
             }
             return Ok(());
         }
-        let src_storage = src.storage()?;
-        let Some(dst) = Arc::get_mut(&mut self.0)
-            .and_then(|inner| Arc::get_mut(&mut inner.storage))
-            .and_then(|cell| cell.get_mut())
-        else {
+        let src_storage = src.data()?;
+        let Some(dst) = self.data_mut() else {
             return Err(invalid(
                 op,
                 "the tensor stopped being unique (a wgtensor bug)".into(),
             ));
         };
         match (dst, src_storage) {
-            (Storage::Cpu(d), Storage::Cpu(s)) => {
+            (DataMut::Cpu(d), Data::Cpu(s)) => {
                 let (d, s) = (d.as_bytes_mut(), s.as_bytes());
                 d[at * elem..(at + n) * elem].copy_from_slice(&s[..n * elem]);
             }
-            (Storage::Gpu(d), Storage::Gpu(s)) => {
+            (DataMut::Gpu(d), Data::Gpu(s)) => {
                 d.device
                     .copy_into(op, s, d, (at * elem) as u64, (n * elem) as u64)?;
             }

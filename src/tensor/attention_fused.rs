@@ -8,13 +8,14 @@
 //! path (matmul, mask, softmax, matmul), which also stays as the reference the tests compare
 //! against (`testing::force_attention`).
 
+use super::Data;
 use super::Tensor;
 use crate::autograd::elementwise::sum_to;
 use crate::cpu::attention::{self as ca, Dropout, MaskView, Spec};
 use crate::cpu::attention_backward as cab;
 use crate::gpu::attention::{AttnParams, GpuDropout, GpuMask, Operand};
 use crate::shape::broadcast_shapes;
-use crate::storage::{CpuStorage, Storage};
+use crate::storage::CpuStorage;
 use crate::{DType, Error, Result};
 use std::cell::Cell;
 
@@ -80,7 +81,7 @@ impl Problem {
         let Some(m) = &self.mask else {
             return Ok(None);
         };
-        let data = m.view.cpu_f32(OP)?;
+        let data = m.view.host_f32(OP)?;
         let lay = m.view.layout();
         let nb = self.batch_shape.len();
         let batch = self.spec.0;
@@ -107,7 +108,7 @@ impl Problem {
 impl Tensor {
     /// This f32 tensor's host data from its view's offset (packed tensors only use it whole).
     fn cpu_data(&self) -> Result<&[f32]> {
-        let all = self.cpu_f32(OP)?;
+        let all = self.host_f32(OP)?;
         Ok(&all[self.layout().offset..])
     }
 }
@@ -283,24 +284,23 @@ fn prepare(
 /// `(out [batch.., L, Ev], lse [batch, L])`.
 fn forward(p: &Problem) -> Result<(Tensor, Tensor)> {
     let (batch, l, _, _, ev) = p.spec;
-    let (out, lse) = match p.q.storage()? {
-        Storage::Cpu(_) => {
+    let (out, lse) = match p.q.data()? {
+        Data::Cpu(_) => {
             let spec = p.cpu_spec(p.mask_view()?);
             let (o, lse) = ca::forward(&spec, p.q.cpu_data()?, p.k.cpu_data()?, p.v.cpu_data()?);
             (
-                p.q.derived(Storage::Cpu(CpuStorage::F32(o)), &[batch, l, ev]),
-                p.q.derived(Storage::Cpu(CpuStorage::F32(lse)), &[batch, l]),
+                p.q.derived(CpuStorage::F32(o), &[batch, l, ev]),
+                p.q.derived(CpuStorage::F32(lse), &[batch, l]),
             )
         }
-        Storage::Gpu(qb) => {
+        Data::Gpu(qb) => {
             let params = gpu_params(p)?;
             let buf = qb.device.attention_forward(
                 OP,
                 &params,
                 [operand(&p.q)?, operand(&p.k)?, operand(&p.v)?],
             )?;
-            let flat =
-                p.q.derived(Storage::Gpu(buf), &[batch * l * ev + batch * l]);
+            let flat = p.q.derived(buf, &[batch * l * ev + batch * l]);
             (
                 flat.narrow(0, 0, batch * l * ev)?
                     .reshape(&[batch, l, ev])?,
@@ -328,8 +328,8 @@ fn backward(
         .mul(&out.reshape(&[batch, l, ev])?)?
         .sum(-1, false)?
         .contiguous()?;
-    let (dq, dk, dv, ds) = match p.q.storage()? {
-        Storage::Cpu(_) => {
+    let (dq, dk, dv, ds) = match p.q.data()? {
+        Data::Cpu(_) => {
             let spec = p.cpu_spec(p.mask_view()?);
             let lse_c = lse.contiguous()?;
             let saved = cab::Saved {
@@ -341,8 +341,7 @@ fn backward(
                 d: d.cpu_data()?,
             };
             let r = cab::backward(&spec, &saved, want_ds);
-            let make =
-                |v: Vec<f32>, shape: &[usize]| p.q.derived(Storage::Cpu(CpuStorage::F32(v)), shape);
+            let make = |v: Vec<f32>, shape: &[usize]| p.q.derived(CpuStorage::F32(v), shape);
             (
                 make(r.dq, &[batch, l, e]),
                 make(r.dk, &[batch, s, e]),
@@ -350,7 +349,7 @@ fn backward(
                 r.ds.map(|v| make(v, &[batch, l, s])),
             )
         }
-        Storage::Gpu(qb) => {
+        Data::Gpu(qb) => {
             let params = gpu_params(p)?;
             let stats = Tensor::cat(&[&lse.reshape(&[batch * l])?, &d.reshape(&[batch * l])?], 0)?;
             let (dq, dkv) = qb.device.attention_backward(
@@ -366,12 +365,10 @@ fn backward(
                 want_ds,
             )?;
             let dq_len = batch * l * e;
-            let dq = p.q.derived(
-                Storage::Gpu(dq),
-                &[dq_len + if want_ds { batch * l * s } else { 0 }],
-            );
+            let dq =
+                p.q.derived(dq, &[dq_len + if want_ds { batch * l * s } else { 0 }]);
             let dk_len = batch * s * e;
-            let dkv = p.q.derived(Storage::Gpu(dkv), &[dk_len + batch * s * ev]);
+            let dkv = p.q.derived(dkv, &[dk_len + batch * s * ev]);
             (
                 dq.narrow(0, 0, dq_len)?.reshape(&[batch, l, e])?,
                 dkv.narrow(0, 0, dk_len)?.reshape(&[batch, s, e])?,
@@ -399,9 +396,9 @@ fn backward(
 
 /// A GPU tensor's buffer and first element.
 fn operand(t: &Tensor) -> Result<Operand<'_>> {
-    match t.storage()? {
-        Storage::Gpu(b) => Ok((b, t.layout().offset)),
-        Storage::Cpu(_) => Err(Error::DeviceMismatch {
+    match t.data()? {
+        Data::Gpu(b) => Ok((b, t.layout().offset)),
+        Data::Cpu(_) => Err(Error::DeviceMismatch {
             op: OP,
             lhs: "a GPU".into(),
             rhs: t.device().to_string(),

@@ -76,8 +76,8 @@ impl StorageCell {
         };
         let mut views: Vec<(&GpuBuffer, &Layout)> = Vec::with_capacity(p.inputs.len());
         for (cell, layout) in &p.inputs {
-            match cell.value.get() {
-                Some(Storage::Gpu(b)) => views.push((b, layout)),
+            match cell.value.get().and_then(Storage::gpu) {
+                Some(b) => views.push((b, layout)),
                 _ => {
                     return Err(Error::InvalidArgument {
                         op: p.name,
@@ -90,7 +90,7 @@ impl StorageCell {
             .device
             .run_program(p.name, &p.program, &views, &p.scalars, p.n)?;
         drop(views);
-        let _ = self.value.set(Storage::Gpu(out));
+        let _ = self.value.set(Storage::from(out));
         // The inputs are released with the program.
         *pending = None;
         Ok(self.value.get().expect("set just above"))
@@ -100,8 +100,7 @@ impl StorageCell {
     /// allocate); `None` for host data.
     pub(crate) fn gpu_bytes(&self, dtype: DType) -> Option<u64> {
         match self.value.get() {
-            Some(Storage::Gpu(b)) => Some(b.size),
-            Some(Storage::Cpu(_)) => None,
+            Some(s) => s.gpu().map(|b| b.size),
             None => {
                 let n = lock(&self.pending).as_ref().map_or(0, |p| p.n);
                 Some((n as u64 * dtype.size_in_bytes() as u64).div_ceil(4) * 4)

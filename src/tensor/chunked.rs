@@ -5,6 +5,7 @@
 //! are copied back to back into one output buffer. Tensors larger than `max_buffer_size` are
 //! refused at allocation with `Error::BufferTooLarge`.
 
+use super::Data;
 use super::{Tensor, TensorInner};
 use crate::gpu::GpuDevice;
 use crate::shape::Layout;
@@ -150,7 +151,7 @@ fn storage_bytes(t: &Tensor) -> u64 {
 
 /// `t` itself if its buffer fits one binding, else a copy of just the bytes its view spans.
 fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Result<Tensor> {
-    let Storage::Gpu(b) = t.storage()? else {
+    let Data::Gpu(b) = t.data()? else {
         return Ok(t.clone());
     };
     if b.size <= limit {
@@ -172,7 +173,7 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
     }
     let copy = device.extract(op, b, start, len)?;
     Ok(Tensor(Arc::new(TensorInner {
-        storage: Arc::new(super::cell::StorageCell::ready(Storage::Gpu(copy))),
+        storage: Arc::new(super::cell::StorageCell::ready(Storage::from(copy))),
         layout: Layout {
             offset: 0,
             ..l.clone()
@@ -191,9 +192,9 @@ pub(crate) fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor])
     let esize = first.dtype().size_in_bytes() as u64;
     let parts: Vec<_> = blocks
         .iter()
-        .map(|b| match b.storage()? {
-            Storage::Gpu(buf) => Ok((buf, b.numel() as u64 * esize)),
-            Storage::Cpu(_) => Err(Error::DeviceMismatch {
+        .map(|b| match b.data()? {
+            Data::Gpu(buf) => Ok((buf, b.numel() as u64 * esize)),
+            Data::Cpu(_) => Err(Error::DeviceMismatch {
                 op,
                 lhs: device.label().to_string(),
                 rhs: "cpu".into(),
@@ -202,7 +203,7 @@ pub(crate) fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor])
         .collect::<Result<_>>()?;
     let out = device.assemble(op, &parts)?;
     Ok(Tensor::from_parts(
-        Storage::Gpu(out),
+        out,
         &shape,
         first.dtype(),
         first.device().clone(),

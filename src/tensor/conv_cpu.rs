@@ -4,7 +4,7 @@
 use super::Tensor;
 use crate::cpu::conv::{self, Geom};
 use crate::cpu::pool::{self, PoolGeom};
-use crate::storage::{CpuStorage, Storage};
+use crate::storage::CpuStorage;
 use crate::{DType, Result};
 use std::sync::Arc;
 
@@ -23,11 +23,8 @@ impl Tensor {
     pub(super) fn conv2d_cpu(&self, weight: &Tensor, geo: Geom) -> Result<Tensor> {
         let op = "conv2d";
         let (x, w) = (self.contiguous()?, weight.contiguous()?);
-        let y = conv::conv2d(x.cpu_f32(op)?, w.cpu_f32(op)?, &geo)?;
-        let out = self.derived(
-            Storage::Cpu(CpuStorage::F32(y)),
-            &[geo.n, geo.o, geo.out[0], geo.out[1]],
-        );
+        let y = conv::conv2d(x.host_f32(op)?, w.host_f32(op)?, &geo)?;
+        let out = self.derived(CpuStorage::F32(y), &[geo.n, geo.o, geo.out[0], geo.out[1]]);
         Ok(crate::autograd::conv::conv2d_cpu(self, weight, geo, out))
     }
 
@@ -42,18 +39,18 @@ impl Tensor {
     ) -> Result<[Option<Tensor>; 2]> {
         let op = "conv2d backward";
         let g = g.contiguous()?;
-        let gy = g.cpu_f32(op)?;
+        let gy = g.host_f32(op)?;
         let dx = if need[0] {
             let w = weight.contiguous()?;
-            let v = conv::conv2d_input_grad(gy, w.cpu_f32(op)?, geo)?;
-            Some(x.derived(Storage::Cpu(CpuStorage::F32(v)), x.shape()))
+            let v = conv::conv2d_input_grad(gy, w.host_f32(op)?, geo)?;
+            Some(x.derived(CpuStorage::F32(v), x.shape()))
         } else {
             None
         };
         let dw = if need[1] {
             let xc = x.contiguous()?;
-            let v = conv::conv2d_weight_grad(xc.cpu_f32(op)?, gy, geo)?;
-            Some(weight.derived(Storage::Cpu(CpuStorage::F32(v)), weight.shape()))
+            let v = conv::conv2d_weight_grad(xc.host_f32(op)?, gy, geo)?;
+            Some(weight.derived(CpuStorage::F32(v), weight.shape()))
         } else {
             None
         };
@@ -64,12 +61,12 @@ impl Tensor {
     /// plane offsets as a u32 tensor, both `[n, c, oh, ow]`.
     pub(super) fn max_pool2d_cpu(&self, geo: PoolGeom) -> Result<(Tensor, Tensor)> {
         let x = self.contiguous()?;
-        let (v, idx) = pool::max_pool2d(x.cpu_f32("max_pool2d")?, &geo)?;
+        let (v, idx) = pool::max_pool2d(x.host_f32("max_pool2d")?, &geo)?;
         let shape = [self.shape()[0], self.shape()[1], geo.out[0], geo.out[1]];
-        let values = self.derived(Storage::Cpu(CpuStorage::F32(v)), &shape);
+        let values = self.derived(CpuStorage::F32(v), &shape);
         let idx = Arc::new(idx);
         let indices = Tensor::from_parts(
-            Storage::Cpu(CpuStorage::U32(idx.to_vec())),
+            CpuStorage::U32(idx.to_vec()),
             &shape,
             DType::U32,
             self.device().clone(),
@@ -86,7 +83,7 @@ impl Tensor {
         geo: &PoolGeom,
     ) -> Result<Tensor> {
         let g = g.contiguous()?;
-        let dx = pool::max_pool2d_backward(g.cpu_f32("max_pool2d backward")?, idx, geo)?;
-        Ok(x.derived(Storage::Cpu(CpuStorage::F32(dx)), x.shape()))
+        let dx = pool::max_pool2d_backward(g.host_f32("max_pool2d backward")?, idx, geo)?;
+        Ok(x.derived(CpuStorage::F32(dx), x.shape()))
     }
 }

@@ -4,6 +4,7 @@
 
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::fuse::Fuser;
+use super::Data;
 use super::Tensor;
 use crate::cpu::typed::Scalar;
 use crate::gpu::codegen::Expr;
@@ -70,9 +71,9 @@ impl Tensor {
             let out = f.push(Expr::Cast(x), dtype);
             return f.finish(name, out, self.device());
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(s) => Storage::Cpu(cpu::typed::convert(s, self.layout(), dtype)?),
-            Storage::Gpu(_) => return Err(self.unsupported("to_dtype")),
+        let storage = match self.data()? {
+            Data::Cpu(s) => Storage::from(cpu::typed::convert(s, self.layout(), dtype)?),
+            Data::Gpu(_) => return Err(self.unsupported("to_dtype")),
         };
         Ok(Tensor::from_parts(
             storage,
@@ -173,15 +174,15 @@ impl Tensor {
             let out = f.push(Expr::Compare(op, x, y), DType::U8);
             return f.finish(name, out, self.device());
         }
-        let storage = match (self.storage()?, rhs, scalar) {
-            (Storage::Cpu(a), Ok((r, lb)), _) => match r.storage()? {
-                Storage::Cpu(b) => {
-                    Storage::Cpu(CpuStorage::U8(cpu::typed::compare(op, a, la, b, lb)?))
+        let storage = match (self.data()?, rhs, scalar) {
+            (Data::Cpu(a), Ok((r, lb)), _) => match r.data()? {
+                Data::Cpu(b) => {
+                    Storage::from(CpuStorage::U8(cpu::typed::compare(op, a, la, b, lb)?))
                 }
-                Storage::Gpu(_) => return Err(self.device_mismatch(op.name(), r)),
+                Data::Gpu(_) => return Err(self.device_mismatch(op.name(), r)),
             },
-            (Storage::Cpu(a), Err(_), Some(s)) => {
-                Storage::Cpu(CpuStorage::U8(cpu::typed::compare_scalar(op, a, la, s)?))
+            (Data::Cpu(a), Err(_), Some(s)) => {
+                Storage::from(CpuStorage::U8(cpu::typed::compare_scalar(op, a, la, s)?))
             }
             _ => return Err(self.unsupported(op.scalar_name())),
         };
@@ -204,9 +205,9 @@ impl Tensor {
             let out = f.push(Expr::Clamp(x, a, b), self.dtype());
             return f.finish("clamp", out, self.device());
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(s) => Storage::Cpu(cpu::typed::clamp(s, self.layout(), lo, hi)?),
-            Storage::Gpu(_) => return Err(self.unsupported("clamp")),
+        let storage = match self.data()? {
+            Data::Cpu(s) => Storage::from(cpu::typed::clamp(s, self.layout(), lo, hi)?),
+            Data::Gpu(_) => return Err(self.unsupported("clamp")),
         };
         Ok(self.derived(storage, self.shape()))
     }
@@ -227,9 +228,9 @@ impl Tensor {
             let out = f.push(Expr::Where(m, a, b), on_true.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match (self.storage()?, on_true.storage()?, on_false.storage()?) {
-            (Storage::Cpu(CpuStorage::U8(m)), Storage::Cpu(t), Storage::Cpu(f)) => {
-                Storage::Cpu(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
+        let storage = match (self.data()?, on_true.data()?, on_false.data()?) {
+            (Data::Cpu(CpuStorage::U8(m)), Data::Cpu(t), Data::Cpu(f)) => {
+                Storage::from(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
             }
             _ => return Err(self.device_mismatch(name, on_true)),
         };

@@ -38,8 +38,8 @@ impl Tensor {
         }
         let host = CpuStorage::from_vec(data);
         let storage = match backend(device) {
-            Backend::Cpu => Storage::Cpu(host),
-            Backend::Gpu(g) => Storage::Gpu(g.upload("from_vec", host.as_bytes())?),
+            Backend::Cpu => Storage::from(host),
+            Backend::Gpu(g) => Storage::from(g.upload("from_vec", host.as_bytes())?),
         };
         Ok(Tensor::from_parts(storage, shape, T::DTYPE, device.clone()))
     }
@@ -69,12 +69,7 @@ impl Tensor {
             // Straight from the caller's memory into the upload: no intermediate Vec.
             Backend::Gpu(g) => {
                 let buf = g.upload("from_slice", bytemuck::cast_slice(data))?;
-                Ok(Tensor::from_parts(
-                    Storage::Gpu(buf),
-                    shape,
-                    T::DTYPE,
-                    device.clone(),
-                ))
+                Ok(Tensor::from_parts(buf, shape, T::DTYPE, device.clone()))
             }
             Backend::Cpu => Tensor::from_vec(data.to_vec(), shape, device),
         }
@@ -94,12 +89,7 @@ impl Tensor {
             // wgpu zero-initialises new buffers, so zeros cost one allocation and no transfer.
             Backend::Gpu(g) => {
                 let buf = g.alloc("zeros", (n * dtype.size_in_bytes()) as u64)?;
-                Ok(Tensor::from_parts(
-                    Storage::Gpu(buf),
-                    shape,
-                    dtype,
-                    device.clone(),
-                ))
+                Ok(Tensor::from_parts(buf, shape, dtype, device.clone()))
             }
             Backend::Cpu => Tensor::filled("zeros", shape, 0.0, dtype, device),
         }
@@ -165,12 +155,7 @@ impl Tensor {
         }
         if let Backend::Gpu(g) = backend(device) {
             let buf = g.fill_value(op, n, value, dtype)?;
-            return Ok(Tensor::from_parts(
-                Storage::Gpu(buf),
-                shape,
-                dtype,
-                device.clone(),
-            ));
+            return Ok(Tensor::from_parts(buf, shape, dtype, device.clone()));
         }
         fn host<T: WithDType>(op: &'static str, n: usize, v: f64) -> Result<CpuStorage> {
             let mut data = cpu::alloc::try_vec(op, n)?;
@@ -184,12 +169,7 @@ impl Tensor {
             DType::U32 => host::<u32>(op, n, value)?,
             DType::U8 => host::<u8>(op, n, value)?,
         };
-        Ok(Tensor::from_parts(
-            Storage::Cpu(host),
-            shape,
-            dtype,
-            device.clone(),
-        ))
+        Ok(Tensor::from_parts(host, shape, dtype, device.clone()))
     }
 
     /// `[start, start + step, ...]` up to but excluding `end`, as f32 (`torch.arange`).
@@ -226,7 +206,7 @@ impl Tensor {
         let n = numel_for(&[count as usize], DType::F32)?;
         let storage = match backend(device) {
             Backend::Cpu => {
-                Storage::Cpu(CpuStorage::F32(cpu::elementwise::arange(n, start, step)?))
+                Storage::from(CpuStorage::F32(cpu::elementwise::arange(n, start, step)?))
             }
             // A generated program (`start + f32(i) * step`, the CPU's formula) that fuses into
             // whatever consumes it.
@@ -385,7 +365,7 @@ impl Tensor {
         }
         let data = random::sample_host(dist, seed, offset, n)?;
         Ok(Tensor::from_parts(
-            Storage::Cpu(CpuStorage::F32(data)),
+            CpuStorage::F32(data),
             shape,
             DType::F32,
             device.clone(),

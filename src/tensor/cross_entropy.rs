@@ -4,6 +4,7 @@
 //! GPU kernel reports a bad one at the next synchronizing call.
 
 use super::gather::device_ids;
+use super::Data;
 use super::Tensor;
 use crate::cpu::cross_entropy::{self as ce, CeSpec};
 use crate::gpu::cross_entropy::CeWords;
@@ -20,15 +21,21 @@ impl Tensor {
         if n == 0 {
             return Tensor::zeros(&[3, 0], DType::F32, self.device());
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(_) => {
+        let storage = match self.data()? {
+            Data::Cpu(_) => {
                 let t = host_targets(targets, c, spec)?;
-                Storage::Cpu(CpuStorage::F32(ce::rows(self.cpu_f32(OP)?, n, c, &t, spec)))
+                Storage::from(CpuStorage::F32(ce::rows(
+                    self.host_f32(OP)?,
+                    n,
+                    c,
+                    &t,
+                    spec,
+                )))
             }
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 let ids = device_ids(targets)?;
                 let words = words(targets, spec);
-                Storage::Gpu(b.device.cross_entropy_rows(
+                Storage::from(b.device.cross_entropy_rows(
                     OP,
                     (b, self.layout().offset),
                     (n, c),
@@ -55,21 +62,21 @@ impl Tensor {
         }
         let stats = stats.contiguous()?;
         let g = g.contiguous()?;
-        let storage = match self.storage()? {
-            Storage::Cpu(_) => {
+        let storage = match self.data()? {
+            Data::Cpu(_) => {
                 let t = host_targets(targets, c, spec)?;
-                Storage::Cpu(CpuStorage::F32(ce::backward(
-                    self.cpu_f32(OP)?,
+                Storage::from(CpuStorage::F32(ce::backward(
+                    self.host_f32(OP)?,
                     (n, c),
                     &t,
                     spec,
-                    stats.cpu_f32(OP)?,
-                    g.cpu_f32(OP)?,
+                    stats.host_f32(OP)?,
+                    g.host_f32(OP)?,
                 )))
             }
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 let ids = device_ids(targets)?;
-                let (Storage::Gpu(sb), Storage::Gpu(gb)) = (stats.storage()?, g.storage()?) else {
+                let (Data::Gpu(sb), Data::Gpu(gb)) = (stats.data()?, g.data()?) else {
                     return Err(Error::InvalidArgument {
                         op: OP,
                         message: "statistics on another device than the logits".into(),
@@ -81,7 +88,7 @@ impl Tensor {
                         message: "cross-entropy statistics must start their buffer".into(),
                     });
                 }
-                Storage::Gpu(b.device.cross_entropy_backward(
+                Storage::from(b.device.cross_entropy_backward(
                     OP,
                     (b, self.layout().offset),
                     (n, c),

@@ -5,6 +5,7 @@
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::convert::scalar_dtype;
 use super::fuse::Fuser;
+use super::Data;
 use super::Tensor;
 use crate::gpu::codegen::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
@@ -46,9 +47,9 @@ impl Tensor {
             let out = f.push(Expr::Unary(op, x), self.dtype());
             return f.finish(op.name(), out, self.device());
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(s) => Storage::Cpu(cpu::elementwise::unary(op, s, self.layout())?),
-            Storage::Gpu(_) => return Err(self.unsupported(op.name())),
+        let storage = match self.data()? {
+            Data::Cpu(s) => Storage::from(cpu::elementwise::unary(op, s, self.layout())?),
+            Data::Gpu(_) => return Err(self.unsupported(op.name())),
         };
         Ok(self.derived(storage, self.shape()))
     }
@@ -73,9 +74,9 @@ impl Tensor {
             let out = f.push(Expr::Binary(op, x, y), self.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match (self.storage()?, rhs.storage()?) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => {
-                Storage::Cpu(cpu::elementwise::binary(op, a, &la, b, &lb)?)
+        let storage = match (self.data()?, rhs.data()?) {
+            (Data::Cpu(a), Data::Cpu(b)) => {
+                Storage::from(cpu::elementwise::binary(op, a, &la, b, &lb)?)
             }
             _ => return Err(self.device_mismatch(name, rhs)),
         };
@@ -99,11 +100,11 @@ impl Tensor {
             let out = f.push(Expr::Binary(op, l, r), self.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(src) => {
-                Storage::Cpu(cpu::elementwise::scalar(op, src, self.layout(), sv, first)?)
+        let storage = match self.data()? {
+            Data::Cpu(src) => {
+                Storage::from(cpu::elementwise::scalar(op, src, self.layout(), sv, first)?)
             }
-            Storage::Gpu(_) => return Err(self.unsupported(name)),
+            Data::Gpu(_) => return Err(self.unsupported(name)),
         };
         Ok(self.derived(storage, self.shape()))
     }

@@ -3,6 +3,7 @@
 //! their bound on the CPU before anything runs; on a GPU the kernel checks them and reports a
 //! bad id at the next synchronizing call (`Error::IndexOutOfRange`), so nothing waits for them.
 
+use super::Data;
 use super::Tensor;
 use crate::gpu::buffer::GpuBuffer;
 use crate::shape::normalize_dim;
@@ -20,14 +21,14 @@ pub(crate) struct DeviceIds {
 
 impl DeviceIds {
     pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
-        match self.tensor.storage()? {
-            Storage::Gpu(b) => Ok((
+        match self.tensor.data()? {
+            Data::Gpu(b) => Ok((
                 b,
                 self.tensor.layout().offset,
                 self.tensor.numel(),
                 self.signed,
             )),
-            Storage::Cpu(_) => Err(Error::InvalidArgument {
+            Data::Cpu(_) => Err(Error::InvalidArgument {
                 op: "ids",
                 message: "ids on the CPU handed to a GPU kernel".into(),
             }),
@@ -97,25 +98,25 @@ impl Tensor {
         let d = normalize_dim(OP, dim, self.ndim())?;
         let mut shape = self.shape().to_vec();
         shape[d] = ids.numel();
-        let storage = match self.storage()? {
-            Storage::Cpu(_) => {
+        let storage = match self.data()? {
+            Data::Cpu(_) => {
                 let host = host_ids(OP, ids, self.shape()[d])?;
                 if shape.contains(&0) {
                     return Tensor::zeros(&shape, self.dtype(), self.device());
                 }
-                Storage::Cpu(CpuStorage::F32(cpu::gather::index_select(
-                    self.cpu_f32(OP)?,
+                Storage::from(CpuStorage::F32(cpu::gather::index_select(
+                    self.host_f32(OP)?,
                     self.layout(),
                     d,
                     &host,
                 )?))
             }
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 if shape.contains(&0) {
                     return Tensor::zeros(&shape, self.dtype(), self.device());
                 }
                 let ids = device_ids(ids)?;
-                Storage::Gpu(
+                Storage::from(
                     b.device
                         .index_select(OP, b, self.layout(), d, ids.parts()?)?,
                 )
@@ -162,20 +163,20 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let storage = match this.storage()? {
-            Storage::Cpu(_) => {
+        let storage = match this.data()? {
+            Data::Cpu(_) => {
                 let host = host_ids(G, index, this.shape()[d])?;
-                Storage::Cpu(CpuStorage::F32(cpu::gather::gather_dim(
-                    this.cpu_f32(G)?,
+                Storage::from(CpuStorage::F32(cpu::gather::gather_dim(
+                    this.host_f32(G)?,
                     this.layout(),
                     d,
                     &host,
                     &shape_or_one(&shape),
                 )?))
             }
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 let ids = device_ids(index)?;
-                Storage::Gpu(b.device.gather_dim(
+                Storage::from(b.device.gather_dim(
                     G,
                     b,
                     this.layout(),

@@ -1,5 +1,6 @@
 //! `cat` and `stack`: validate, then dispatch to `cpu/join.rs` or `gpu/join.rs`.
 
+use super::Data;
 use super::{backend, Backend, Tensor};
 use crate::shape::normalize_dim;
 use crate::storage::Storage;
@@ -73,12 +74,12 @@ impl Tensor {
             Backend::Cpu => {
                 let mut parts = Vec::with_capacity(tensors.len());
                 for t in tensors {
-                    match t.storage()? {
-                        Storage::Cpu(s) => parts.push((s, t.layout())),
-                        Storage::Gpu(_) => return Err(first.device_mismatch(op, t)),
+                    match t.data()? {
+                        Data::Cpu(s) => parts.push((s, t.layout())),
+                        Data::Gpu(_) => return Err(first.device_mismatch(op, t)),
                     }
                 }
-                Storage::Cpu(cpu::join::cat(&parts, d, &out_shape)?)
+                Storage::from(cpu::join::cat(&parts, d, &out_shape)?)
             }
             // Past one storage binding along dim 0: the parts are joined by buffer copies (no
             // binding limit), each packed first; every part but the last a whole number of
@@ -104,7 +105,7 @@ impl Tensor {
                 }
                 let mut owned = Vec::with_capacity(packed.len());
                 for t in &packed {
-                    let Storage::Gpu(b) = t.storage()? else {
+                    let Data::Gpu(b) = t.data()? else {
                         return Err(first.device_mismatch(op, t));
                     };
                     let len = t.numel() as u64 * esize;
@@ -121,24 +122,24 @@ impl Tensor {
                     .zip(&owned)
                     .map(|(t, o)| {
                         let len = t.numel() as u64 * esize;
-                        match (o, t.storage()) {
+                        match (o, t.data()) {
                             (Some(b), _) => Ok((b, len)),
-                            (None, Ok(Storage::Gpu(b))) => Ok((b, len)),
+                            (None, Ok(Data::Gpu(b))) => Ok((b, len)),
                             _ => Err(first.device_mismatch(op, t)),
                         }
                     })
                     .collect::<Result<_>>()?;
-                Storage::Gpu(g.assemble(op, &parts)?)
+                Storage::from(g.assemble(op, &parts)?)
             }
             Backend::Gpu(g) if first.dtype().size_in_bytes() == 4 => {
                 let mut parts = Vec::with_capacity(tensors.len());
                 for t in tensors {
-                    match t.storage()? {
-                        Storage::Gpu(b) => parts.push((b, t.layout())),
-                        Storage::Cpu(_) => return Err(first.device_mismatch(op, t)),
+                    match t.data()? {
+                        Data::Gpu(b) => parts.push((b, t.layout())),
+                        Data::Cpu(_) => return Err(first.device_mismatch(op, t)),
                     }
                 }
-                Storage::Gpu(g.cat(&parts, d, &out_shape)?)
+                Storage::from(g.cat(&parts, d, &out_shape)?)
             }
             // The copy kernel moves 32-bit words and 16- / 8-bit elements share words: widen
             // each part on the device (f16 -> f32 and u8 -> u32 are exact), join, and narrow

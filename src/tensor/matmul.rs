@@ -1,6 +1,7 @@
 //! Matrix products with `torch.matmul` semantics: validate shapes once, then dispatch to
 //! `cpu/matmul.rs` (gemm) or `gpu/matmul.rs` (WGSL kernels).
 
+use super::Data;
 use super::Tensor;
 use crate::gpu::matmul::MatmulKernel;
 use crate::shape::{broadcast_shapes, numel_checked, Layout};
@@ -210,9 +211,9 @@ impl Tensor {
     pub fn matmul_kernel_choice(&self, rhs: &Tensor) -> Result<&'static str> {
         self.check_pair("matmul", rhs)?;
         let p = plan(self, rhs)?;
-        Ok(match self.storage()? {
-            Storage::Cpu(_) => "gemm",
-            Storage::Gpu(a) => a
+        Ok(match self.data()? {
+            Data::Cpu(_) => "gemm",
+            Data::Gpu(a) => a
                 .device
                 .matmul_kernel(&p.la, &p.lb, self.dtype() == DType::F16)
                 .name(),
@@ -227,23 +228,19 @@ impl Tensor {
                 // A GPU reads the f16 operands in place (packed pairs), accumulates in f32 and
                 // the product is rounded once: no f32 copies of the operands.
                 let p = plan(self, rhs)?;
-                if let (Storage::Gpu(a), Storage::Gpu(b)) = (self.storage()?, rhs.storage()?) {
+                if let (Data::Gpu(a), Data::Gpu(b)) = (self.data()?, rhs.data()?) {
                     if f16_accumulation() && a.device.native_f16() {
                         let out = a.device.matmul_f16_acc(a, &p.la, b, &p.lb, kernel)?;
                         return Ok(Tensor::from_parts(
-                            Storage::Gpu(out),
+                            out,
                             &p.out_shape,
                             DType::F16,
                             self.device().clone(),
                         ));
                     }
                     let out = a.device.matmul(a, &p.la, b, &p.lb, kernel, true)?;
-                    let f32_out = Tensor::from_parts(
-                        Storage::Gpu(out),
-                        &p.out_shape,
-                        DType::F32,
-                        self.device().clone(),
-                    );
+                    let f32_out =
+                        Tensor::from_parts(out, &p.out_shape, DType::F32, self.device().clone());
                     return f32_out.to_dtype(DType::F16);
                 }
             }
@@ -261,21 +258,22 @@ impl Tensor {
             }
         }
         let p = plan(self, rhs)?;
-        let storage = match (self.storage()?, rhs.storage()?) {
-            (Storage::Cpu(_), Storage::Cpu(_)) => Storage::Cpu(CpuStorage::F32(
-                cpu::matmul::matmul(self.cpu_f32(op)?, &p.la, rhs.cpu_f32(op)?, &p.lb)?,
-            )),
-            (Storage::Gpu(a), Storage::Gpu(b)) => {
-                Storage::Gpu(a.device.matmul(a, &p.la, b, &p.lb, kernel, false)?)
-            }
-            _ => {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: self.device().to_string(),
-                    rhs: rhs.device().to_string(),
-                })
-            }
-        };
+        let storage =
+            match (self.data()?, rhs.data()?) {
+                (Data::Cpu(_), Data::Cpu(_)) => Storage::from(CpuStorage::F32(
+                    cpu::matmul::matmul(self.host_f32(op)?, &p.la, rhs.host_f32(op)?, &p.lb)?,
+                )),
+                (Data::Gpu(a), Data::Gpu(b)) => {
+                    Storage::from(a.device.matmul(a, &p.la, b, &p.lb, kernel, false)?)
+                }
+                _ => {
+                    return Err(Error::DeviceMismatch {
+                        op,
+                        lhs: self.device().to_string(),
+                        rhs: rhs.device().to_string(),
+                    })
+                }
+            };
         Ok(self.derived(storage, &p.out_shape))
     }
 }

@@ -1,5 +1,6 @@
 //! layer_norm: validate, then dispatch to `cpu/norm.rs` or `gpu/norm.rs` (one kernel per call).
 
+use super::Data;
 use super::Tensor;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
@@ -111,33 +112,33 @@ impl Tensor {
         let weight = weight.map(Tensor::contiguous).transpose()?;
         let bias = bias.map(Tensor::contiguous).transpose()?;
         let nrows = x.numel() / len;
-        let storage = match x.storage()? {
-            Storage::Cpu(_) => {
+        let storage = match x.data()? {
+            Data::Cpu(_) => {
                 let slice = |p: &Option<Tensor>| -> Result<Option<Vec<f32>>> {
                     p.as_ref()
-                        .map(|p| Ok(p.cpu_f32("layer_norm")?.to_vec()))
+                        .map(|p| Ok(p.host_f32("layer_norm")?.to_vec()))
                         .transpose()
                 };
                 let (w, b) = (slice(&weight)?, slice(&bias)?);
-                Storage::Cpu(CpuStorage::F32(cpu::norm::layer_norm(
-                    x.cpu_f32("layer_norm")?,
+                Storage::from(CpuStorage::F32(cpu::norm::layer_norm(
+                    x.host_f32("layer_norm")?,
                     len,
                     w.as_deref(),
                     b.as_deref(),
                     eps,
                 )?))
             }
-            Storage::Gpu(buf) => {
+            Data::Gpu(buf) => {
                 fn gpu(p: &Option<Tensor>) -> Result<Option<&crate::gpu::buffer::GpuBuffer>> {
                     p.as_ref()
-                        .map(|p| match p.storage()? {
-                            Storage::Gpu(b) => Ok(b),
-                            Storage::Cpu(_) => Err(p.unsupported("layer_norm")),
+                        .map(|p| match p.data()? {
+                            Data::Gpu(b) => Ok(b),
+                            Data::Cpu(_) => Err(p.unsupported("layer_norm")),
                         })
                         .transpose()
                 }
                 let (w, b) = (gpu(&weight)?, gpu(&bias)?);
-                Storage::Gpu(buf.device.layer_norm(buf, nrows, len, w, b, eps)?)
+                Storage::from(buf.device.layer_norm(buf, nrows, len, w, b, eps)?)
             }
         };
         Ok(self.derived(storage, self.shape()))
@@ -161,10 +162,16 @@ impl Tensor {
         let len = *x.shape().last().unwrap_or(&1);
         let (xc, gc) = (x.contiguous()?, g.contiguous()?);
         let wc = weight.map(Tensor::contiguous).transpose()?;
-        let w = wc.as_ref().map(|w| w.cpu_f32(op)).transpose()?;
-        let (dx, wb) =
-            cpu::norm::layer_norm_backward(xc.cpu_f32(op)?, gc.cpu_f32(op)?, len, w, eps, want_wb)?;
-        let cpu = |v: Vec<f32>, shape: &[usize]| x.derived(Storage::Cpu(CpuStorage::F32(v)), shape);
+        let w = wc.as_ref().map(|w| w.host_f32(op)).transpose()?;
+        let (dx, wb) = cpu::norm::layer_norm_backward(
+            xc.host_f32(op)?,
+            gc.host_f32(op)?,
+            len,
+            w,
+            eps,
+            want_wb,
+        )?;
+        let cpu = |v: Vec<f32>, shape: &[usize]| x.derived(CpuStorage::F32(v), shape);
         Ok(Some((
             cpu(dx, x.shape()),
             wb.map(|(dw, db)| (cpu(dw, &[len]), cpu(db, &[len]))),

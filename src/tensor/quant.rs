@@ -2,6 +2,7 @@
 //! CPU kernels live in `cpu/quant*.rs`, the GPU ones in `gpu/quant.rs` and `shaders/quant.wgsl`.
 
 use super::gather::host_ids;
+use super::Data;
 use super::{backend, Backend, Tensor};
 use crate::cpu::quant::{body_bytes, scale_halfs};
 use crate::storage::{CpuStorage, Storage};
@@ -304,9 +305,9 @@ impl QTensor {
                     let dst = &mut out[p.row0 * cols..(p.row0 + p.rows) * cols];
                     cpu::quant::dequantize(self.0.qtype, s, b, dst);
                 }
-                Storage::Cpu(CpuStorage::F32(out))
+                Storage::from(CpuStorage::F32(out))
             }
-            Backend::Gpu(g) => Storage::Gpu(g.quant_dequantize(
+            Backend::Gpu(g) => Storage::from(g.quant_dequantize(
                 OP,
                 self.0.qtype,
                 [rows, cols],
@@ -360,7 +361,7 @@ impl QTensor {
         let x = x.to_dtype(DType::F32)?.contiguous()?;
         let storage = match backend(&self.0.device) {
             Backend::Cpu => {
-                let xs = x.cpu_f32(OP)?;
+                let xs = x.host_f32(OP)?;
                 let xs = &xs[x.layout().offset..x.layout().offset + m * cols];
                 let integer = quantized_activations();
                 let mut out = Vec::new();
@@ -378,14 +379,14 @@ impl QTensor {
                         }
                     }
                 }
-                Storage::Cpu(CpuStorage::F32(out))
+                Storage::from(CpuStorage::F32(out))
             }
             Backend::Gpu(g) => {
-                let xb = match x.storage()? {
-                    Storage::Gpu(b) => b,
-                    Storage::Cpu(_) => return Err(x.unsupported(OP)),
+                let xb = match x.data()? {
+                    Data::Gpu(b) => b,
+                    Data::Cpu(_) => return Err(x.unsupported(OP)),
                 };
-                Storage::Gpu(g.quant_matmul_t(
+                Storage::from(g.quant_matmul_t(
                     OP,
                     self.0.qtype,
                     [rows, cols],
@@ -453,11 +454,11 @@ impl QTensor {
                         dst,
                     );
                 }
-                Storage::Cpu(CpuStorage::F32(out))
+                Storage::from(CpuStorage::F32(out))
             }
             Backend::Gpu(g) => {
                 let ids = super::gather::device_ids(ids)?;
-                Storage::Gpu(g.quant_gather_rows(
+                Storage::from(g.quant_gather_rows(
                     OP,
                     q,
                     [rows, cols],
@@ -554,8 +555,8 @@ impl QTensor {
         self.0
             .parts
             .iter()
-            .map(|p| match (p.scales.storage()?, p.body.storage()?) {
-                (Storage::Gpu(s), Storage::Gpu(b)) => Ok(crate::gpu::quant::QPart {
+            .map(|p| match (p.scales.data()?, p.body.data()?) {
+                (Data::Gpu(s), Data::Gpu(b)) => Ok(crate::gpu::quant::QPart {
                     row0: p.row0,
                     rows: p.rows,
                     scales: s,
@@ -588,8 +589,8 @@ impl Part {
                 let s = g.upload_exact(op, bytemuck::cast_slice(&scales))?;
                 let b = g.upload_exact(op, &body)?;
                 (
-                    Tensor::from_parts(Storage::Gpu(s), &[ns], DType::F16, device.clone()),
-                    Tensor::from_parts(Storage::Gpu(b), &[nb], DType::U8, device.clone()),
+                    Tensor::from_parts(s, &[ns], DType::F16, device.clone()),
+                    Tensor::from_parts(b, &[nb], DType::U8, device.clone()),
                 )
             }
         };
@@ -603,8 +604,8 @@ impl Part {
 
     /// The host planes (CPU parts only).
     fn host_planes(&self, op: &'static str) -> Result<(&[f16], &[u8])> {
-        match (self.scales.storage()?, self.body.storage()?) {
-            (Storage::Cpu(CpuStorage::F16(s)), Storage::Cpu(CpuStorage::U8(b))) => Ok((s, b)),
+        match (self.scales.data()?, self.body.data()?) {
+            (Data::Cpu(CpuStorage::F16(s)), Data::Cpu(CpuStorage::U8(b))) => Ok((s, b)),
             _ => Err(self.scales.unsupported(op)),
         }
     }

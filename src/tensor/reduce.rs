@@ -8,6 +8,7 @@
 //! index with 32 bits, and an index is never negative).
 
 use super::chunked::{blocks_needed, map_dim0_blocks};
+use super::Data;
 use super::Tensor;
 use crate::autograd::reduce::{self as autograd, Reduction};
 use crate::cpu::reduce::Rows;
@@ -179,19 +180,19 @@ impl Tensor {
         if rows.outputs() == 0 {
             return Tensor::zeros(&out_shape, dtype, self.device());
         }
-        let storage = match src.storage()? {
-            Storage::Cpu(s) if src.dtype() != DType::F32 => {
-                Storage::Cpu(cpu::typed::reduce_int(op, s, &rows)?)
+        let storage = match src.data()? {
+            Data::Cpu(s) if src.dtype() != DType::F32 => {
+                Storage::from(cpu::typed::reduce_int(op, s, &rows)?)
             }
-            Storage::Cpu(_) => {
-                let x = src.cpu_f32(name)?;
-                Storage::Cpu(if op.is_arg() {
+            Data::Cpu(_) => {
+                let x = src.host_f32(name)?;
+                Storage::from(if op.is_arg() {
                     CpuStorage::U32(cpu::reduce::arg_reduce(op, x, &rows))
                 } else {
                     CpuStorage::F32(cpu::reduce::reduce(op, x, &rows))
                 })
             }
-            Storage::Gpu(b) => Storage::Gpu(b.device.reduce_typed(
+            Data::Gpu(b) => Storage::from(b.device.reduce_typed(
                 name,
                 op,
                 src.dtype(),

@@ -4,6 +4,7 @@
 //! float atomics), so the CPU and every GPU give the same bits.
 
 use super::gather::{device_ids, host_ids, same_dims_within};
+use super::Data;
 use super::Tensor;
 use crate::shape::{normalize_dim, Layout};
 use crate::storage::{CpuStorage, Storage};
@@ -152,21 +153,21 @@ impl Tensor {
     ) -> Result<Tensor> {
         let base = self.contiguous()?;
         let vals = vals.contiguous()?;
-        let storage = match base.storage()? {
-            Storage::Cpu(_) => {
+        let storage = match base.data()? {
+            Data::Cpu(_) => {
                 let host = host_ids(op, ids, bound)?;
                 let mut out = base.to_vec::<f32>()?;
-                let v = vals.cpu_f32(op)?;
+                let v = vals.host_f32(op)?;
                 cpu::gather::scatter_add_into(&mut out, &host, shape, d, out_strides, v, r)?;
-                Storage::Cpu(CpuStorage::F32(out))
+                Storage::from(CpuStorage::F32(out))
             }
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 let dev = &b.device;
                 let bytes = base.numel() as u64 * 4;
                 let out = dev.extract(op, b, base.layout().offset as u64 * 4, bytes)?;
                 if ids.numel() > 0 && r > 0 {
                     let ids = device_ids(ids)?;
-                    let Storage::Gpu(v) = vals.storage()? else {
+                    let Data::Gpu(v) = vals.data()? else {
                         return Err(Error::InvalidArgument {
                             op,
                             message: "values on the CPU for a GPU tensor".into(),
@@ -183,7 +184,7 @@ impl Tensor {
                         (v, vals.layout().offset, r),
                     )?;
                 }
-                Storage::Gpu(out)
+                Storage::from(out)
             }
         };
         Ok(base.derived(storage, base.shape()))

@@ -1,5 +1,6 @@
 //! softmax and log_softmax: validate, then dispatch to `cpu/softmax.rs` or `gpu/softmax.rs`.
 
+use super::Data;
 use super::Tensor;
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
@@ -31,14 +32,14 @@ impl Tensor {
                 });
             }
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(_) => Storage::Cpu(CpuStorage::F32(cpu::softmax::softmax(
-                self.cpu_f32(name)?,
+        let storage = match self.data()? {
+            Data::Cpu(_) => Storage::from(CpuStorage::F32(cpu::softmax::softmax(
+                self.host_f32(name)?,
                 self.layout(),
                 d,
                 log,
             ))),
-            Storage::Gpu(b) => Storage::Gpu(b.device.softmax(name, b, self.layout(), d, log)?),
+            Data::Gpu(b) => Storage::from(b.device.softmax(name, b, self.layout(), d, log)?),
         };
         Ok(self.derived(storage, self.shape()))
     }

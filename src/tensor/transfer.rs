@@ -1,5 +1,6 @@
 //! Moving tensors between devices (`.to()`, `.cpu()`, `.gpu()`) and reading them back.
 
+use super::Data;
 use super::{backend, Backend, Tensor};
 use crate::gpu::transfer::ReadPart;
 use crate::gpu::GpuDevice;
@@ -41,17 +42,17 @@ impl Tensor {
         if self.device() == device {
             return Ok(self.clone());
         }
-        let storage = match (self.storage()?, backend(device)) {
+        let storage = match (self.data()?, backend(device)) {
             // A packed host tensor uploads straight from its own memory (no intermediate copy).
-            (Storage::Cpu(s), Backend::Gpu(g)) if self.is_contiguous() => {
+            (Data::Cpu(s), Backend::Gpu(g)) if self.is_contiguous() => {
                 let esize = self.dtype().size_in_bytes();
                 let start = self.layout().offset * esize;
                 let bytes = &s.as_bytes()[start..start + self.numel() * esize];
-                Storage::Gpu(g.upload("to", bytes)?)
+                Storage::from(g.upload("to", bytes)?)
             }
-            (_, Backend::Cpu) => Storage::Cpu(self.host_contiguous("to")?),
+            (_, Backend::Cpu) => Storage::from(self.host_contiguous("to")?),
             (_, Backend::Gpu(g)) => {
-                Storage::Gpu(g.upload("to", self.host_contiguous("to")?.as_bytes())?)
+                Storage::from(g.upload("to", self.host_contiguous("to")?.as_bytes())?)
             }
         };
         Ok(Tensor::from_parts(
@@ -182,13 +183,13 @@ impl Tensor {
             self.contiguous()?
         };
         let esize = self.dtype().size_in_bytes();
-        match packed.storage()? {
-            Storage::Cpu(s) => {
+        match packed.data()? {
+            Data::Cpu(s) => {
                 let start = packed.layout().offset * esize;
                 let bytes = &s.as_bytes()[start..start + packed.numel() * esize];
                 Ok(with_typed(bytes, f))
             }
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 let part = ReadPart {
                     buffer: b,
                     offset: (packed.layout().offset * esize) as u64,
@@ -254,10 +255,10 @@ impl Tensor {
                 b[0].contiguous()
             });
         }
-        let storage = match self.storage()? {
-            Storage::Cpu(s) => Storage::Cpu(s.contiguous(self.layout())?),
+        let storage = match self.data()? {
+            Data::Cpu(s) => Storage::from(s.contiguous(self.layout())?),
             // The generated same-dtype copy (whole output words per invocation, any dtype).
-            Storage::Gpu(_) => return self.convert_to(self.dtype()),
+            Data::Gpu(_) => return self.convert_to(self.dtype()),
         };
         Ok(self.derived(storage, self.shape()))
     }
@@ -279,14 +280,14 @@ impl Tensor {
             op: "wgpu_buffer",
             message,
         };
-        match self.storage()? {
-            Storage::Cpu(_) => Err(bad(
+        match self.data()? {
+            Data::Cpu(_) => Err(bad(
                 "the tensor is on the cpu; move it with .to(&device) first".into(),
             )),
-            Storage::Gpu(_) if !self.is_contiguous() => Err(bad(
+            Data::Gpu(_) if !self.is_contiguous() => Err(bad(
                 "the tensor is a strided view; call .contiguous() first".into(),
             )),
-            Storage::Gpu(b) => {
+            Data::Gpu(b) => {
                 let esize = self.dtype().size_in_bytes() as u64;
                 let offset = self.layout().offset as u64 * esize;
                 let align = b.device.0.limits.min_storage_buffer_offset_alignment as u64;
@@ -385,12 +386,7 @@ impl Tensor {
                 buffer.size()
             )));
         }
-        let t = Tensor::from_parts(
-            Storage::Gpu(g.adopt(buffer, bytes)),
-            shape,
-            dtype,
-            device.clone(),
-        );
+        let t = Tensor::from_parts(g.adopt(buffer, bytes), shape, dtype, device.clone());
         t.0.storage.mark_exported();
         Ok(t)
     }
@@ -409,15 +405,15 @@ impl Tensor {
 pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<CpuStorage>> {
     let mut out: Vec<Option<CpuStorage>> = tensors
         .iter()
-        .map(|t| match t.storage()? {
-            Storage::Cpu(s) => s.contiguous(t.layout()).map(Some),
-            Storage::Gpu(_) => Ok(None),
+        .map(|t| match t.data()? {
+            Data::Cpu(s) => s.contiguous(t.layout()).map(Some),
+            Data::Gpu(_) => Ok(None),
         })
         .collect::<Result<_>>()?;
     // Group the GPU tensors by device, preserving order.
     let mut groups: Vec<(&GpuDevice, Vec<usize>)> = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
-        if let Ok(Storage::Gpu(b)) = t.storage() {
+        if let Ok(Data::Gpu(b)) = t.data() {
             match groups.iter_mut().find(|(d, _)| **d == b.device) {
                 Some((_, v)) => v.push(i),
                 None => groups.push((&b.device, vec![i])),
@@ -429,7 +425,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
             .iter()
             .map(|&i| {
                 let t = tensors[i];
-                let Ok(Storage::Gpu(b)) = t.storage() else {
+                let Ok(Data::Gpu(b)) = t.data() else {
                     unreachable!("grouped GPU tensors")
                 };
                 let esize = t.dtype().size_in_bytes() as u64;
@@ -482,7 +478,7 @@ pub fn read_all(tensors: &[&Tensor]) -> Result<Vec<Tensor>> {
     Ok(tensors
         .iter()
         .zip(hosts)
-        .map(|(t, h)| Tensor::from_parts(Storage::Cpu(h), t.shape(), t.dtype(), Device::cpu()))
+        .map(|(t, h)| Tensor::from_parts(h, t.shape(), t.dtype(), Device::cpu()))
         .collect())
 }
 

@@ -1,0 +1,142 @@
+//! The one place that decides CPU or GPU. Every op of the tensor layer (and the host readers of
+//! `optim`, `nn` and `distributed`) asks here where a tensor's data lives instead of matching on
+//! `Storage`, so the backends can change behind one enum and a mixed-device call gets the same
+//! typed error from every op.
+
+use super::Tensor;
+use crate::device::DeviceInner;
+use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::storage::{CpuStorage, Storage};
+use crate::{Device, Result};
+use std::sync::Arc;
+
+/// A tensor's data as the backend that holds it sees it.
+pub(crate) enum Data<'a> {
+    Cpu(&'a CpuStorage),
+    Gpu(&'a GpuBuffer),
+}
+
+/// The data of several operands that share one device.
+pub(crate) enum DataN<'a, const N: usize> {
+    Cpu([&'a CpuStorage; N]),
+    Gpu([&'a GpuBuffer; N]),
+}
+
+/// A uniquely held tensor's data, to write in place.
+pub(crate) enum DataMut<'a> {
+    Cpu(&'a mut CpuStorage),
+    Gpu(&'a mut GpuBuffer),
+}
+
+/// Which backend a device dispatches to (for ops that create data rather than read it).
+pub(crate) enum Backend<'a> {
+    Cpu,
+    Gpu(&'a GpuDevice),
+}
+
+pub(crate) fn backend(device: &Device) -> Backend<'_> {
+    match &device.0 {
+        DeviceInner::Cpu => Backend::Cpu,
+        DeviceInner::Gpu(g) => Backend::Gpu(g),
+    }
+}
+
+/// The data of `ts`, all on `ts[0]`'s device, or the device-mismatch error of `op` naming the
+/// first operand and the first one elsewhere.
+pub(crate) fn data_n<'a, const N: usize>(
+    op: &'static str,
+    ts: [&'a Tensor; N],
+) -> Result<DataN<'a, N>> {
+    let mut cpu: [Option<&CpuStorage>; N] = [None; N];
+    let mut gpu: [Option<&GpuBuffer>; N] = [None; N];
+    for (i, t) in ts.iter().enumerate() {
+        if t.device() != ts[0].device() {
+            return Err(ts[0].device_mismatch(op, t));
+        }
+        match t.data()? {
+            Data::Cpu(s) => cpu[i] = Some(s),
+            Data::Gpu(b) => gpu[i] = Some(b),
+        }
+    }
+    // One device means one backend, so every slot of one array is filled: the first entry
+    // stands in for the impossible empty slot, which keeps this free of panics.
+    Ok(
+        match (
+            cpu.first().copied().flatten(),
+            gpu.first().copied().flatten(),
+        ) {
+            (Some(c0), _) => DataN::Cpu(cpu.map(|s| s.unwrap_or(c0))),
+            (_, Some(g0)) => DataN::Gpu(gpu.map(|b| b.unwrap_or(g0))),
+            // N == 0 (no op asks for this).
+            _ => {
+                return Err(crate::Error::InvalidArgument {
+                    op,
+                    message: "an op dispatched on no operand".into(),
+                });
+            }
+        },
+    )
+}
+
+impl Tensor {
+    /// Where this tensor's data lives (materialising a pending fused program first).
+    pub(crate) fn data(&self) -> Result<Data<'_>> {
+        Ok(match self.storage()? {
+            Storage::Cpu(s) => Data::Cpu(s),
+            Storage::Gpu(b) => Data::Gpu(b),
+        })
+    }
+
+    /// The data to write in place, when nothing else can observe the write: this handle owns
+    /// the tensor and its storage (no view, clone or pending fused program holds it).
+    pub(crate) fn data_mut(&mut self) -> Option<DataMut<'_>> {
+        let inner = Arc::get_mut(&mut self.0)?;
+        Some(match Arc::get_mut(&mut inner.storage)?.get_mut()? {
+            Storage::Cpu(s) => DataMut::Cpu(s),
+            Storage::Gpu(b) => DataMut::Gpu(b),
+        })
+    }
+
+    /// The host data, or `None` for a GPU tensor.
+    pub(crate) fn host_data(&self) -> Result<Option<&CpuStorage>> {
+        Ok(match self.data()? {
+            Data::Cpu(s) => Some(s),
+            Data::Gpu(_) => None,
+        })
+    }
+
+    /// The GPU buffer, or `None` for a CPU tensor.
+    pub(crate) fn gpu_data(&self) -> Result<Option<&GpuBuffer>> {
+        Ok(match self.data()? {
+            Data::Cpu(_) => None,
+            Data::Gpu(b) => Some(b),
+        })
+    }
+
+    /// The f32 host data (the whole storage, index it with the layout), or the
+    /// unsupported-dtype error of `op` for other dtypes and GPU tensors.
+    pub(crate) fn host_f32(&self, op: &'static str) -> Result<&[f32]> {
+        match self.host_data()? {
+            Some(CpuStorage::F32(v)) => Ok(v),
+            _ => Err(self.unsupported(op)),
+        }
+    }
+
+    /// The bytes of this tensor's elements when it is a packed CPU tensor (read in place, no
+    /// copy); `None` for GPU tensors and strided views.
+    pub(crate) fn host_packed_bytes(&self) -> Result<Option<&[u8]>> {
+        if !self.is_contiguous() {
+            return Ok(None);
+        }
+        let esize = self.dtype().size_in_bytes();
+        let start = self.layout().offset * esize;
+        Ok(self
+            .host_data()?
+            .and_then(|s| s.as_bytes().get(start..start + self.numel() * esize)))
+    }
+
+    /// A new contiguous tensor with this one's dtype and device from freshly computed data.
+    pub(crate) fn derived(&self, storage: impl Into<Storage>, shape: &[usize]) -> Tensor {
+        Tensor::from_parts(storage, shape, self.dtype(), self.device().clone())
+    }
+}
