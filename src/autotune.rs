@@ -5,6 +5,39 @@
 
 use crate::device::Device;
 
+/// Whether GPU kernel choices keep results bit-identical (on by default; PyTorch keeps its
+/// cuDNN benchmark mode off for the same reason). With it on, the same input gives the same bits
+/// on one adapter, on the first call and every later one, in every process, with an empty or a
+/// populated autotune cache: the autotuner only chooses among kernels that compute each result
+/// with the same operations in the same order (matmul's k-ordered FMA kernels); reductions,
+/// softmax, layer_norm and cross_entropy keep their heuristic variant. With it off, every
+/// variant may be chosen by timing (a faster one may sum in another order, so a result's last
+/// bits can change between the first call of a shape class and later ones, and between
+/// processes). `WGTENSOR_NONDETERMINISTIC=1` turns it off for a process; this setter overrides
+/// the variable. Process-wide; the CPU has one kernel per op and is unaffected.
+/// See `docs/reliability.md`, "Determinism".
+///
+/// ```
+/// use wgtensor::{Device, Tensor};
+/// assert!(wgtensor::deterministic());
+/// let x = Tensor::rand(&[4096, 3], &Device::best())?;
+/// let a = x.sum(0, false)?.to_vec::<f32>()?;
+/// let b = x.sum(0, false)?.to_vec::<f32>()?;
+/// assert_eq!(a, b);
+/// wgtensor::set_deterministic(false); // opt in to variants that sum in other orders
+/// wgtensor::set_deterministic(true);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+pub fn set_deterministic(on: bool) {
+    crate::gpu::autotune::set_deterministic(Some(on));
+}
+
+/// Whether kernel choices keep results bit-identical ([`set_deterministic`]; true unless it was
+/// turned off or `WGTENSOR_NONDETERMINISTIC=1`).
+pub fn deterministic() -> bool {
+    crate::gpu::autotune::deterministic()
+}
+
 /// One shape class of one kernel family and the variant it runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AutotuneEntry {

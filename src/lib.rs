@@ -75,7 +75,9 @@ mod storage;
 mod tensor;
 
 pub use autograd::{is_grad_enabled, no_grad, no_grad_scope, NoGradGuard};
-pub use autotune::{autotune_report, AutotuneEntry, AutotuneReport};
+pub use autotune::{
+    autotune_report, deterministic, set_deterministic, AutotuneEntry, AutotuneReport,
+};
 pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
 pub use dtype::{DType, QType, WithDType};
 pub use error::{Error, Result};

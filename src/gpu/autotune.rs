@@ -9,6 +9,14 @@
 //! `force` ignores the cache file and retunes; `on` is the default. A missing, unwritable or
 //! corrupt cache file is never an error: it is ignored with a `log` warning and rewritten.
 //!
+//! Determinism (the default): a family tunes only among the variants that compute the same
+//! arithmetic in the same order as its heuristic's pick (`same bits`), so which variant runs, and
+//! whatever the cache file says, never changes a result's bits. Reductions and row kernels have
+//! one variant per order, so they keep the heuristic; matmul tunes among its k-ordered FMA
+//! kernels. `WGTENSOR_NONDETERMINISTIC=1` or [`set_deterministic`]`(false)` lets every family
+//! choose among all its variants (keys tagged [`ANY_ORDER`], so the two modes never share a
+//! cache entry).
+//!
 //! A leaf: owns its maps and counters; the timing itself is done by the caller (`matmul.rs`).
 
 use super::sync::lock;
@@ -42,6 +50,44 @@ pub(crate) fn mode() -> Mode {
             log::warn!("wgtensor: WGTENSOR_AUTOTUNE={other:?} is not off, on or force; using on");
             Mode::On
         }
+    }
+}
+
+/// The determinism setting: 0 unset (the environment decides), 1 deterministic, 2 not.
+static DETERMINISTIC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets (or with `None` clears, returning to `WGTENSOR_NONDETERMINISTIC`) the determinism mode.
+pub(crate) fn set_deterministic(on: Option<bool>) {
+    let v = match on {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    DETERMINISTIC.store(v, Ordering::Relaxed);
+}
+
+/// Whether kernel choices must keep results bit-identical: the setter's value, else true unless
+/// `WGTENSOR_NONDETERMINISTIC` is `1` (or `true`).
+pub(crate) fn deterministic() -> bool {
+    match DETERMINISTIC.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => !matches!(
+            std::env::var("WGTENSOR_NONDETERMINISTIC").as_deref(),
+            Ok("1") | Ok("true")
+        ),
+    }
+}
+
+/// Appended to a class's key when every variant may be chosen (non-deterministic mode).
+pub(crate) const ANY_ORDER: &str = " any-order";
+
+/// The tuner's key for `family` and `class`: tagged [`ANY_ORDER`] outside deterministic mode.
+pub(crate) fn class_key(family: &str, class: &str) -> String {
+    if deterministic() {
+        format!("{family}/{class}")
+    } else {
+        format!("{family}/{class}{ANY_ORDER}")
     }
 }
 

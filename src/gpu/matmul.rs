@@ -101,6 +101,18 @@ impl MatmulKernel {
         }
     }
 
+    /// The order of the arithmetic behind each output, as far as it decides the bits: kernels
+    /// of one order give identical results (`tests/determinism.rs` checks it on every adapter).
+    /// 0: one `acc + a * b` per k, in k order (naive, gemv); 1: one `fma` per k, in k order
+    /// (the register and tiled kernels); 2: split-K (slices summed at the end).
+    pub(crate) fn order(self) -> u8 {
+        match self {
+            MatmulKernel::Naive | MatmulKernel::GemvM1 | MatmulKernel::GemvN1 => 0,
+            MatmulKernel::SplitK => 2,
+            _ => 1,
+        }
+    }
+
     /// Invocations per workgroup (the shader's `@workgroup_size`).
     fn invocations(self) -> u32 {
         match self {
@@ -346,13 +358,16 @@ impl GpuDevice {
         p: &Problem,
     ) -> Result<MatmulKernel> {
         let heuristic = self.matmul_kernel(la, lb, p.half);
-        let key = format!("matmul/{}", p.class());
+        let key = super::autotune::class_key("matmul", &p.class());
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
+        // Deterministic mode (the default): only kernels that give the heuristic's bits.
+        let det = super::autotune::deterministic();
         let limit = self.0.limits.max_compute_invocations_per_workgroup;
         let fits = |k: MatmulKernel| {
             (!k.is_vec4() || p.vec4_layout().is_some())
                 && k.invocations() <= limit
                 && (k != MatmulKernel::SplitK || self.split_k_slices(p) > 1)
+                && (!det || k.order() == heuristic.order())
         };
         if let Some(k) = chosen
             .and_then(|n| MatmulKernel::from_name(&n))

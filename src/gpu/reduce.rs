@@ -215,9 +215,10 @@ impl GpuDevice {
         )
     }
 
-    /// The first pass's kernel for `rows`: where both kernels apply (rows longer than 256, or
-    /// fewer than 256 rows), the autotuned one per class, the heuristic on a class's first
-    /// call; elsewhere the heuristic. `run(k)` runs the whole reduction with first pass `k`.
+    /// The first pass's kernel for `rows`: the heuristic's in deterministic mode (the default:
+    /// the variants sum in different orders); otherwise, where both kernels apply (rows longer
+    /// than 256, or fewer than 256 rows), the autotuned one per class, the heuristic on a
+    /// class's first call; elsewhere the heuristic. `run(k)` runs the whole reduction with first pass `k`.
     fn tuned_first_pass(
         &self,
         family: &str,
@@ -237,10 +238,15 @@ impl GpuDevice {
             return Ok(FirstPass::Plan);
         }
         let b = |x: usize| x.next_power_of_two();
-        let key = format!("{family}/rows{} len{}", b(m), b(rows.len));
+        let key = super::autotune::class_key(family, &format!("rows{} len{}", b(m), b(rows.len)));
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
+        // Every variant sums in its own order (a thread's run, a workgroup tree, subgroup
+        // butterflies): deterministic mode keeps the heuristic, whatever the cache says.
+        let det = super::autotune::deterministic();
         if let Some(f) = chosen.and_then(|n| candidates.iter().copied().find(|f| f.name() == n)) {
-            return Ok(f);
+            if !det {
+                return Ok(f);
+            }
         }
         // On a software adapter a workgroup's barriers are dear: chunks of one invocation.
         // Elsewhere long rows (or few) take a workgroup per chunk, and many mid-size rows a
@@ -259,7 +265,7 @@ impl GpuDevice {
             _ => FirstPass::Thread,
         };
         // A search re-runs the reduction a dozen times: large classes keep the heuristic.
-        if !tune_now || m as u64 * rows.len as u64 > 1 << 26 {
+        if det || !tune_now || m as u64 * rows.len as u64 > 1 << 26 {
             self.0.tuner.note_heuristic(&key, heuristic.name());
             return Ok(heuristic);
         }
