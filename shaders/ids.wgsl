@@ -1,7 +1,8 @@
 // ids.wgsl: the device-side error word, prepended to every shader that reads ids (gather,
 // scatter, cross_entropy). A kernel that meets an out-of-range id never reads or writes outside
-// a tensor: it uses zeros instead and reports the id here. The host copies the word back with
-// the next readback (or synchronize), turns it into Error::IndexOutOfRange and clears it.
+// a tensor: it uses zeros instead and reports the id here. Each launch has a word of its own;
+// the host copies it back with the next readback of the data it wrote (or of data derived from
+// it), or at synchronize, and turns it into Error::IndexOutOfRange (src/gpu/ids.rs).
 //
 // Bindings   @group(1) @binding(0) id_errors : [reported, id bits, bound, op code], read-write
 

@@ -155,14 +155,16 @@ pub enum Error {
     /// An id was outside `0..bound` (`index_select`, `gather`, `scatter_add`, `index_add`,
     /// `nn::Embedding`, `nn::cross_entropy`). On the CPU it is found before anything runs. On a
     /// GPU the kernel finds it: it writes zeros where the bad id pointed (never reading or
-    /// writing outside a tensor), records the id in the device's error word, and the error
-    /// surfaces from the next call that synchronizes with that device (a readback such as
-    /// `to_vec`, or `Device::synchronize`), like CUDA's device-side asserts but recoverable:
-    /// earlier tensors stay intact and the device stays usable.
+    /// writing outside a tensor) and records the id in an error word of its own. The data it
+    /// wrote, and anything later computed from it, is poisoned: every readback of it (`to_vec`,
+    /// `to_vec_async`, `map_read`, `read_all`, `.cpu()`, a transfer), on any thread, returns
+    /// this error; `Device::synchronize` reports it once to the thread that launched the kernel.
+    /// Like CUDA's device-side asserts but recoverable: unrelated tensors stay intact and the
+    /// device stays usable.
     #[error(
         "{op}: index {index} is out of range for a dim of size {bound}; ids must lie in \
-         0..{bound} (on a GPU this is found by the kernel and reported at the next readback or \
-         synchronize; the entries it touched are zeros)"
+         0..{bound} (on a GPU this is found by the kernel and reported by every readback of the \
+         result and of data computed from it)"
     )]
     IndexOutOfRange {
         op: &'static str,

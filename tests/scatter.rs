@@ -166,7 +166,7 @@ fn gather_scatter_and_index_add_gradients_match_the_cpu() {
 }
 
 #[test]
-fn out_of_range_ids_surface_at_the_next_sync_with_zeros_where_they_pointed() {
+fn out_of_range_ids_surface_at_the_next_sync_and_poison_the_result() {
     for device in common::gpus() {
         let earlier = Tensor::from_vec(values(6, 9), &[3, 2], &device).unwrap();
         let table = Tensor::from_vec(values(6, 10), &[3, 2], &device).unwrap();
@@ -185,10 +185,15 @@ fn out_of_range_ids_surface_at_the_next_sync_with_zeros_where_they_pointed() {
             }
             other => panic!("{device}: expected IndexOutOfRange, got {other:?}"),
         }
-        // Reported once: the rows read back, the bad id's row is zeros, and nothing else broke.
-        let got = rows.to_vec::<f32>().unwrap();
-        let t = values(6, 10);
-        assert_eq!(got, vec![t[2], t[3], 0.0, 0.0, t[0], t[1]], "{device}");
+        // Reported once to synchronize; the rows themselves stay poisoned (their readback
+        // fails, never Ok with zeros), and nothing else broke.
+        assert!(
+            matches!(
+                rows.to_vec::<f32>(),
+                Err(Error::IndexOutOfRange { index: 7, .. })
+            ),
+            "{device}"
+        );
         assert_eq!(earlier.to_vec::<f32>().unwrap(), values(6, 9), "{device}");
         device.synchronize().unwrap();
         // scatter_add and index_add drop the bad contribution and report it.
@@ -202,10 +207,14 @@ fn out_of_range_ids_surface_at_the_next_sync_with_zeros_where_they_pointed() {
             }
             other => panic!("{device}: expected IndexOutOfRange, got {other:?}"),
         }
-        assert_eq!(
-            out.to_vec::<f32>().unwrap(),
-            vec![1.0, 0.0, 0.0],
+        // Every later readback of the poisoned result fails too.
+        assert!(
+            matches!(
+                out.to_vec::<f32>(),
+                Err(Error::IndexOutOfRange { index: -2, .. })
+            ),
             "{device}"
         );
+        device.synchronize().unwrap();
     }
 }

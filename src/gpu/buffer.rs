@@ -28,6 +28,8 @@ pub(crate) struct GpuBuffer {
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
+        // The next tensor in this buffer does not inherit this one's pending id checks.
+        self.device.0.errors.forget(&self.buffer);
         if self.adopted {
             self.device
                 .0
@@ -153,6 +155,7 @@ impl GpuDevice {
             self.record(op, |enc| {
                 enc.copy_buffer_to_buffer(&src.buffer, offset, &out.buffer, 0, pad4(len))
             })?;
+            self.0.errors.propagate(&[&src.buffer], &out.buffer, None);
         }
         Ok(out)
     }
@@ -186,6 +189,7 @@ impl GpuDevice {
             self.record(op, |enc| {
                 enc.copy_buffer_to_buffer(&src.buffer, 0, &dst.buffer, at, len)
             })?;
+            self.0.errors.propagate(&[&src.buffer], &dst.buffer, None);
         }
         Ok(())
     }
@@ -217,6 +221,8 @@ impl GpuDevice {
                 at += len;
             }
         })?;
+        let sources: Vec<&wgpu::Buffer> = parts.iter().map(|(b, _)| &b.buffer).collect();
+        self.0.errors.propagate(&sources, &out.buffer, None);
         Ok(out)
     }
 

@@ -63,8 +63,9 @@ pub(crate) struct Inner {
     /// The params ring: each batch's kernel params, written just before its submit and read by
     /// its dispatches at dynamic offsets.
     pub ring: wgpu::Buffer,
-    /// Where kernels that read ids record an out-of-range id (`ids.rs`).
-    pub errors: super::ids::ErrorWord,
+    /// Where kernels that read ids record an out-of-range id, and which buffers depend on
+    /// those records (`ids.rs`).
+    pub errors: super::ids::IdChecks,
     /// Kernel variants chosen by timing them on this adapter (`autotune.rs`).
     pub tuner: super::autotune::Tuner,
     /// Per-kernel GPU time while `Device::profile` runs (`profile.rs`).
@@ -196,7 +197,7 @@ impl GpuDevice {
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let errors = super::ids::ErrorWord::new(&device, param_align as u64);
+        let errors = super::ids::IdChecks::new(&device, param_align as u64);
         let tuner = super::autotune::Tuner::new(&info);
         GpuDevice(Arc::new(Inner {
             errors,

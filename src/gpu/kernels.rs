@@ -509,7 +509,7 @@ impl KernelCache {
                 entries: &[wgpu::BindGroupLayoutEntry {
                     binding: 0,
                     visibility: wgpu::ShaderStages::COMPUTE,
-                    // One word per thread, chosen by the dynamic offset.
+                    // One word per checking launch, chosen by the dynamic offset.
                     ty: wgpu::BindingType::Buffer {
                         ty: wgpu::BufferBindingType::Storage { read_only: false },
                         has_dynamic_offset: true,

@@ -117,11 +117,14 @@ impl GpuDevice {
             }
             bind
         };
-        let errors = l.shader.checked().then(|| {
-            self.0
-                .errors
-                .bind_group(dev, kernels.error_layout(dev))
-                .clone()
+        // A kernel that reads ids gets an error word of its own; its output (and anything
+        // later derived from it) carries the check until a readback resolves it (`ids.rs`).
+        let check = l.shader.checked().then(|| self.0.errors.acquire(dev));
+        let errors = check.as_ref().map(|(c, _)| {
+            (
+                c.bind_group(dev, kernels.error_layout(dev)),
+                c.dynamic_offset(),
+            )
         });
         let align = self.0.param_align;
         let ring_size = self.0.ring.size();
@@ -129,6 +132,10 @@ impl GpuDevice {
         // Recorded into the pending batch; submitted at the next readback, synchronize, or
         // after `FLUSH_EVERY` ops.
         self.with_batch(op, |b| {
+            if let Some((c, true)) = &check {
+                // The word held an earlier check's report.
+                self.0.errors.clear(b.encoder(dev), c);
+            }
             let offset = if own.is_some() {
                 0
             } else {
@@ -145,8 +152,8 @@ impl GpuDevice {
             let pass = b.pass(dev);
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[offset]);
-            if let Some(e) = &errors {
-                pass.set_bind_group(1, e, &[self.0.errors.offset()]);
+            if let Some((e, at)) = &errors {
+                pass.set_bind_group(1, e, &[*at]);
             }
             self.0.profiler.around(
                 pass,
@@ -156,10 +163,9 @@ impl GpuDevice {
             );
             Ok(())
         })??;
-        if errors.is_some() {
-            // The next readback copies the error word along with its data.
-            self.0.errors.arm();
-        }
+        self.0
+            .errors
+            .propagate(l.inputs, l.output, check.as_ref().map(|(c, _)| c));
         let n = &self.0.kernels.counters.dispatches;
         n.fetch_add(1, Ordering::Relaxed);
         Ok(())

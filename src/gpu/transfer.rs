@@ -204,14 +204,24 @@ impl GpuDevice {
             slots.push((start, size, total));
             total += size;
         }
-        // A kernel that reads ids ran since the last readback: its error word travels back
-        // behind the data (the same submit and wait), and a recorded bad id fails this call.
-        let armed = self.0.errors.take_armed();
-        if total == 0 && !armed {
+        // Data that depends on kernels that read ids: their error words travel back behind the
+        // data (the same submit and wait), and a recorded bad id fails this call (`ids.rs`).
+        // With no parts (`synchronize`): the checks the calling thread launched. Every other
+        // pending check rides along, resolved but reported only to its data's readers.
+        let relevant = if parts.is_empty() {
+            self.0.errors.of_thread()?
+        } else {
+            self.0
+                .errors
+                .covering(parts.iter().map(|p| &p.buffer.buffer))?
+        };
+        let reported = relevant.len();
+        let checks = self.0.errors.with_outstanding(relevant);
+        if total == 0 && checks.is_empty() {
             return Ok((0..parts.len()).map(|i| consume(i, &[])).collect());
         }
         let began = Instant::now();
-        if !armed
+        if checks.is_empty()
             && self.0.unified
             && parts.len() <= DIRECT_READ_MAX_PARTS
             && distinct_buffers(parts)
@@ -224,32 +234,35 @@ impl GpuDevice {
             }
             return result;
         }
-        let word = if armed { super::ids::BYTES } else { 0 };
-        let needed = total + word;
+        let words = checks.len() as u64 * super::ids::BYTES;
+        let needed = total + words;
         let capacity = super::memory::bucket(needed, &self.0.limits).max(needed);
         let staging = self.take_staging(op, capacity)?;
-        let recorded = self.record(op, |enc| {
+        self.record(op, |enc| {
             for (p, &(start, size, at)) in parts.iter().zip(&slots) {
                 if size > 0 {
                     enc.copy_buffer_to_buffer(&p.buffer.buffer, start, &staging, at, size);
                 }
             }
-            if armed {
-                self.0.errors.copy_and_clear(enc, &staging, total);
+            for (k, c) in checks.iter().enumerate() {
+                c.copy(enc, &staging, total + k as u64 * super::ids::BYTES);
             }
-        });
-        if let Err(e) = recorded {
-            if armed {
-                self.0.errors.arm();
-            }
-            return Err(e);
-        }
+        })?;
+        // A failure from here on leaves the checks pending (their words are not cleared), so
+        // the next readback of the data reads them again.
         let index = self.flush(op)?;
         let result = self
             .map_and_consume(op, &staging, needed, index, |view| {
-                if armed {
-                    super::ids::decode(&view[total as usize..])?;
+                let mut first = Ok(());
+                for (k, c) in checks.iter().enumerate() {
+                    let at = (total + k as u64 * super::ids::BYTES) as usize;
+                    let r = c.resolve(&view[at..at + super::ids::BYTES as usize]);
+                    if k < reported && first.is_ok() && r.is_err() {
+                        c.mark_reported();
+                        first = r;
+                    }
                 }
+                first?;
                 Ok(parts
                     .iter()
                     .zip(&slots)

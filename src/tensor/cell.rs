@@ -163,8 +163,9 @@ pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
 // queued on the device that only this module knows about (`src/device.rs` is below it).
 impl Device {
     /// Waits for all work queued on this device; reports a lost device, captured wgpu errors, or
-    /// an out-of-range id found by a kernel since the last readback
-    /// ([`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange)). (PyTorch's
+    /// an out-of-range id found by a kernel this thread launched and not yet reported
+    /// ([`Error::IndexOutOfRange`](crate::Error::IndexOutOfRange); each once, and the data it
+    /// wrote stays poisoned for every readback). (PyTorch's
     /// `torch.cuda.synchronize()`; a no-op on the CPU.)
     ///
     /// ```
@@ -178,8 +179,8 @@ impl Device {
                 // Pending fused elementwise work is queued work too.
                 materialize_pending(g)?;
                 g.wait("synchronize", None)?;
-                // An id found out of range by a kernel surfaces here (a 16-byte read, only when
-                // such a kernel ran since the last readback).
+                // An id found out of range by a kernel this thread launched surfaces here (a
+                // 16-byte read per kernel not yet known clean).
                 g.read_many("synchronize", &[], |_, _| ()).map(|_| ())
             }
         }
