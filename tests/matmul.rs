@@ -278,6 +278,45 @@ fn transposed_and_permuted_views_are_read_in_place() {
     );
 }
 
+/// The decode shape, `x [1, K] @ W.t()` with `W [N, K]` (the row-parallel CPU kernel), for
+/// K around its 16-element steps and W a column-narrowed view (rows strided past K); f16 the
+/// same against the f32 product of the f16-rounded operands.
+#[test]
+fn one_row_times_transposed_weight() {
+    for (k, n) in [(1, 3), (15, 5), (16, 9), (33, 17), (768, 40)] {
+        let x = data(k, 50, 1.0);
+        let w = data(n * (k + 3), 51, 1.0);
+        let t = |t: Tensor| t.narrow(1, 1, k).unwrap().t().unwrap();
+        check_views(
+            (&x, &[1, k]),
+            (&w, &[n, k + 3]),
+            |t| t,
+            t,
+            &format!("[1, {k}] @ W.t() {n} rows"),
+        );
+        let cpu = Device::cpu();
+        let xs = Tensor::from_vec(x.clone(), &[1, k], &cpu).unwrap();
+        let ws = t(Tensor::from_vec(w.clone(), &[n, k + 3], &cpu).unwrap());
+        let h = |t: &Tensor| t.to_dtype(DType::F16).unwrap();
+        let want = h(&h(&xs)
+            .to_dtype(DType::F32)
+            .unwrap()
+            .matmul(&h(&ws).to_dtype(DType::F32).unwrap())
+            .unwrap());
+        let got = h(&xs).matmul(&h(&ws)).unwrap();
+        assert_eq!(got.dtype(), DType::F16);
+        let f = |t: &Tensor| values(&t.to_dtype(DType::F32).unwrap());
+        let (g, e) = (f(&got), f(&want));
+        for (i, (a, b)) in g.iter().zip(&e).enumerate() {
+            // Both are one rounding to f16 of nearly the same f32 sum: at most one f16 ulp apart.
+            assert!(
+                (a - b).abs() <= b.abs() / 1024.0 + 1e-6,
+                "f16 k {k} index {i}: {a} vs {b}"
+            );
+        }
+    }
+}
+
 #[test]
 fn narrowed_and_expanded_views() {
     let a = data(10 * 12, 50, 1.0);

@@ -12,6 +12,7 @@ pub(crate) mod fast_exp;
 pub(crate) mod gather;
 pub(crate) mod join;
 pub(crate) mod matmul;
+pub(crate) mod matvec;
 pub(crate) mod norm;
 pub(crate) mod normal;
 pub(crate) mod pool;

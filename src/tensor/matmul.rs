@@ -244,6 +244,9 @@ impl Tensor {
                     return f32_out.to_dtype(DType::F16);
                 }
             }
+            if let Some(out) = cpu_f16_matvec(self, rhs)? {
+                return Ok(out);
+            }
             // Elsewhere both operands are converted to f32 and the product rounded once.
             let rhs = rhs.to_dtype(DType::F32)?;
             return self.via_f32(true, |a| a.matmul_impl(&rhs, kernel));
@@ -276,4 +279,36 @@ impl Tensor {
             };
         Ok(self.derived(storage, &p.out_shape))
     }
+}
+
+/// `x · Wᵀ` for one f16 row `x` and an f16 `W` with contiguous rows on the CPU (a decode step
+/// with f16 weights): reads the weights in place instead of widening all of them to f32 first.
+/// The product accumulates in f32 and is rounded to f16 once, as the general path does.
+/// `None` when the operands have another shape or live elsewhere.
+fn cpu_f16_matvec(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
+    if lhs.is_gpu() || rhs.is_gpu() {
+        return Ok(None);
+    }
+    let p = plan(lhs, rhs)?;
+    let nd = p.la.shape.len();
+    let (m, k, n) = (p.la.shape[nd - 2], p.la.shape[nd - 1], p.lb.shape[nd - 1]);
+    let batches: usize = p.la.shape[..nd - 2].iter().product();
+    if batches != 1 || m != 1 || k == 0 || p.la.strides[nd - 1] != 1 || p.lb.strides[nd - 2] != 1 {
+        return Ok(None);
+    }
+    let (Storage::Cpu(CpuStorage::F16(a)), Storage::Cpu(CpuStorage::F16(b))) =
+        (lhs.storage()?, rhs.storage()?)
+    else {
+        return Ok(None);
+    };
+    let x: Vec<f32> = a[p.la.offset..p.la.offset + k]
+        .iter()
+        .map(|v| v.to_f32())
+        .collect();
+    let mut out = vec![0f32; n];
+    cpu::matvec::matvec_t(&x, b, p.lb.offset, n, p.lb.strides[nd - 1], &mut out);
+    let out: Vec<half::f16> = out.into_iter().map(half::f16::from_f32).collect();
+    Ok(Some(
+        lhs.derived(Storage::Cpu(CpuStorage::F16(out)), &p.out_shape),
+    ))
 }
