@@ -13,6 +13,8 @@
 //! | `cnn_digits_adam` | the `cnn_digits` model, one Adam step, batch 64 of 1x8x8 |
 //! | `char_transformer_adamw` | the `char_transformer` shape (2 blocks, width 64, 4 heads, context 64, vocabulary 65), one AdamW step, batch 32 |
 //! | `mlp_adam` | MLP 784-256-10, one Adam step, batch 128 |
+//! | `tiny_add_x1000` | 1,000 adds of two 16-element tensors (per-op overhead: the row's ms are µs per add) |
+//! | `tiny_add_grad_x1000` | the same with one operand requiring grad (the autograd record) |
 //!
 //! Each row runs warm-up rounds, then prints the median (and range) of 9 timed rounds on the
 //! CPU, 5 on a GPU; a round ends when the device has finished and one element of the result
@@ -309,6 +311,22 @@ fn mlp(dev: &Device, f: &str) -> Result<()> {
     Ok(())
 }
 
+fn tiny(dev: &Device, f: &str) -> Result<()> {
+    let a = Tensor::randn(&[16], dev)?;
+    let b = Tensor::randn(&[16], dev)?;
+    let w = Tensor::randn(&[16], dev)?.requires_grad_(true);
+    for (row, x) in [("tiny_add_x1000", &a), ("tiny_add_grad_x1000", &w)] {
+        time(row, dev, f, || {
+            let mut y = a.clone();
+            for _ in 0..1000 {
+                y = x.add(&b)?;
+            }
+            settle(&y)
+        });
+    }
+    Ok(())
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; the first other argument filters rows.
     let filter = std::env::args()
@@ -316,7 +334,7 @@ fn main() {
         .find(|a| !a.starts_with('-'))
         .unwrap_or_default();
     for dev in devices() {
-        for run in [conv, sdpa, rows, cnn, transformer, mlp] {
+        for run in [conv, sdpa, rows, cnn, transformer, mlp, tiny] {
             if let Err(e) = run(&dev, &filter) {
                 println!("setup on {dev} failed: {e}");
             }

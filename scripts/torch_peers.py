@@ -179,6 +179,25 @@ def mlp():
     timed("mlp_adam", step(model, torch.optim.Adam(model.parameters(), 1e-3), x, y))
 
 
+def tiny():
+    # Per-op overhead: 1,000 adds of 16 elements per round (the row's ms are µs per add),
+    # plain and with a tensor that requires grad (the autograd record).
+    a = torch.randn(16)
+    b = torch.randn(16)
+    w = torch.randn(16, requires_grad=True)
+
+    def adds(x):
+        def run():
+            y = a
+            for _ in range(1000):
+                y = x + b
+            settle(y)
+        return run
+
+    timed("tiny_add_x1000", adds(a))
+    timed("tiny_add_grad_x1000", adds(w))
+
+
 if __name__ == "__main__":
-    for run in (conv, sdpa, rows, cnn, transformer, mlp):
+    for run in (conv, sdpa, rows, cnn, transformer, mlp, tiny):
         run()

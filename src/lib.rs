@@ -148,8 +148,9 @@ pub mod testing {
 
     /// Forces `scaled_dot_product_attention` (and so `nn::MultiheadAttention`) on this thread
     /// to the `"fused"` kernels (where they apply) or the `"composed"` reference (matmul,
-    /// mask, softmax, matmul); `None` returns to the default, fused wherever it applies. False
-    /// for an unknown name.
+    /// mask, softmax, matmul); `None` returns to the default: fused wherever it applies on the
+    /// CPU and on hardware adapters, composed on software adapters unless the score matrices
+    /// would pass 256 MiB. False for an unknown name.
     ///
     /// ```
     /// assert!(wgtensor::testing::force_attention(Some("composed")));

@@ -278,7 +278,11 @@ fn peak(d: &Device, l: usize) -> u64 {
     d.synchronize().unwrap();
     wgtensor::reset_peak_memory_stats(d);
     let base = wgtensor::memory_allocated(d);
-    let y = Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, 0.0, None).unwrap();
+    // Software adapters default to the composed path below 256 MiB of scores.
+    force_attention(Some("fused"));
+    let y = Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, 0.0, None);
+    force_attention(None);
+    let y = y.unwrap();
     y.sum_all().unwrap().backward().unwrap();
     let g = q.grad().unwrap();
     assert!(values(&g).iter().all(|x| x.is_finite()));
@@ -321,6 +325,19 @@ fn memory_grows_linearly_on_gpus() {
 fn sixteen_thousand_positions() {
     for d in devices() {
         linear_memory(&d, 16_384);
+        // Its 1 GiB of scores makes the fused path the default on every device.
+        let n = 16_384;
+        let q = Tensor::from_vec(data(n * 64, 1, 1.0), &[1, n, 64], &d).unwrap();
+        d.synchronize().unwrap();
+        wgtensor::reset_peak_memory_stats(&d);
+        let base = wgtensor::memory_allocated(&d);
+        let y = Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, 0.0, None).unwrap();
+        assert!(values(&y).iter().all(|x| x.is_finite()));
+        let peak = wgtensor::max_memory_allocated(&d) - base;
+        assert!(
+            peak < (n * n) as u64,
+            "default path at {n} positions on {d}: {peak} B"
+        );
     }
 }
 
@@ -331,4 +348,32 @@ fn other_dtypes_take_the_composed_path() {
     let out = Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, 0.0, None).unwrap();
     assert_eq!(out.dtype(), DType::F16);
     assert_eq!(out.shape(), &[2, 4]);
+}
+
+/// The default path on a GPU: composed on software adapters (faster there) below 256 MiB of
+/// scores, fused on hardware ones; the same bits as the forced path, on every call.
+#[test]
+fn the_default_path_follows_the_adapter() {
+    for d in gpus() {
+        let name = d.to_string();
+        let software = wgtensor::adapters()
+            .iter()
+            .find(|a| a.names.contains(&name))
+            .map(|a| a.is_software)
+            .expect("the adapter of an open device");
+        let q = Tensor::from_vec(data(2 * 24 * 8, 4, 1.0), &[2, 24, 8], &d).unwrap();
+        let run = |mode: Option<&str>| {
+            force_attention(mode);
+            let y = Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, 0.0, None);
+            force_attention(None);
+            values(&y.unwrap())
+        };
+        let expected = run(Some(if software { "composed" } else { "fused" }));
+        let other = run(Some(if software { "fused" } else { "composed" }));
+        for call in 0..2 {
+            assert_eq!(run(None), expected, "call {call} on {d}");
+        }
+        // The two paths round differently, so the bits tell which one ran.
+        assert_ne!(expected, other, "on {d}");
+    }
 }

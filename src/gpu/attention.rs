@@ -42,6 +42,10 @@ pub(crate) struct AttnParams<'a> {
     pub dropout: Option<GpuDropout>,
 }
 
+/// Bytes of score matrices past which attention always runs fused (see
+/// [`GpuDevice::attention_prefers_fused`]).
+pub(crate) const SCORES_BUDGET: u64 = 256 << 20;
+
 /// A tensor's buffer and the element its data starts at.
 pub(crate) type Operand<'a> = (&'a GpuBuffer, usize);
 
@@ -115,6 +119,30 @@ impl AttnParams<'_> {
 }
 
 impl GpuDevice {
+    /// Whether `scaled_dot_product_attention` of `batch` problems of `l` queries by `s` keys
+    /// runs the fused kernels here rather than the composed path (matmul, mask, softmax,
+    /// matmul). A fixed rule by size and adapter, so the choice for a shape never changes
+    /// within a process:
+    /// - fused wherever the `l × s` score matrices would pass [`SCORES_BUDGET`] bytes (or half
+    ///   the largest storage binding): the composed path writes them several times over and
+    ///   would not fit (16,384 causal positions are 1 GiB of scores per head);
+    /// - composed on software adapters (lavapipe, SwiftShader: `DeviceType::Cpu`) below that:
+    ///   their matmul kernels vectorise across invocations and run the composed forward 2.2-2.6x
+    ///   faster than the fused one, whose per-row loops serialise (measured on lavapipe);
+    /// - fused on hardware adapters, where the score matrix's round trips through memory cost
+    ///   more than the kernel's serial loops.
+    pub(crate) fn attention_prefers_fused(&self, batch: usize, l: usize, s: usize) -> bool {
+        let scores = (batch as u64)
+            .saturating_mul(l as u64)
+            .saturating_mul(s as u64)
+            .saturating_mul(4);
+        let binding = self.0.limits.max_storage_buffer_binding_size / 2;
+        if scores > SCORES_BUDGET.min(binding) {
+            return true;
+        }
+        self.0.info.device_type != wgpu::DeviceType::Cpu
+    }
+
     fn attention_launch(
         &self,
         op: &'static str,

@@ -123,8 +123,12 @@ pub(crate) fn try_fused(
     dropout_p: f32,
     scale: f32,
 ) -> Result<Option<Tensor>> {
-    if FORCE.with(Cell::get) == Some(false) {
-        return Ok(None);
+    match FORCE.with(Cell::get) {
+        Some(false) => return Ok(None),
+        // Decided before `prepare` draws the dropout's counter range, so the composed path
+        // draws the same range.
+        None if !fused_by_default(q, k, v, mask) => return Ok(None),
+        _ => {}
     }
     let Some(p) = prepare(q, k, v, mask, is_causal, dropout_p, scale)? else {
         if FORCE.with(Cell::get) == Some(true) {
@@ -162,6 +166,30 @@ pub(crate) fn try_fused(
                 .collect()
         },
     )))
+}
+
+/// Whether the fused kernels are the default for these operands: always on the CPU; on a GPU
+/// as [`crate::gpu::GpuDevice::attention_prefers_fused`] rules by size and adapter. Shapes
+/// that do not line up answer true and are left to `prepare`'s errors.
+fn fused_by_default(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bool {
+    let Some(g) = q.device().as_gpu() else {
+        return true;
+    };
+    let lead = |t: &Tensor| t.shape()[..t.ndim().saturating_sub(2)].to_vec();
+    let mut batch_shape = lead(q);
+    for t in [Some(k), Some(v), mask].into_iter().flatten() {
+        match broadcast_shapes(OP, &batch_shape, &lead(t)) {
+            Ok(b) => batch_shape = b,
+            Err(_) => return true,
+        }
+    }
+    let dim = |t: &Tensor| {
+        t.shape()
+            .get(t.ndim().wrapping_sub(2))
+            .copied()
+            .unwrap_or(1)
+    };
+    g.attention_prefers_fused(batch_shape.iter().product(), dim(q), dim(k))
 }
 
 /// The problem, or `None` where the fused kernels do not apply.
