@@ -2,7 +2,7 @@
 //! `shaders/attention_decode.wgsl`) and the in-place append that fills the cache.
 
 use super::Tensor;
-use super::{Data, DataMut};
+use super::{data_n, Data, DataMut, DataN};
 use crate::cpu::attention_decode::DecodeDims;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, Error, Result};
@@ -105,8 +105,8 @@ impl Tensor {
             k_cache.contiguous()?,
             v_cache.contiguous()?,
         );
-        let storage = match (q.data()?, k.data()?, v.data()?) {
-            (Data::Cpu(_), Data::Cpu(_), Data::Cpu(_)) => {
+        let storage = match data_n(op, [&q, &k, &v])? {
+            DataN::Cpu(_) => {
                 Storage::from(CpuStorage::F32(cpu::attention_decode::attention_decode(
                     q.host_f32(op)?,
                     k.host_f32(op)?,
@@ -114,10 +114,9 @@ impl Tensor {
                     dims,
                 )))
             }
-            (Data::Gpu(qb), Data::Gpu(kb), Data::Gpu(vb)) => {
+            DataN::Gpu([qb, kb, vb]) => {
                 Storage::from(qb.device.attention_decode(qb, kb, vb, dims)?)
             }
-            _ => return Err(q.unsupported(op)),
         };
         Ok(q.derived(storage, &[heads, hd]))
     }

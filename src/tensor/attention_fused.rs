@@ -424,14 +424,12 @@ fn backward(
 
 /// A GPU tensor's buffer and first element.
 fn operand(t: &Tensor) -> Result<Operand<'_>> {
-    match t.data()? {
-        Data::Gpu(b) => Ok((b, t.layout().offset)),
-        Data::Cpu(_) => Err(Error::DeviceMismatch {
-            op: OP,
-            lhs: "a GPU".into(),
-            rhs: t.device().to_string(),
-        }),
-    }
+    let b = t.gpu_data()?.ok_or_else(|| Error::DeviceMismatch {
+        op: OP,
+        lhs: "a GPU".into(),
+        rhs: t.device().to_string(),
+    })?;
+    Ok((b, t.layout().offset))
 }
 
 /// The problem as the GPU kernels' parameters.

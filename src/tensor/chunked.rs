@@ -5,7 +5,6 @@
 //! are copied back to back into one output buffer. Tensors larger than `max_buffer_size` are
 //! refused at allocation with `Error::BufferTooLarge`.
 
-use super::Data;
 use super::{Tensor, TensorInner};
 use crate::gpu::GpuDevice;
 use crate::shape::Layout;
@@ -151,7 +150,7 @@ fn storage_bytes(t: &Tensor) -> u64 {
 
 /// `t` itself if its buffer fits one binding, else a copy of just the bytes its view spans.
 fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Result<Tensor> {
-    let Data::Gpu(b) = t.data()? else {
+    let Some(b) = t.gpu_data()? else {
         return Ok(t.clone());
     };
     if b.size <= limit {
@@ -192,13 +191,13 @@ pub(crate) fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor])
     let esize = first.dtype().size_in_bytes() as u64;
     let parts: Vec<_> = blocks
         .iter()
-        .map(|b| match b.data()? {
-            Data::Gpu(buf) => Ok((buf, b.numel() as u64 * esize)),
-            Data::Cpu(_) => Err(Error::DeviceMismatch {
+        .map(|b| {
+            let buf = b.gpu_data()?.ok_or_else(|| Error::DeviceMismatch {
                 op,
                 lhs: device.label().to_string(),
                 rhs: "cpu".into(),
-            }),
+            })?;
+            Ok((buf, b.numel() as u64 * esize))
         })
         .collect::<Result<_>>()?;
     let out = device.assemble(op, &parts)?;

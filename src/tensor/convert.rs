@@ -4,8 +4,8 @@
 
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::fuse::Fuser;
-use super::Data;
 use super::Tensor;
+use super::{data_n, Data, DataN};
 use crate::cpu::typed::Scalar;
 use crate::gpu::codegen::Expr;
 use crate::ops::CmpOp;
@@ -228,8 +228,8 @@ impl Tensor {
             let out = f.push(Expr::Where(m, a, b), on_true.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match (self.data()?, on_true.data()?, on_false.data()?) {
-            (Data::Cpu(CpuStorage::U8(m)), Data::Cpu(t), Data::Cpu(f)) => {
+        let storage = match data_n(name, [self, on_true, on_false])? {
+            DataN::Cpu([CpuStorage::U8(m), t, f]) => {
                 Storage::from(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
             }
             _ => return Err(self.device_mismatch(name, on_true)),

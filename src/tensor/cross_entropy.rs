@@ -76,7 +76,7 @@ impl Tensor {
             }
             Data::Gpu(b) => {
                 let ids = device_ids(targets)?;
-                let (Data::Gpu(sb), Data::Gpu(gb)) = (stats.data()?, g.data()?) else {
+                let (Some(sb), Some(gb)) = (stats.gpu_data()?, g.gpu_data()?) else {
                     return Err(Error::InvalidArgument {
                         op: OP,
                         message: "statistics on another device than the logits".into(),

@@ -5,8 +5,8 @@
 use super::chunked::{blocks_needed, map_row_blocks};
 use super::convert::scalar_dtype;
 use super::fuse::Fuser;
-use super::Data;
 use super::Tensor;
+use super::{data_n, Data, DataN};
 use crate::gpu::codegen::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::shape::broadcast_shapes;
@@ -74,11 +74,9 @@ impl Tensor {
             let out = f.push(Expr::Binary(op, x, y), self.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match (self.data()?, rhs.data()?) {
-            (Data::Cpu(a), Data::Cpu(b)) => {
-                Storage::from(cpu::elementwise::binary(op, a, &la, b, &lb)?)
-            }
-            _ => return Err(self.device_mismatch(name, rhs)),
+        let storage = match data_n(name, [self, rhs])? {
+            DataN::Cpu([a, b]) => Storage::from(cpu::elementwise::binary(op, a, &la, b, &lb)?),
+            DataN::Gpu(_) => return Err(self.unsupported(name)),
         };
         Ok(self.derived(storage, &shape))
     }

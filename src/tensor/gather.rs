@@ -21,18 +21,15 @@ pub(crate) struct DeviceIds {
 
 impl DeviceIds {
     pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
-        match self.tensor.data()? {
-            Data::Gpu(b) => Ok((
-                b,
-                self.tensor.layout().offset,
-                self.tensor.numel(),
-                self.signed,
-            )),
-            Data::Cpu(_) => Err(Error::InvalidArgument {
+        let b = self
+            .tensor
+            .gpu_data()?
+            .ok_or_else(|| Error::InvalidArgument {
                 op: "ids",
                 message: "ids on the CPU handed to a GPU kernel".into(),
-            }),
-        }
+            })?;
+        let t = &self.tensor;
+        Ok((b, t.layout().offset, t.numel(), self.signed))
     }
 }
 

@@ -105,7 +105,7 @@ impl Tensor {
                 }
                 let mut owned = Vec::with_capacity(packed.len());
                 for t in &packed {
-                    let Data::Gpu(b) = t.data()? else {
+                    let Some(b) = t.gpu_data()? else {
                         return Err(first.device_mismatch(op, t));
                     };
                     let len = t.numel() as u64 * esize;
@@ -122,9 +122,8 @@ impl Tensor {
                     .zip(&owned)
                     .map(|(t, o)| {
                         let len = t.numel() as u64 * esize;
-                        match (o, t.data()) {
-                            (Some(b), _) => Ok((b, len)),
-                            (None, Ok(Data::Gpu(b))) => Ok((b, len)),
+                        match (o, t.gpu_data()) {
+                            (Some(b), _) | (None, Ok(Some(b))) => Ok((b, len)),
                             _ => Err(first.device_mismatch(op, t)),
                         }
                     })

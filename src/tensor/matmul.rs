@@ -1,8 +1,8 @@
 //! Matrix products with `torch.matmul` semantics: validate shapes once, then dispatch to
 //! `cpu/matmul.rs` (gemm) or `gpu/matmul.rs` (WGSL kernels).
 
-use super::Data;
 use super::Tensor;
+use super::{data_n, Data, DataN};
 use crate::gpu::matmul::MatmulKernel;
 use crate::shape::{broadcast_shapes, numel_checked, Layout};
 use crate::storage::{CpuStorage, Storage};
@@ -228,7 +228,7 @@ impl Tensor {
                 // A GPU reads the f16 operands in place (packed pairs), accumulates in f32 and
                 // the product is rounded once: no f32 copies of the operands.
                 let p = plan(self, rhs)?;
-                if let (Data::Gpu(a), Data::Gpu(b)) = (self.data()?, rhs.data()?) {
+                if let DataN::Gpu([a, b]) = data_n(op, [self, rhs])? {
                     if f16_accumulation() && a.device.native_f16() {
                         let out = a.device.matmul_f16_acc(a, &p.la, b, &p.lb, kernel)?;
                         return Ok(Tensor::from_parts(
@@ -261,22 +261,17 @@ impl Tensor {
             }
         }
         let p = plan(self, rhs)?;
-        let storage =
-            match (self.data()?, rhs.data()?) {
-                (Data::Cpu(_), Data::Cpu(_)) => Storage::from(CpuStorage::F32(
-                    cpu::matmul::matmul(self.host_f32(op)?, &p.la, rhs.host_f32(op)?, &p.lb)?,
-                )),
-                (Data::Gpu(a), Data::Gpu(b)) => {
-                    Storage::from(a.device.matmul(a, &p.la, b, &p.lb, kernel, false)?)
-                }
-                _ => {
-                    return Err(Error::DeviceMismatch {
-                        op,
-                        lhs: self.device().to_string(),
-                        rhs: rhs.device().to_string(),
-                    })
-                }
-            };
+        let storage = match data_n(op, [self, rhs])? {
+            DataN::Cpu(_) => Storage::from(CpuStorage::F32(cpu::matmul::matmul(
+                self.host_f32(op)?,
+                &p.la,
+                rhs.host_f32(op)?,
+                &p.lb,
+            )?)),
+            DataN::Gpu([a, b]) => {
+                Storage::from(a.device.matmul(a, &p.la, b, &p.lb, kernel, false)?)
+            }
+        };
         Ok(self.derived(storage, &p.out_shape))
     }
 }

@@ -131,10 +131,7 @@ impl Tensor {
             Data::Gpu(buf) => {
                 fn gpu(p: &Option<Tensor>) -> Result<Option<&crate::gpu::buffer::GpuBuffer>> {
                     p.as_ref()
-                        .map(|p| match p.data()? {
-                            Data::Gpu(b) => Ok(b),
-                            Data::Cpu(_) => Err(p.unsupported("layer_norm")),
-                        })
+                        .map(|p| p.gpu_data()?.ok_or_else(|| p.unsupported("layer_norm")))
                         .transpose()
                 }
                 let (w, b) = (gpu(&weight)?, gpu(&bias)?);

@@ -2,8 +2,8 @@
 //! CPU kernels live in `cpu/quant*.rs`, the GPU ones in `gpu/quant.rs` and `shaders/quant.wgsl`.
 
 use super::gather::host_ids;
-use super::Data;
 use super::{backend, Backend, Tensor};
+use super::{data_n, DataN};
 use crate::cpu::quant::{body_bytes, scale_halfs};
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Device, Error, QType, Result};
@@ -382,10 +382,7 @@ impl QTensor {
                 Storage::from(CpuStorage::F32(out))
             }
             Backend::Gpu(g) => {
-                let xb = match x.data()? {
-                    Data::Gpu(b) => b,
-                    Data::Cpu(_) => return Err(x.unsupported(OP)),
-                };
+                let xb = x.gpu_data()?.ok_or_else(|| x.unsupported(OP))?;
                 Storage::from(g.quant_matmul_t(
                     OP,
                     self.0.qtype,
@@ -555,8 +552,8 @@ impl QTensor {
         self.0
             .parts
             .iter()
-            .map(|p| match (p.scales.data()?, p.body.data()?) {
-                (Data::Gpu(s), Data::Gpu(b)) => Ok(crate::gpu::quant::QPart {
+            .map(|p| match data_n("QTensor", [&p.scales, &p.body])? {
+                DataN::Gpu([s, b]) => Ok(crate::gpu::quant::QPart {
                     row0: p.row0,
                     rows: p.rows,
                     scales: s,
@@ -604,8 +601,8 @@ impl Part {
 
     /// The host planes (CPU parts only).
     fn host_planes(&self, op: &'static str) -> Result<(&[f16], &[u8])> {
-        match (self.scales.data()?, self.body.data()?) {
-            (Data::Cpu(CpuStorage::F16(s)), Data::Cpu(CpuStorage::U8(b))) => Ok((s, b)),
+        match data_n(op, [&self.scales, &self.body])? {
+            DataN::Cpu([CpuStorage::F16(s), CpuStorage::U8(b)]) => Ok((s, b)),
             _ => Err(self.scales.unsupported(op)),
         }
     }

@@ -167,7 +167,7 @@ impl Tensor {
                 let out = dev.extract(op, b, base.layout().offset as u64 * 4, bytes)?;
                 if ids.numel() > 0 && r > 0 {
                     let ids = device_ids(ids)?;
-                    let Data::Gpu(v) = vals.data()? else {
+                    let Some(v) = vals.gpu_data()? else {
                         return Err(Error::InvalidArgument {
                             op,
                             message: "values on the CPU for a GPU tensor".into(),

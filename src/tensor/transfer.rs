@@ -405,15 +405,12 @@ impl Tensor {
 pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<CpuStorage>> {
     let mut out: Vec<Option<CpuStorage>> = tensors
         .iter()
-        .map(|t| match t.data()? {
-            Data::Cpu(s) => s.contiguous(t.layout()).map(Some),
-            Data::Gpu(_) => Ok(None),
-        })
+        .map(|t| t.host_data()?.map(|s| s.contiguous(t.layout())).transpose())
         .collect::<Result<_>>()?;
     // Group the GPU tensors by device, preserving order.
     let mut groups: Vec<(&GpuDevice, Vec<usize>)> = Vec::new();
     for (i, t) in tensors.iter().enumerate() {
-        if let Ok(Data::Gpu(b)) = t.data() {
+        if let Ok(Some(b)) = t.gpu_data() {
             match groups.iter_mut().find(|(d, _)| **d == b.device) {
                 Some((_, v)) => v.push(i),
                 None => groups.push((&b.device, vec![i])),
@@ -425,7 +422,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
             .iter()
             .map(|&i| {
                 let t = tensors[i];
-                let Ok(Data::Gpu(b)) = t.data() else {
+                let Ok(Some(b)) = t.gpu_data() else {
                     unreachable!("grouped GPU tensors")
                 };
                 let esize = t.dtype().size_in_bytes() as u64;
