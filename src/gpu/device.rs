@@ -429,9 +429,7 @@ impl GpuDevice {
         let (b, unmapped) = q.wait_unmapped(q.lock(), self.timeout(), |b| {
             !b.mapped.is_empty() && b.is_open()
         });
-        if !unmapped {
-            return Err(self.timeout_error(op));
-        }
+        self.unmapped_or_error(op, unmapped)?;
         let mut b = b;
         let (index, retired) = self.submit_locked(op, &mut b);
         drop(b);
@@ -517,6 +515,29 @@ impl GpuDevice {
             self.flush(op)?;
         }
         Ok(())
+    }
+
+    /// The error for a wait on mapped buffers that did not end in `Ready`.
+    pub(crate) fn unmapped_or_error(
+        &self,
+        op: &'static str,
+        how: super::queue::Unmapped,
+    ) -> Result<()> {
+        use super::queue::Unmapped;
+        match how {
+            Unmapped::Ready => Ok(()),
+            Unmapped::TimedOut => Err(self.timeout_error(op)),
+            Unmapped::HeldByCaller => Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "GPU work on {} must be submitted, but this thread holds one of its \
+                     buffers mapped inside a `map_read` closure (nothing can be submitted until \
+                     the closure returns); read the data with `to_vec` inside the closure's \
+                     caller instead, or do this work after `map_read` returns",
+                    self.label()
+                ),
+            }),
+        }
     }
 
     pub(crate) fn timeout_error(&self, op: &'static str) -> Error {

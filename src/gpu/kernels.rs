@@ -758,7 +758,11 @@ mod tests {
             let first = SHADERS.iter().position(|e| e.shader == d.shader);
             assert_eq!(first, Some(i), "{} is listed twice", d.label);
             assert_eq!(d.shader.file(), d.label);
-            assert!(d.shader.body().contains(d.raw) || d.label.contains('('), "{}", d.label);
+            assert!(
+                d.shader.body().contains(d.raw) || d.label.contains('('),
+                "{}",
+                d.label
+            );
             assert_eq!(d.shader.inputs(), d.inputs);
         }
         assert!(Shader::all().count() == SHADERS.len());

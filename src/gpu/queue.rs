@@ -23,6 +23,34 @@ pub(crate) const FLUSH_WRITTEN_BYTES: u64 = 64 << 20;
 /// Distinct op names remembered per batch, for the error message of a failed submit.
 const NAMES_KEPT: usize = 16;
 
+thread_local! {
+    /// The queues (by address) whose buffers the calling thread holds mapped.
+    static HOLDING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Ends a [`Queue::hold`].
+pub(crate) struct Held(usize);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HOLDING.with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().rposition(|&q| q == self.0) {
+                h.remove(i);
+            }
+        });
+    }
+}
+
+/// How [`Queue::wait_unmapped`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unmapped {
+    Ready,
+    TimedOut,
+    /// The calling thread holds the mapping it would wait for.
+    HeldByCaller,
+}
+
 /// The commands recorded since the last submit.
 #[derive(Default)]
 pub(crate) struct Batch {
@@ -166,18 +194,23 @@ impl Queue {
         self.open.store(b.is_open(), Ordering::SeqCst);
     }
 
-    /// Waits (releasing the lock) until no buffer is mapped; `false` on timeout.
+    /// Waits (releasing the lock) until no buffer is mapped. Never waits for a mapping the
+    /// calling thread itself holds (a readback or submit inside a `map_read` closure): that
+    /// would last until the timeout, so it is [`Unmapped::HeldByCaller`] at once.
     pub(crate) fn wait_unmapped<'a>(
         &'a self,
         mut b: MutexGuard<'a, Batch>,
         timeout: Duration,
         busy: impl Fn(&Batch) -> bool,
-    ) -> (MutexGuard<'a, Batch>, bool) {
+    ) -> (MutexGuard<'a, Batch>, Unmapped) {
         let deadline = Instant::now() + timeout;
         while busy(&b) {
+            if self.held_here() {
+                return (b, Unmapped::HeldByCaller);
+            }
             let now = Instant::now();
             if now >= deadline {
-                return (b, false);
+                return (b, Unmapped::TimedOut);
             }
             // Short slices: a mapping thread that died without unmapping is caught by the deadline.
             let slice = (deadline - now).min(Duration::from_millis(50));
@@ -187,7 +220,20 @@ impl Queue {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        (b, true)
+        (b, Unmapped::Ready)
+    }
+
+    /// Notes, until the guard drops, that the calling thread holds buffers of this queue's
+    /// device mapped (a direct readback running its consumer).
+    pub(crate) fn hold(&self) -> Held {
+        let me = self as *const Queue as usize;
+        HOLDING.with(|h| h.borrow_mut().push(me));
+        Held(me)
+    }
+
+    fn held_here(&self) -> bool {
+        let me = self as *const Queue as usize;
+        HOLDING.with(|h| h.borrow().contains(&me))
     }
 
     /// Forgets mapped `buffers` and wakes waiting submitters.

@@ -319,9 +319,7 @@ impl GpuDevice {
         let mapped: Vec<wgpu::Buffer> = parts.iter().map(|p| p.buffer.buffer.clone()).collect();
         let q = &self.0.batch;
         let (mut b, unmapped) = q.wait_unmapped(q.lock(), self.timeout(), |b| !b.mapped.is_empty());
-        if !unmapped {
-            return Err(self.timeout_error(op));
-        }
+        self.unmapped_or_error(op, unmapped)?;
         let (index, retired) = self.submit_locked(op, &mut b);
         if index.is_ok() {
             b.mapped.extend(mapped.iter().cloned());
@@ -337,6 +335,9 @@ impl GpuDevice {
             }
         }
         let _unmark = Unmark(self, mapped);
+        // Until then, a submit or readback of this thread (inside the consumer: a `map_read`
+        // closure) is an error at once, not a wait for this very mapping.
+        let _held = q.hold();
         if index.is_some() {
             // Blocks in the driver until the batch that produced the data is done; the map
             // below then completes at the next poll.

@@ -160,6 +160,11 @@ impl Tensor {
     /// `to_vec` when the data must outlive the call. Strided views are packed on their device
     /// first. Other threads' work on the device waits while `f` runs, so keep `f` short.
     ///
+    /// Inside `f`, work on the same GPU that must be submitted (a readback such as `to_vec`, or
+    /// enough ops to fill a batch) cannot run while the buffer is mapped in place (unified-memory
+    /// adapters): it returns [`Error::InvalidArgument`] at once, naming `map_read`, instead of
+    /// waiting for the device timeout; the device stays usable. Elsewhere it completes.
+    ///
     /// # Errors
     /// [`Error::DTypeMismatch`] when `T` is not the tensor's element type; GPU errors.
     ///
