@@ -30,7 +30,8 @@ const TILE: usize = 32;
 /// Elements per row folded in order before the tiles combine pairwise (as `LEAF / LANES`).
 const TILE_LEAF: usize = 256;
 
-// The reduction table (`src/ops/reduce.rs`) declares the ops and their shader codes.
+// The reduction table (`src/ops/reduce.rs`) declares the ops, their folds and shader codes.
+use crate::ops::IntElem;
 pub(crate) use crate::ops::ReduceOp;
 
 /// `OP` of `shaders/reduce.wgsl` for softmax's `Σ exp(x - rowmax)`.
@@ -192,16 +193,6 @@ where
         )
     };
     f(a, b)
-}
-
-/// Sum of `n` elements with stride `stride` (pairwise; see the module docs).
-pub(crate) fn sum(src: &[f32], start: usize, stride: usize, n: usize) -> f32 {
-    fold(src, start, stride, n, SUM_ID, add, |x| x)
-}
-
-/// Max of a row, NaN-propagating (`-inf` for an empty row, which callers reject first).
-pub(crate) fn max(src: &[f32], start: usize, stride: usize, n: usize) -> f32 {
-    fold(src, start, stride, n, f32::NEG_INFINITY, max_nan, |x| x)
 }
 
 /// Folds `w <= TILE` adjacent rows at once: row `j` holds `src[base + j + k * stride]` for
@@ -421,46 +412,61 @@ pub(crate) fn per_row<T: Send>(rows: &Rows, f: impl Fn(usize) -> T + Sync + Send
     }
 }
 
+// The CPU folds of the reduction table, expanded here so each is monomorphised and inlined.
+crate::ops::reduce_cpu_half!();
+
+/// The element map of a fold that takes elements as they are.
+#[inline(always)]
+fn keep(x: f32) -> f32 {
+    x
+}
+
+/// The finish of a fold whose value is the result.
+#[inline(always)]
+fn whole(v: f32, _: usize) -> f32 {
+    v
+}
+
+/// A mean: PyTorch divides the sum (it does not multiply by 1/n); 0/0 makes an empty mean NaN.
+#[inline(always)]
+fn mean_of(v: f32, n: usize) -> f32 {
+    v / n as f32
+}
+
+#[inline(always)]
+fn mul(a: f32, b: f32) -> f32 {
+    a * b
+}
+
 /// A value reduction of every row (`op` is not an arg op; rows are non-empty unless `op` is a
 /// sum, mean or product).
 pub(crate) fn reduce(op: ReduceOp, src: &[f32], rows: &Rows) -> Vec<f32> {
-    let (n, s) = (rows.len, rows.stride);
-    if let Some(width) = adjacent_rows(rows) {
-        return reduce_tiled(op, src, rows, width);
-    }
-    match op {
-        ReduceOp::Sum => per_row(rows, |b| sum(src, b, s, n)),
-        // PyTorch divides the sum (it does not multiply by 1/n); 0/0 makes an empty mean NaN.
-        ReduceOp::Mean => per_row(rows, |b| sum(src, b, s, n) / n as f32),
-        ReduceOp::Prod => per_row(rows, |b| fold(src, b, s, n, 1.0, |a, x| a * x, |x| x)),
-        ReduceOp::Max => per_row(rows, |b| max(src, b, s, n)),
-        ReduceOp::Min => per_row(rows, |b| fold(src, b, s, n, f32::INFINITY, min_nan, |x| x)),
-        ReduceOp::ArgMax | ReduceOp::ArgMin => {
-            unreachable!("arg reductions return indices: use arg_reduce")
-        }
-    }
+    op.cpu_f32(src, rows)
+        .unwrap_or_else(|| unreachable!("arg reductions return indices: use arg_reduce"))
 }
 
-/// [`reduce`] for interleaved rows: each line of `width` adjacent rows is folded in tiles.
-fn reduce_tiled(op: ReduceOp, src: &[f32], rows: &Rows, width: usize) -> Vec<f32> {
+/// `finish(fold of map(x) by f from id, len)` of every row: pairwise per row, or tile by tile
+/// when rows interleave in memory.
+fn value_rows<F, M>(
+    src: &[f32],
+    rows: &Rows,
+    id: f32,
+    f: F,
+    map: M,
+    finish: fn(f32, usize) -> f32,
+) -> Vec<f32>
+where
+    F: Fn(f32, f32) -> f32 + Sync + Send + Copy,
+    M: Fn(f32) -> f32 + Sync + Send + Copy,
+{
     let (n, s) = (rows.len, rows.stride);
+    let Some(width) = adjacent_rows(rows) else {
+        return per_row(rows, |b| finish(fold(src, b, s, n, id, f, map), n));
+    };
     let mut out = vec![0f32; rows.outputs()];
     let line = |(l, o): (usize, &mut [f32])| {
-        let b = rows.base(l * width);
-        let id = |_: usize, x: f32| x;
-        match op {
-            ReduceOp::Sum => fold_adjacent(src, b, s, n, SUM_ID, add, id, o),
-            ReduceOp::Mean => {
-                fold_adjacent(src, b, s, n, SUM_ID, add, id, o);
-                o.iter_mut().for_each(|x| *x /= n as f32);
-            }
-            ReduceOp::Prod => fold_adjacent(src, b, s, n, 1.0, |a, x| a * x, id, o),
-            ReduceOp::Max => fold_adjacent(src, b, s, n, f32::NEG_INFINITY, max_nan, id, o),
-            ReduceOp::Min => fold_adjacent(src, b, s, n, f32::INFINITY, min_nan, id, o),
-            ReduceOp::ArgMax | ReduceOp::ArgMin => {
-                unreachable!("arg reductions return indices: use arg_reduce")
-            }
-        }
+        fold_adjacent(src, rows.base(l * width), s, n, id, f, |_, x| map(x), o);
+        o.iter_mut().for_each(|x| *x = finish(*x, n));
     };
     if out.len() * n >= PAR_THRESHOLD {
         out.par_chunks_mut(width).enumerate().for_each(line);
@@ -470,14 +476,22 @@ fn reduce_tiled(op: ReduceOp, src: &[f32], rows: &Rows, width: usize) -> Vec<f32
     out
 }
 
+/// The fold of every row of integers by `f` from `id`, in order (sums and products wrap).
+fn int_rows<T: IntElem>(src: &[T], rows: &Rows, id: T, f: fn(T, T) -> T) -> Vec<T> {
+    (0..rows.outputs())
+        .map(|o| {
+            let base = rows.base(o);
+            (0..rows.len).fold(id, |acc, r| f(acc, src[base + r * rows.stride]))
+        })
+        .collect()
+}
+
 /// argmax/argmin of every (non-empty) row, as indices along the row.
 pub(crate) fn arg_reduce(op: ReduceOp, src: &[f32], rows: &Rows) -> Vec<u32> {
     let up = match op {
         ReduceOp::ArgMax => true,
         ReduceOp::ArgMin => false,
-        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => {
-            unreachable!("value reductions return values: use reduce")
-        }
+        _ => unreachable!("value reductions return values: use reduce"),
     };
     let (n, s) = (rows.len, rows.stride);
     let Some(width) = adjacent_rows(rows) else {
@@ -512,6 +526,7 @@ mod tests {
 
     #[test]
     fn pairwise_sum_is_accurate_and_layout_independent() {
+        let sum = |v: &[f32], start, stride, n| fold(v, start, stride, n, SUM_ID, add, keep);
         let n = 1_000_003;
         let v: Vec<f32> = (0..n)
             .map(|i| ((i * 7919) % 1000) as f32 * 0.001 + 0.1)

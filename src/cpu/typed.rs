@@ -231,35 +231,29 @@ pub(crate) fn convert(src: &CpuStorage, l: &Layout, to: DType) -> Result<CpuStor
 /// occurrence of the extreme value). Rows are non-empty unless `op` is a sum or product.
 pub(crate) fn reduce_int(op: ReduceOp, src: &CpuStorage, rows: &Rows) -> Result<CpuStorage> {
     fn go<T: IntElem>(op: ReduceOp, v: &[T], rows: &Rows) -> (Vec<T>, Vec<u32>) {
-        let mut vals = Vec::new();
+        // Value reductions: the table's integer fold.
+        if let Some(vals) = op.cpu_int(v, rows) {
+            return (vals, Vec::new());
+        }
         let mut idx = Vec::new();
         for o in 0..rows.outputs() {
             let base = rows.base(o);
             let at = |r: usize| v[base + r * rows.stride];
-            match op {
-                ReduceOp::Sum | ReduceOp::Mean => {
-                    vals.push((0..rows.len).fold(T::ZERO, |acc, r| acc.wadd(at(r))))
-                }
-                ReduceOp::Prod => vals.push((0..rows.len).fold(T::ONE, |acc, r| acc.wmul(at(r)))),
-                ReduceOp::Max => vals.push((1..rows.len).fold(at(0), |acc, r| acc.max(at(r)))),
-                ReduceOp::Min => vals.push((1..rows.len).fold(at(0), |acc, r| acc.min(at(r)))),
-                ReduceOp::ArgMax | ReduceOp::ArgMin => {
-                    let mut best = 0;
-                    for r in 1..rows.len {
-                        let better = if op == ReduceOp::ArgMax {
-                            at(r) > at(best)
-                        } else {
-                            at(r) < at(best)
-                        };
-                        if better {
-                            best = r;
-                        }
-                    }
-                    idx.push(best as u32);
+            // argmax / argmin: the first occurrence of the extreme value.
+            let mut best = 0;
+            for r in 1..rows.len {
+                let better = if op == ReduceOp::ArgMax {
+                    at(r) > at(best)
+                } else {
+                    at(r) < at(best)
+                };
+                if better {
+                    best = r;
                 }
             }
+            idx.push(best as u32);
         }
-        (vals, idx)
+        (Vec::new(), idx)
     }
     let (out, arg) = match src {
         CpuStorage::I32(v) => {

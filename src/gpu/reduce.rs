@@ -156,13 +156,14 @@ impl GpuDevice {
             })?;
             return self.sum_packed(name, op, mean, src, rows, first);
         }
-        let code = op.code() | kind << 8;
+        // The first pass reduces elements; later passes combine partials (`ReduceOp::partials`).
+        let codes = (op.code() | kind << 8, op.partials().code() | kind << 8);
         let candidates = self.reduce_candidates();
         let first = self.tuned_first_pass("reduce", &candidates, rows, |f| {
-            self.passes(name, code, op.is_arg(), mean, src, None, rows, f)
+            self.passes(name, codes, op.is_arg(), mean, src, None, rows, f)
                 .map(drop)
         })?;
-        self.passes(name, code, op.is_arg(), mean, src, None, rows, first)
+        self.passes(name, codes, op.is_arg(), mean, src, None, rows, first)
     }
 
     /// The sum (or mean) of one packed f32 row of at least [`WG_CHUNK`] elements starting at a
@@ -203,9 +204,10 @@ impl GpuDevice {
             len: chunks,
             stride: 1,
         };
+        let sums = op.partials().code();
         self.passes(
             name,
-            op.code(),
+            (sums, sums),
             false,
             mean,
             &partials,
@@ -295,7 +297,7 @@ impl GpuDevice {
     fn passes(
         &self,
         op: &'static str,
-        mut code: u32,
+        (mut code, later): (u32, u32),
         arg: bool,
         mean: Option<f32>,
         src: &GpuBuffer,
@@ -379,9 +381,9 @@ impl GpuDevice {
             };
             if code == SUM_EXP_CODE {
                 // The exponentials are taken; what remains is a plain sum of partials.
-                code = ReduceOp::Sum.code();
                 aux = None;
             }
+            code = later;
             partials = Some(out);
         }
     }

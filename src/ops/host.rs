@@ -52,6 +52,8 @@ pub(crate) fn minimum(a: f32, b: f32) -> f32 {
 pub(crate) trait IntElem: Copy + Ord + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
+    const MIN: Self;
+    const MAX: Self;
     fn wadd(self, b: Self) -> Self;
     fn wsub(self, b: Self) -> Self;
     fn wmul(self, b: Self) -> Self;
@@ -74,6 +76,8 @@ macro_rules! int_elem {
         impl IntElem for $t {
             const ZERO: Self = 0;
             const ONE: Self = 1;
+            const MIN: Self = <$t>::MIN;
+            const MAX: Self = <$t>::MAX;
             #[inline]
             fn wadd(self, b: Self) -> Self {
                 self.wrapping_add(b)

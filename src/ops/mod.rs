@@ -26,7 +26,7 @@ mod reduce;
 pub(crate) mod testing;
 pub(crate) use compare::{compare_tensor_half, CmpOp};
 pub(crate) use host::*;
-pub(crate) use reduce::{reduce_tensor_half, Empty, ReduceOp};
+pub(crate) use reduce::{reduce_cpu_half, reduce_tensor_half, Empty, ReduceOp};
 
 /// The scalar functions of one unary op, as types so that CPU loops monomorphise per op.
 pub(crate) trait UnaryFn {

@@ -3,16 +3,21 @@
 //! `reduce_subgroup.wgsl`), whether it returns indices, whether integers reduce, its value over
 //! no elements and its gradient. The rest derives from the entry:
 //!
-//! - the `ReduceOp` enum with `name`, `is_arg`, `code` and `ints`, which the CPU loops
-//!   (`src/cpu/reduce.rs`, `src/cpu/typed.rs`) and the GPU passes (`src/gpu/reduce.rs`) read;
+//! - the `ReduceOp` enum with `name`, `is_arg`, `code`, `ints` and `partials`, which the GPU
+//!   passes (`src/gpu/reduce.rs`) read;
+//! - the CPU folds: `f32: [identity, combine, map, finish]` is expanded by `src/cpu/reduce.rs`
+//!   into its pairwise and tiled loops (the table's `reduce_cpu_half!`, so every op's loop is
+//!   monomorphised and inlined as if written out), and `int: [identity, combine]` (names of
+//!   `IntElem`) into the wrapping integer loop; arg reductions have neither (they return
+//!   indices, by `cpu::reduce::arg_reduce`);
 //! - the public `Tensor` methods with their docs, and the autograd node they record (the
 //!   table's `reduce_tensor_half!`, expanded by `src/tensor/reduce.rs`);
 //! - the WGSL op codes: `shaders/reduce.wgsl` names each code as `const OP_<NAME>: u32`, and
 //!   `tests/shaders.rs` checks those constants against this table;
 //! - the test sweeps (`wgtensor::testing::reduce_ops()`).
 //!
-//! Adding a reduction is one `reduce_ops!` entry, its CPU fold in `src/cpu/reduce.rs` and its
-//! `combine` case in `shaders/reduce.wgsl`.
+//! Adding a reduction is one `reduce_ops!` entry (with its CPU fold) and its cases in
+//! `shaders/reduce.wgsl` (`identity`, `combine`, or a `load` map).
 
 /// What a reduction of no elements gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +30,7 @@ pub(crate) enum Empty {
 }
 
 /// Declares the reductions. Entry: `Variant { all: docs method, dim: docs method, wgsl_code,
-/// arg, ints, empty, grad }`.
+/// arg, ints, empty, partials, f32: [id, combine, map, finish]?, int: [ID, combine]?, grad }`.
 macro_rules! reduce_ops {
     ($(
         $V:ident {
@@ -35,6 +40,9 @@ macro_rules! reduce_ops {
             arg: $arg:literal,
             ints: $ints:literal,
             empty: $empty:ident,
+            partials: $partials:ident,
+            f32: [$($fid:expr, $fop:expr, $fmap:expr, $fin:expr)?],
+            int: [$($iid:ident, $iop:ident)?],
             grad: $grad:expr $(,)?
         }
     )*) => {
@@ -78,7 +86,38 @@ macro_rules! reduce_ops {
                 match self { $(ReduceOp::$V => Empty::$empty,)* }
             }
 
+            /// The op that combines partial results (of GPU passes, or of blocks of rows):
+            /// a mean's partials are sums.
+            pub(crate) fn partials(self) -> ReduceOp {
+                match self { $(ReduceOp::$V => ReduceOp::$partials,)* }
+            }
         }
+
+        /// The CPU half of the table, expanded by `src/cpu/reduce.rs` (which defines
+        /// `value_rows` and `int_rows`, the loops each entry's fold is handed to).
+        macro_rules! reduce_cpu_half { () => {
+        impl ReduceOp {
+            /// The f32 value of every row (`None` for an arg reduction).
+            pub(crate) fn cpu_f32(self, src: &[f32], rows: &Rows) -> Option<Vec<f32>> {
+                match self {
+                    $(ReduceOp::$V => {
+                        None $(.or_else(|| Some(value_rows(src, rows, $fid, $fop, $fmap, $fin))))?
+                    })*
+                }
+            }
+
+            /// The wrapping integer value of every row (`None` for an arg reduction or an op
+            /// integers do not take).
+            pub(crate) fn cpu_int<T: IntElem>(self, src: &[T], rows: &Rows) -> Option<Vec<T>> {
+                match self {
+                    $(ReduceOp::$V => {
+                        None $(.or_else(|| Some(int_rows(src, rows, T::$iid, T::$iop))))?
+                    })*
+                }
+            }
+        }
+        } }
+        pub(crate) use reduce_cpu_half;
 
         /// The tensor half of the reduction table (the autograd node each op records and the
         /// public `Tensor` methods), expanded by `src/tensor/reduce.rs` in the tensor layer:
@@ -149,6 +188,9 @@ reduce_ops! {
         arg: false,
         ints: true,
         empty: Zeros,
+        partials: Sum,
+        f32: [SUM_ID, add, keep, whole],
+        int: [ZERO, wadd],
         grad: Some(Reduction::Sum),
     }
     Mean {
@@ -180,6 +222,9 @@ reduce_ops! {
         arg: false,
         ints: false,
         empty: Nan,
+        partials: Sum,
+        f32: [SUM_ID, add, keep, mean_of],
+        int: [],
         grad: Some(Reduction::Mean),
     }
     Prod {
@@ -210,6 +255,9 @@ reduce_ops! {
         arg: false,
         ints: true,
         empty: Ones,
+        partials: Prod,
+        f32: [1.0, mul, keep, whole],
+        int: [ONE, wmul],
         grad: Some(Reduction::Prod),
     }
     Max {
@@ -243,6 +291,9 @@ reduce_ops! {
         arg: false,
         ints: true,
         empty: Undefined,
+        partials: Max,
+        f32: [f32::NEG_INFINITY, max_nan, keep, whole],
+        int: [MIN, max],
         grad: Some(Reduction::Max),
     }
     Min {
@@ -276,6 +327,9 @@ reduce_ops! {
         arg: false,
         ints: true,
         empty: Undefined,
+        partials: Min,
+        f32: [f32::INFINITY, min_nan, keep, whole],
+        int: [MAX, min],
         grad: Some(Reduction::Min),
     }
     ArgMax {
@@ -311,6 +365,9 @@ reduce_ops! {
         arg: true,
         ints: true,
         empty: Undefined,
+        partials: ArgMax,
+        f32: [],
+        int: [],
         grad: None,
     }
     ArgMin {
@@ -345,6 +402,9 @@ reduce_ops! {
         arg: true,
         ints: true,
         empty: Undefined,
+        partials: ArgMin,
+        f32: [],
+        int: [],
         grad: None,
     }
 }

@@ -64,10 +64,7 @@ impl Tensor {
                 Ok(Some(block.mul(&per)?.add(&within)?))
             }
             None if self.ndim() > 0 => {
-                let partial = match op {
-                    ReduceOp::Mean => ReduceOp::Sum,
-                    other => other,
-                };
+                let partial = op.partials();
                 let flat = self.contiguous()?.flatten()?;
                 let partials = map_dim0_blocks(name, g, &flat, &|b| {
                     b.reduce_op(partial, None, false)?.reshape(&[1])
@@ -83,10 +80,7 @@ impl Tensor {
                 if self.ndim() > 1 && normalize_dim(name, d, self.ndim())? == 0 && !op.is_arg() =>
             {
                 // Over dim 0: each block of rows to one partial row, then the partials.
-                let partial = match op {
-                    ReduceOp::Mean => ReduceOp::Sum,
-                    other => other,
-                };
+                let partial = op.partials();
                 let partials =
                     map_dim0_blocks(name, g, self, &|b| b.reduce_op(partial, Some(0), true))?;
                 let total = partials.reduce_op(partial, Some(0), keepdim)?;
