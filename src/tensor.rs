@@ -95,11 +95,6 @@ impl Tensor {
         self.0.storage.gpu_bytes(self.dtype())
     }
 
-    /// The tensor's data, materialising a pending fused program first (one dispatch).
-    fn storage(&self) -> Result<&Storage> {
-        self.0.storage.get()
-    }
-
     pub(crate) fn layout(&self) -> &Layout {
         &self.0.layout
     }

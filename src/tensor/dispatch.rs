@@ -79,6 +79,12 @@ pub(crate) fn data_n<'a, const N: usize>(
 }
 
 impl Tensor {
+    /// The tensor's data, materialising a pending fused program first (one dispatch). Private
+    /// to this module: everything else reads data through the accessors below.
+    fn storage(&self) -> Result<&Storage> {
+        self.0.storage.get()
+    }
+
     /// Where this tensor's data lives (materialising a pending fused program first).
     pub(crate) fn data(&self) -> Result<Data<'_>> {
         Ok(match self.storage()? {

@@ -291,8 +291,7 @@ fn cpu_f16_matvec(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
     if batches != 1 || m != 1 || k == 0 || p.la.strides[nd - 1] != 1 || p.lb.strides[nd - 2] != 1 {
         return Ok(None);
     }
-    let (Storage::Cpu(CpuStorage::F16(a)), Storage::Cpu(CpuStorage::F16(b))) =
-        (lhs.storage()?, rhs.storage()?)
+    let (Some(CpuStorage::F16(a)), Some(CpuStorage::F16(b))) = (lhs.host_data()?, rhs.host_data()?)
     else {
         return Ok(None);
     };
@@ -303,7 +302,5 @@ fn cpu_f16_matvec(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
     let mut out = vec![0f32; n];
     cpu::matvec::matvec_t(&x, b, p.lb.offset, n, p.lb.strides[nd - 1], &mut out);
     let out: Vec<half::f16> = out.into_iter().map(half::f16::from_f32).collect();
-    Ok(Some(
-        lhs.derived(Storage::Cpu(CpuStorage::F16(out)), &p.out_shape),
-    ))
+    Ok(Some(lhs.derived(CpuStorage::F16(out), &p.out_shape)))
 }
