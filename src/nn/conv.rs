@@ -103,20 +103,7 @@ impl Module for Conv2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.conv2d(&self.weight, self.bias.as_ref(), &self.opts)
     }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b.clone()));
-        }
-        v
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        let mut v = vec![("weight".to_string(), &mut self.weight)];
-        if let Some(b) = &mut self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
+    super::weight_and_bias_parameters!();
 }
 
 /// A layer with no parameters around a pooling or reshaping function.
@@ -475,22 +462,20 @@ impl Module for BatchNorm2d {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = Vec::new();
-        if let (Some(w), Some(b)) = (&self.weight, &self.bias) {
-            v.push(("weight".to_string(), w.clone()));
-            v.push(("bias".to_string(), b.clone()));
-        }
+        let mut v = super::own_parameters([
+            ("weight", self.weight.as_ref()),
+            ("bias", self.bias.as_ref()),
+        ]);
         v.push(("running_mean".to_string(), self.running_mean()));
         v.push(("running_var".to_string(), self.running_var()));
         v
     }
 
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        let mut v = Vec::new();
-        if let (Some(w), Some(b)) = (&mut self.weight, &mut self.bias) {
-            v.push(("weight".to_string(), w));
-            v.push(("bias".to_string(), b));
-        }
+        let mut v = super::own_parameters_mut([
+            ("weight", self.weight.as_mut()),
+            ("bias", self.bias.as_mut()),
+        ]);
         let rm = self
             .running_mean
             .get_mut()

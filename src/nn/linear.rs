@@ -200,21 +200,7 @@ impl Module for Linear {
         }
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b.clone()));
-        }
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        let mut v = vec![("weight".to_string(), &mut self.weight)];
-        if let Some(b) = &mut self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
+    super::weight_and_bias_parameters!();
 }
 
 /// `p` in `x`'s dtype when both are floats of different widths; otherwise `p` unchanged (the op

@@ -278,6 +278,36 @@ pub fn load_tensor(path: impl AsRef<Path>, name: &str, device: &Device) -> Resul
     convert(op, &mapped.path, name, &view, None)?.to(device)
 }
 
+/// The `weight_map` of a sharded checkpoint's `*.index.json`: (tensor name, shard file) pairs
+/// in the index's order.
+fn weight_map(op: &'static str, index: &Path) -> Result<Vec<(String, String)>> {
+    let shown = index.display().to_string();
+    let text = std::fs::read_to_string(index).map_err(|e| Error::Io {
+        op,
+        path: shown.clone(),
+        message: e.to_string(),
+    })?;
+    let format = |message: String| Error::Format {
+        op,
+        path: shown.clone(),
+        message,
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| format("no \"weight_map\" object (tensor name -> shard file)".into()))?;
+    map.iter()
+        .map(|(name, file)| {
+            let file = file
+                .as_str()
+                .ok_or_else(|| format(format!("weight_map[{name:?}] is not a file name")))?;
+            Ok((name.clone(), file.to_string()))
+        })
+        .collect()
+}
+
 /// Reads a sharded checkpoint through its index (`model.safetensors.index.json`): the JSON
 /// object's `weight_map` maps each tensor name to a shard file in the same directory. Every
 /// shard is validated and converted (as [`load_safetensors`] does) before the first upload; the
@@ -312,32 +342,11 @@ pub fn load_sharded(
     check_dtype_arg(op, dtype)?;
     let index = index.as_ref();
     let shown = index.display().to_string();
-    let text = std::fs::read_to_string(index).map_err(|e| Error::Io {
-        op,
-        path: shown.clone(),
-        message: e.to_string(),
-    })?;
-    let format = |message: String| Error::Format {
-        op,
-        path: shown.clone(),
-        message,
-    };
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
-    let map = json
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| format("no \"weight_map\" object (tensor name -> shard file)".into()))?;
+    let map = weight_map(op, index)?;
     // Shard file -> the names the index places in it.
     let mut shards: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, file) in map {
-        let file = file
-            .as_str()
-            .ok_or_else(|| format(format!("weight_map[{name:?}] is not a file name")))?;
-        shards
-            .entry(file.to_string())
-            .or_default()
-            .push(name.clone());
+    for (name, file) in &map {
+        shards.entry(file.clone()).or_default().push(name.clone());
     }
     let dir = index.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut host: Vec<(String, Tensor)> = Vec::with_capacity(map.len());
@@ -396,32 +405,10 @@ impl Checkpoint {
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.ends_with(".index.json"));
         let files: Vec<PathBuf> = if is_index {
-            let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-                op,
-                path: shown.clone(),
-                message: e.to_string(),
-            })?;
-            let format = |message: String| Error::Format {
-                op,
-                path: shown.clone(),
-                message,
-            };
-            let json: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format(format!("not JSON: {e}")))?;
-            let map = json
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .ok_or_else(|| {
-                    format("no \"weight_map\" object (tensor name -> shard file)".into())
-                })?;
             let mut shards: Vec<String> = Vec::new();
-            for (name, file) in map {
-                let file = file
-                    .as_str()
-                    .ok_or_else(|| format(format!("weight_map[{name:?}] is not a file name")))?;
-                if !shards.iter().any(|s| s == file) {
-                    shards.push(file.to_string());
+            for (_, file) in weight_map(op, path)? {
+                if !shards.contains(&file) {
+                    shards.push(file);
                 }
             }
             shards.sort();

@@ -228,6 +228,48 @@ pub trait Module: Send + Sync {
     }
 }
 
+/// `named_parameters` and `named_parameters_mut` of a layer with fields `weight: Tensor` and
+/// `bias: Option<Tensor>` (PyTorch's names `weight` and `bias`).
+macro_rules! weight_and_bias_parameters {
+    () => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            crate::nn::own_parameters([
+                ("weight", Some(&self.weight)),
+                ("bias", self.bias.as_ref()),
+            ])
+        }
+
+        fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+            crate::nn::own_parameters_mut([
+                ("weight", Some(&mut self.weight)),
+                ("bias", self.bias.as_mut()),
+            ])
+        }
+    };
+}
+use weight_and_bias_parameters;
+
+/// The named parameters of a layer's own tensors, skipping the absent ones (no bias, not
+/// affine): how every layer with a weight and a bias lists them.
+pub(crate) fn own_parameters<const N: usize>(
+    named: [(&str, Option<&Tensor>); N],
+) -> Vec<(String, Tensor)> {
+    named
+        .into_iter()
+        .filter_map(|(n, t)| Some((n.to_string(), t?.clone())))
+        .collect()
+}
+
+/// [`own_parameters`] for writing.
+pub(crate) fn own_parameters_mut<'a, const N: usize>(
+    named: [(&str, Option<&'a mut Tensor>); N],
+) -> Vec<(String, &'a mut Tensor)> {
+    named
+        .into_iter()
+        .filter_map(|(n, t)| Some((n.to_string(), t?)))
+        .collect()
+}
+
 /// Matches `loaded` host tensors to `module`'s parameters by name and shape, converts float
 /// dtypes to the parameter's, moves them to `device`, then replaces the parameters (all or none).
 pub(crate) fn assign<M: Module + ?Sized>(

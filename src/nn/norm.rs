@@ -117,20 +117,16 @@ impl Module for LayerNorm {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = Vec::new();
-        if let (Some(w), Some(b)) = (&self.weight, &self.bias) {
-            v.push(("weight".to_string(), w.clone()));
-            v.push(("bias".to_string(), b.clone()));
-        }
-        v
+        super::own_parameters([
+            ("weight", self.weight.as_ref()),
+            ("bias", self.bias.as_ref()),
+        ])
     }
 
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        let mut v = Vec::new();
-        if let (Some(w), Some(b)) = (&mut self.weight, &mut self.bias) {
-            v.push(("weight".to_string(), w));
-            v.push(("bias".to_string(), b));
-        }
-        v
+        super::own_parameters_mut([
+            ("weight", self.weight.as_mut()),
+            ("bias", self.bias.as_mut()),
+        ])
     }
 }

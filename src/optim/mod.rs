@@ -46,6 +46,29 @@ pub use sgd::Sgd;
 use crate::nn::{self, Module};
 use crate::{Error, Result, Tensor};
 
+/// The `Optimizer` methods every optimizer spells the same way: `step` and `step_if_finite`
+/// run its `update(model, found_inf)`, `lr` and `set_lr` read and write its `lr` field.
+macro_rules! update_and_lr {
+    () => {
+        fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+            self.update(model, None)
+        }
+
+        fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
+            self.update(model, Some(found_inf))
+        }
+
+        fn lr(&self) -> f32 {
+            self.lr
+        }
+
+        fn set_lr(&mut self, lr: f32) {
+            self.lr = lr;
+        }
+    };
+}
+use update_and_lr;
+
 /// What every optimizer does: update the parameters from their gradients, and clear them.
 pub trait Optimizer {
     /// Updates every parameter of `model` that has a gradient (parameters without one are

@@ -131,27 +131,11 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self, model: &mut dyn Module) -> Result<()> {
-        self.update(model, None)
-    }
-
-    fn step_if_finite(&mut self, model: &mut dyn Module, found_inf: &Tensor) -> Result<()> {
-        self.update(model, Some(found_inf))
-    }
-
-    fn lr(&self) -> f32 {
-        self.lr
-    }
-
-    fn set_lr(&mut self, lr: f32) {
-        self.lr = lr;
-    }
+    super::update_and_lr!();
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
         let mut out = vec![state::lr_entry(self.lr)?];
-        let mut names: Vec<&String> = self.buffers.keys().collect();
-        names.sort();
-        for name in names {
+        for name in state::sorted_names(&self.buffers) {
             out.push((
                 format!("state.{name}.momentum_buffer"),
                 self.buffers[name].clone(),

@@ -62,6 +62,14 @@ pub(crate) fn parse(
     Ok(out)
 }
 
+/// The parameter names of an optimizer's per-parameter state, sorted so a state dict lists
+/// them in the same order every time.
+pub(crate) fn sorted_names<T>(state: &std::collections::HashMap<String, T>) -> Vec<&String> {
+    let mut names: Vec<&String> = state.keys().collect();
+    names.sort();
+    names
+}
+
 /// The value of a one-element CPU f32 tensor, read from its storage: host hyperparameters
 /// (`lr`) come as CPU tensors from `state_dict`, so loading them moves nothing between devices.
 /// A GPU tensor here is refused rather than read back.

@@ -27,15 +27,7 @@ impl Tensor {
         shape: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
-        let expected = numel_checked(shape)?;
-        if data.len() != expected {
-            return Err(Error::DataLength {
-                op: "from_vec",
-                shape: shape.to_vec(),
-                expected,
-                actual: data.len(),
-            });
-        }
+        check_len("from_vec", shape, data.len())?;
         let host = CpuStorage::from_vec(data);
         let storage = match backend(device) {
             Backend::Cpu => Storage::from(host),
@@ -56,15 +48,7 @@ impl Tensor {
         shape: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
-        let expected = numel_checked(shape)?;
-        if data.len() != expected {
-            return Err(Error::DataLength {
-                op: "from_slice",
-                shape: shape.to_vec(),
-                expected,
-                actual: data.len(),
-            });
-        }
+        check_len("from_slice", shape, data.len())?;
         match backend(device) {
             // Straight from the caller's memory into the upload: no intermediate Vec.
             Backend::Gpu(g) => {
@@ -371,4 +355,18 @@ impl Tensor {
             device.clone(),
         ))
     }
+}
+
+/// `shape`'s element count is `len`, or the error of `op` naming both.
+fn check_len(op: &'static str, shape: &[usize], len: usize) -> Result<()> {
+    let expected = numel_checked(shape)?;
+    if len != expected {
+        return Err(Error::DataLength {
+            op,
+            shape: shape.to_vec(),
+            expected,
+            actual: len,
+        });
+    }
+    Ok(())
 }
