@@ -74,3 +74,92 @@ fn a_zero_before_huge_dims_is_a_shape_overflow() {
         }
     }
 }
+
+fn size_error(d: &wgtensor::Device, what: &str, r: wgtensor::Result<Tensor>) {
+    match r {
+        Err(
+            Error::ShapeOverflow { .. } | Error::BufferTooLarge { .. } | Error::OutOfMemory { .. },
+        ) => {}
+        other => panic!(
+            "{d} {what}: expected a size error, got {:?}",
+            other.map(|t| t.shape().to_vec())
+        ),
+    }
+}
+
+/// Convolution and pooling address one image with u32 index maps: an image of 2^33 elements (a
+/// broadcast view, so nothing is allocated) is a typed size error, never truncated offsets; so
+/// are paddings and dilations whose window arithmetic overflows.
+#[test]
+fn conv_and_pool_sizes_past_their_index_maps_are_typed_errors() {
+    for d in devices() {
+        let big = Tensor::zeros(&[1, 1, 1, 1], DType::F32, &d)
+            .unwrap()
+            .expand(&[1, 1 << 16, 1 << 16, 2])
+            .unwrap();
+        let w = Tensor::zeros(&[1, 1, 1, 1], DType::F32, &d)
+            .unwrap()
+            .expand(&[1, 1 << 16, 3, 1])
+            .unwrap();
+        let opts = wgtensor::Conv2dOptions::default();
+        size_error(
+            &d,
+            "conv2d of a 2^33-element image",
+            big.conv2d(&w, None, &opts),
+        );
+        size_error(&d, "max_pool2d of it", big.max_pool2d([2, 2], None, [0, 0]));
+        let x = Tensor::ones(&[1, 1, 4, 4], DType::F32, &d).unwrap();
+        let k = Tensor::ones(&[1, 1, 3, 3], DType::F32, &d).unwrap();
+        for (what, o) in [
+            ("padding usize::MAX", opts.padding(usize::MAX)),
+            (
+                "padding usize::MAX / 2 + 1",
+                opts.padding(usize::MAX / 2 + 1),
+            ),
+            ("dilation usize::MAX", opts.dilation(usize::MAX)),
+        ] {
+            size_error(&d, what, x.conv2d(&k, None, &o));
+        }
+        // The same image within the maps' reach works.
+        let y = x.conv2d(&k, None, &opts).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![9.0; 4], "{d}");
+    }
+}
+
+/// `slice_assign` with a start near `usize::MAX`: the range is past the end (its documented
+/// `InvalidArgument`), never a wrapped range.
+#[test]
+fn slice_assign_offsets_are_checked() {
+    for d in devices() {
+        let cache = Tensor::zeros(&[2, 4], DType::F32, &d).unwrap();
+        let src = Tensor::ones(&[2, 2], DType::F32, &d).unwrap();
+        for start in [usize::MAX, usize::MAX - 1, 3] {
+            match cache.slice_assign(1, start, &src).map(drop) {
+                Err(Error::InvalidArgument { op, .. }) => assert_eq!(op, "slice_assign"),
+                other => panic!("{d} start {start}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+        let ok = cache.slice_assign(1, 2, &src).unwrap();
+        assert_eq!(
+            ok.to_vec::<f32>().unwrap(),
+            vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0],
+            "{d}"
+        );
+    }
+}
+
+/// Attention whose broadcast batch overflows (`[2^40, 1]` with `[1, 2^40]`, broadcast views):
+/// `ShapeOverflow`, never a wrapped count of scores.
+#[test]
+fn attention_batch_overflow_is_a_shape_overflow() {
+    for d in devices() {
+        let one = Tensor::zeros(&[1, 1, 1, 4], DType::F32, &d).unwrap();
+        let q = one.expand(&[1 << 40, 1, 1, 4]).unwrap();
+        let k = one.expand(&[1, 1 << 40, 1, 4]).unwrap();
+        size_error(
+            &d,
+            "attention",
+            Tensor::scaled_dot_product_attention(&q, &k, &k, None, false, 0.0, None),
+        );
+    }
+}

@@ -57,8 +57,11 @@ impl AttnParams<'_> {
     /// stays under lavapipe's 65,535 iterations.
     pub(crate) fn supported(&self) -> bool {
         let (b, l, s, e, ev) = self.dims;
-        let big = [b * l * s, b * l * e.max(ev), b * s * e.max(ev)];
-        big.iter().all(|&n| n < LIMIT) && l / STEP < 65_000 && s / STEP < 65_000
+        // Checked: sizes whose products overflow are unsupported here (the composite path then
+        // reports them as a typed size error), never a wrapped index.
+        let prod = |x: usize, y: usize, z: usize| x.checked_mul(y)?.checked_mul(z);
+        let big = [prod(b, l, s), prod(b, l, e.max(ev)), prod(b, s, e.max(ev))];
+        big.iter().all(|n| n.is_some_and(|n| n < LIMIT)) && l / STEP < 65_000 && s / STEP < 65_000
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -363,13 +363,11 @@ impl Tensor {
             });
         }
         let (n, len) = (a[d], b[d]);
-        if start + len > n {
+        // Checked: a start near usize::MAX is this error, never a wrapped range.
+        if start.checked_add(len).is_none_or(|end| end > n) {
             return Err(invalid(
                 op,
-                format!(
-                    "positions {start}..{} run past dim {d} of size {n}",
-                    start + len
-                ),
+                format!("positions {start}.. (+{len}) run past dim {d} of size {n}"),
             ));
         }
         let di = d as isize;

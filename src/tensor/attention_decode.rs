@@ -136,10 +136,10 @@ impl Tensor {
                 rhs: b.to_vec(),
             });
         }
-        if start + b[0] > a[0] {
+        if start.checked_add(b[0]).is_none_or(|end| end > a[0]) {
             return Err(invalid(
                 op,
-                format!("rows {start}..{} run past {} rows", start + b[0], a[0]),
+                format!("rows {start}.. (+{}) run past {} rows", b[0], a[0]),
             ));
         }
         if src.dtype() != self.dtype() {

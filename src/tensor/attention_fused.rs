@@ -235,10 +235,21 @@ fn prepare(
             }
         })?;
     }
-    let batch: usize = batch_shape.iter().product();
+    // Checked (debug and release alike): shapes whose products overflow are a typed error.
+    let overflow = || Error::ShapeOverflow {
+        shape: [batch_shape.as_slice(), &[l, s]].concat(),
+    };
+    let batch = batch_shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(overflow)?;
     if [batch, l, s, e, ev].contains(&0) {
         return Ok(None);
     }
+    let scores = batch
+        .checked_mul(l)
+        .and_then(|x| x.checked_mul(s))
+        .ok_or_else(overflow)?;
     if q.is_gpu() {
         let dims = AttnParams {
             batch_shape: Vec::new(),
@@ -253,7 +264,7 @@ fn prepare(
         }
     }
     let dropout = (dropout_p > 0.0).then(|| {
-        let (seed, offset) = crate::random::take(batch * l * s);
+        let (seed, offset) = crate::random::take(scores);
         Dropout {
             p: dropout_p,
             seed,

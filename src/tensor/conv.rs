@@ -153,8 +153,20 @@ fn out_len(
             format!("{what}: kernel {k}, stride {s} and dilation {d} must all be at least 1"),
         ));
     }
-    let span = d * (k - 1) + 1;
-    if size + 2 * p < span {
+    // Checked (debug and release alike): absurd kernels, dilations or paddings are a typed
+    // error, never a wrapped length.
+    let overflow = || Error::ShapeOverflow {
+        shape: vec![size, k, s, p, d],
+    };
+    let span = d
+        .checked_mul(k - 1)
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(overflow)?;
+    let padded = p
+        .checked_mul(2)
+        .and_then(|v| v.checked_add(size))
+        .ok_or_else(overflow)?;
+    if padded < span {
         return Err(invalid(
             op,
             format!(
@@ -164,7 +176,7 @@ fn out_len(
             ),
         ));
     }
-    Ok((size + 2 * p - span) / s + 1)
+    Ok((padded - span) / s + 1)
 }
 
 /// A float 4-d (or unbatched 3-d) input as `[n, c, h, w]`, and whether it was unbatched.
@@ -221,6 +233,20 @@ impl Window {
     ) -> Result<Window> {
         let oh = out_len(op, "height", h, k[0], s[0], p[0], d[0])?;
         let ow = out_len(op, "width", w, k[1], s[1], p[1], d[1])?;
+        // The index maps hold u32 offsets into one image, plus `c * h * w` for the padding:
+        // an image of 2^32 - 1 elements or more cannot be addressed (a typed error, never a
+        // truncated offset), and the map's own length must not overflow.
+        let image = c.checked_mul(h).and_then(|v| v.checked_mul(w));
+        let map_len = [c, k[0], k[1], oh, ow]
+            .iter()
+            .try_fold(1usize, |acc, &v| acc.checked_mul(v));
+        if image.is_none_or(|n| u32::try_from(n).is_err() || n == u32::MAX as usize)
+            || map_len.is_none()
+        {
+            return Err(Error::ShapeOverflow {
+                shape: vec![c, h, w, k[0], k[1], oh, ow],
+            });
+        }
         Ok(Window {
             c,
             h,
@@ -373,7 +399,7 @@ impl Tensor {
             unreachable!()
         };
         let g = opts.groups;
-        if g == 0 || c % g != 0 || o % g != 0 || cg * g != c {
+        if g == 0 || c % g != 0 || o % g != 0 || cg.checked_mul(g) != Some(c) {
             return Err(invalid(
                 op,
                 format!(
