@@ -368,3 +368,47 @@ fn cat_along_dim0_past_one_binding() {
         assert_eq!(tail, b[(rb + 2) * cols..].to_vec(), "cat tail on {d}");
     }
 }
+
+/// A dense weight past one binding used as a model uses it (item 9 of the pretrained-model
+/// issue): a 32,000 x 1,100 f32 output matrix (134 MiB, past the 128 MiB many adapters bind)
+/// multiplies activations as `x @ W.t()` for one row (decode) and for several (prefill), and
+/// its rows are gathered (an embedding lookup), all against the CPU.
+#[test]
+fn output_matrix_past_one_binding_as_x_times_w_transposed() {
+    let (rows, cols) = (32_000, 1_100);
+    assert!(rows * cols * 4 > 128 * MIB);
+    let cpu_w = Tensor::from_vec(
+        ramp(rows * cols, 1.0 / 8192.0),
+        &[rows, cols],
+        &wgtensor::Device::cpu(),
+    )
+    .unwrap();
+    for d in gpus() {
+        let w = cpu_w.to(&d).unwrap();
+        for n in [1, 3] {
+            let x = Tensor::from_vec(ramp(n * cols, 1.0 / 512.0), &[n, cols], &d).unwrap();
+            let got = x.matmul(&w.t().unwrap()).unwrap();
+            assert_eq!(got.shape(), &[n, rows], "x @ W.t() shape on {d}");
+            let want = x.cpu().unwrap().matmul(&cpu_w.t().unwrap()).unwrap();
+            assert_close(
+                &got.to_vec::<f32>().unwrap(),
+                &want.to_vec::<f32>().unwrap(),
+                1e-3,
+                1e-3,
+                &format!("[{n}, {cols}] @ W.t() on {d}"),
+            );
+        }
+        // The embedding lookup of a table past one binding: one narrowed row per id, joined.
+        let ids = [0usize, 17, 31_999, 20_000];
+        let pick = |t: &Tensor| {
+            let rows: Vec<Tensor> = ids.iter().map(|&i| t.narrow(0, i, 1).unwrap()).collect();
+            Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0).unwrap()
+        };
+        let got = pick(&w).to_vec::<f32>().unwrap();
+        assert_eq!(
+            got,
+            pick(&cpu_w).to_vec::<f32>().unwrap(),
+            "rows of a 134 MiB table on {d}"
+        );
+    }
+}

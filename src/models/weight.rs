@@ -47,20 +47,27 @@ impl Weight {
     pub fn rows(&self, ids: &[u32]) -> Result<Tensor> {
         match self {
             Weight::Dense(w) if w.dtype() == DType::F32 => {
-                w.index_select(0, &Tensor::from_slice(ids, &[ids.len()], w.device())?)
+                match w.index_select(0, &Tensor::from_slice(ids, &[ids.len()], w.device())?) {
+                    // A table past one GPU binding is read row by row, as f16 tables are.
+                    Err(crate::Error::BufferTooLarge { .. }) => Self::rows_by_views(w, ids),
+                    r => r,
+                }
             }
-            // f16 tables are read row by row (narrow views, one copy), widened afterwards.
-            Weight::Dense(w) => {
-                let rows = ids
-                    .iter()
-                    .map(|&i| w.narrow(0, i as usize, 1))
-                    .collect::<Result<Vec<_>>>()?;
-                Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0)?.to_dtype(DType::F32)
-            }
+            Weight::Dense(w) => Self::rows_by_views(w, ids)?.to_dtype(DType::F32),
             Weight::Quantized(q) => {
                 q.gather_rows(&Tensor::from_slice(ids, &[ids.len()], &q.device())?)
             }
         }
+    }
+
+    /// Rows `ids` of `w` as narrowed views joined by one `cat` (buffer copies on a GPU, so
+    /// tables past one storage binding work too), in `w`'s dtype.
+    fn rows_by_views(w: &Tensor, ids: &[u32]) -> Result<Tensor> {
+        let rows = ids
+            .iter()
+            .map(|&i| w.narrow(0, i as usize, 1))
+            .collect::<Result<Vec<_>>>()?;
+        Tensor::cat(&rows.iter().collect::<Vec<_>>(), 0)
     }
 
     /// `[rows, cols]`.

@@ -81,14 +81,18 @@ impl Tensor {
                 }
                 Storage::from(cpu::join::cat(&parts, d, &out_shape)?)
             }
-            // Past one storage binding along dim 0: the parts are joined by buffer copies (no
+            // Past one storage binding along dim 0 (the result, or a part's buffer: rows of an
+            // embedding table past one binding): the parts are joined by buffer copies (no
             // binding limit), each packed first; every part but the last a whole number of
             // 4-byte words.
             Backend::Gpu(g)
                 if d == 0
-                    && (out_shape.iter().product::<usize>() * first.dtype().size_in_bytes())
+                    && ((out_shape.iter().product::<usize>() * first.dtype().size_in_bytes())
                         as u64
                         > g.binding_limit()
+                        || tensors
+                            .iter()
+                            .any(|t| t.gpu_bytes().is_some_and(|b| b > g.binding_limit())))
                     && tensors
                         .iter()
                         .rev()

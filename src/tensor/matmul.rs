@@ -260,6 +260,16 @@ impl Tensor {
                 });
             }
         }
+        // A wide right operand past one binding (`x @ W.t()` with a large weight `W`, a
+        // language model's output matrix): `(Wᵀᵀ xᵀ)ᵀ`, whose left operand is split into
+        // blocks of rows as above.
+        if super::chunked::blocks_needed(&[rhs], 0).is_some()
+            && self.ndim() == 2
+            && rhs.ndim() == 2
+            && self.shape()[1] == rhs.shape()[0]
+        {
+            return rhs.t()?.matmul_impl(&self.t()?, kernel)?.t()?.contiguous();
+        }
         let p = plan(self, rhs)?;
         let storage = match data_n(op, [self, rhs])? {
             DataN::Cpu(_) => Storage::from(CpuStorage::F32(cpu::matmul::matmul(
