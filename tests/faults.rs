@@ -605,3 +605,22 @@ fn row22_uncaptured_wgpu_errors_become_errors_not_panics() {
         sentinel.check("two injected validation errors");
     }
 }
+
+/// Ops of two and three operands all reach the one dispatch point, which refuses operands on
+/// different devices with the same typed error whichever operand is elsewhere.
+#[test]
+fn row13_multi_operand_ops_refuse_mixed_devices() {
+    let _g = shared();
+    let cpu = Device::cpu();
+    let c = Tensor::ones(&[2, 2], DType::F32, &cpu).unwrap();
+    let mask = c.gt_scalar(0.5).unwrap();
+    for g in gpus() {
+        let t = c.to(&g).unwrap();
+        let gmask = mask.to(&g).unwrap();
+        expect_device_mismatch(c.matmul(&t), "matmul", &cpu, &g);
+        expect_device_mismatch(t.matmul(&c), "matmul", &g, &cpu);
+        expect_device_mismatch(mask.where_cond(&t, &c), "where_cond", &cpu, &g);
+        expect_device_mismatch(gmask.where_cond(&t, &c), "where_cond", &g, &cpu);
+        expect_device_mismatch(Tensor::cat(&[&c, &t], 0), "cat", &cpu, &g);
+    }
+}
