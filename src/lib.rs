@@ -118,6 +118,19 @@ pub mod testing {
         crate::gpu::autotune::DEFAULT_OFF.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The CPU's Philox value at counter `counter` for `seed`: uniform (`rand`) or, with
+    /// `normal`, standard normal (`randn`). Element `e` of the first draw after
+    /// `manual_seed(seed)` is at counter `e`; tests check single elements of huge random
+    /// tensors against it without drawing the whole stream on the host.
+    pub fn philox_at(normal: bool, seed: u64, counter: u64) -> f32 {
+        let w = crate::cpu::normal::words(seed, 0, counter);
+        if normal {
+            crate::cpu::normal::normal(w[0], w[1])
+        } else {
+            crate::cpu::normal::uniform(w[0])
+        }
+    }
+
     /// Makes the next safetensors save on this thread (`save_safetensors`, `save_checkpoint`,
     /// `Module::save_weights`) fail as a full disk would, after writing `bytes` bytes of its
     /// temporary file; the previous file must survive.

@@ -86,9 +86,13 @@ impl StorageCell {
                 }
             }
         }
-        let out = p
-            .device
-            .run_program(p.name, &p.program, &views, &p.scalars, p.n)?;
+        // An output past one binding runs in blocks of rows (`cell_blocks.rs`).
+        let out = if super::cell_blocks::needed(&p) {
+            super::cell_blocks::run(&p, &views)?
+        } else {
+            p.device
+                .run_program(p.name, &p.program, &views, &p.scalars, p.n)?
+        };
         drop(views);
         let _ = self.value.set(Storage::from(out));
         // The inputs are released with the program.
