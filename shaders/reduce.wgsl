@@ -35,7 +35,8 @@
 override OP: u32 = 0u;
 
 // The op codes of the reduction table (`ReduceOp::code`, src/ops/reduce.rs). A mean is a sum
-// divided in the last pass; OP_SUM_EXP is softmax's sum of exp(x - aux[o]).
+// divided in the last pass; OP_SUM_EXP is softmax's sum of exp(x - aux[o]); OP_NANSUM is a sum
+// whose first pass reads NaN as 0 (the host sums the partials with OP_SUM).
 const OP_SUM: u32 = 0u;
 const OP_MEAN: u32 = 0u;
 const OP_PROD: u32 = 1u;
@@ -44,6 +45,7 @@ const OP_MIN: u32 = 3u;
 const OP_ARGMAX: u32 = 4u;
 const OP_ARGMIN: u32 = 5u;
 const OP_SUM_EXP: u32 = 6u;
+const OP_NANSUM: u32 = 7u;
 
 @group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
@@ -182,6 +184,9 @@ fn load(o: u32, r: u32, base: u32) -> Acc {
             return Acc(NAN_BITS, r);
         }
         return Acc(bitcast<u32>(exp(d)), r);
+    }
+    if (op() == OP_NANSUM && nan_bits(src[at])) {
+        return Acc(0u, r);
     }
     return Acc(src[at], r);
 }

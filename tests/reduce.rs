@@ -58,6 +58,11 @@ fn value_ref(op: &str, row: &[f32]) -> f32 {
     let nan = row.iter().any(|x| x.is_nan());
     match op {
         "sum" => row.iter().map(|&x| x as f64).sum::<f64>() as f32,
+        "nansum" => row
+            .iter()
+            .filter(|x| !x.is_nan())
+            .map(|&x| x as f64)
+            .sum::<f64>() as f32,
         "mean" => (row.iter().map(|&x| x as f64).sum::<f64>() / row.len() as f64) as f32,
         "prod" => row.iter().map(|&x| x as f64).product::<f64>() as f32,
         "max" if nan => f32::NAN,
@@ -66,6 +71,13 @@ fn value_ref(op: &str, row: &[f32]) -> f32 {
         "min" => row.iter().copied().fold(f32::INFINITY, f32::min),
         _ => unreachable!("{op}"),
     }
+}
+
+/// Whether `op` has a value over no elements (sum 0, prod 1, mean NaN) rather than an error.
+fn defined_when_empty(op: &str) -> bool {
+    reduce_ops()
+        .into_iter()
+        .any(|o| o.name() == op && o.defined_when_empty())
 }
 
 fn run(t: &Tensor, op: &str, dim: Option<isize>, keepdim: bool) -> wgtensor::Result<Tensor> {
@@ -111,12 +123,17 @@ fn check(t: &Tensor, v: &[f32], shape: &[usize], op: &str, dim: Option<isize>, k
     let got = values(&out);
     for (i, (row, &g)) in rows.iter().zip(&got).enumerate() {
         let e = value_ref(op, row);
-        let abs: f64 = row.iter().map(|&x| (x as f64).abs()).sum();
+        // NaN counts as 0 in a nansum's bound too.
+        let abs: f64 = row
+            .iter()
+            .filter(|x| op != "nansum" || !x.is_nan())
+            .map(|&x| (x as f64).abs())
+            .sum();
         // Pairwise f32 sums err by ~sqrt(256) eps Σ|x| (256-element runs, then a tree); 4e-6
         // leaves room, yet a sequential sum of the 10 M test (~n eps) would fail it. Each product
         // step adds one rounding: n eps relative.
         let tol = match op {
-            "sum" => 4e-6 * abs as f32,
+            "sum" | "nansum" => 4e-6 * abs as f32,
             "mean" => 4e-6 * (abs / row.len() as f64) as f32,
             "prod" => 2.0 * row.len() as f32 * f32::EPSILON * e.abs(),
             _ => 0.0,
@@ -438,7 +455,7 @@ proptest! {
         let t = Tensor::from_vec(v.clone(), &shape, &Device::cpu()).unwrap();
         let len = shape[dim.rem_euclid(shape.len() as isize) as usize];
         for op in ops() {
-            if len == 0 && !matches!(op, "sum" | "mean" | "prod") {
+            if len == 0 && !defined_when_empty(op) {
                 prop_assert!(run(&t, op, Some(dim), keepdim).is_err());
             } else {
                 check(&t, &v, &shape, op, Some(dim), keepdim);
@@ -657,5 +674,38 @@ fn every_reduce_variant_matches_the_reference() {
         }
         assert!(wgtensor::testing::force_reduce_variant(None));
         assert!(!wgtensor::testing::force_reduce_variant(Some("nope")));
+    }
+}
+
+/// nansum: NaN reads as 0 in every pass of a multi-pass GPU reduction (the partials are summed
+/// plainly), an all-NaN row sums to 0, and NaN elements get no gradient.
+#[test]
+fn nansum_skips_nan_in_every_pass_and_gradient() {
+    let n = 70_000;
+    let v: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 7 == 3 {
+                f32::NAN
+            } else {
+                (i % 10) as f32 * 0.25
+            }
+        })
+        .collect();
+    let want: f64 = v.iter().filter(|x| !x.is_nan()).map(|&x| x as f64).sum();
+    for d in devices() {
+        let t = Tensor::from_vec(v.clone(), &[n], &d).unwrap();
+        let got = t.nansum_all().unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((got - want).abs() <= 1e-5 * want, "{got} vs {want} on {d}");
+        let rows = Tensor::from_vec(vec![f32::NAN, f32::NAN, 1.0, 2.0], &[2, 2], &d).unwrap();
+        assert_eq!(
+            values(&rows.nansum(1, false).unwrap()),
+            vec![0.0, 3.0],
+            "{d}"
+        );
+        let x = Tensor::from_vec(vec![1.0, f32::NAN, 3.0], &[3], &d)
+            .unwrap()
+            .requires_grad_(true);
+        x.nansum_all().unwrap().backward().unwrap();
+        assert_eq!(values(&x.grad().unwrap()), vec![1.0, 0.0, 1.0], "{d}");
     }
 }

@@ -8,6 +8,8 @@ use crate::{Result, Tensor};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reduction {
     Sum,
+    /// A sum reading NaN as 0: NaN elements get no gradient.
+    NanSum,
     Mean,
     Prod,
     Max,
@@ -18,6 +20,7 @@ impl Reduction {
     fn name(self) -> &'static str {
         match self {
             Reduction::Sum => "sum",
+            Reduction::NanSum => "nansum",
             Reduction::Mean => "mean",
             Reduction::Prod => "prod",
             Reduction::Max => "max",
@@ -59,6 +62,10 @@ pub(crate) fn reduce(
         let g = unreduce(g, shape, d, keepdim)?;
         let gx = match kind {
             Reduction::Sum => g.expand(shape)?,
+            Reduction::NanSum => x.ne(x)?.where_cond(
+                &Tensor::full(&[], 0.0, x.dtype(), x.device())?,
+                &g.expand(shape)?,
+            )?,
             Reduction::Mean => {
                 let n = match d {
                     Some(d) => shape[d],

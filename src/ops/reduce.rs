@@ -407,4 +407,40 @@ reduce_ops! {
         int: [],
         grad: None,
     }
+    NanSum {
+        all:
+        /// Sum of every element treating NaN as 0, as a 0-d tensor (`torch.nansum(t)`): 0 for
+        /// an empty tensor or one of only NaN; an infinity still propagates (`inf + -inf` is NaN).
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![1f32, f32::NAN, 3.0], &[3], &Device::cpu())?;
+        /// assert_eq!(t.nansum_all()?.to_scalar::<f32>()?, 4.0);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        nansum_all,
+        dim:
+        /// Sum over `dim` treating NaN as 0 (`torch.nansum(t, dim, keepdim)`).
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
+        /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors (use `sum`).
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![1f32, f32::NAN, 3.0, 4.0], &[2, 2], &Device::cpu())?;
+        /// assert_eq!(t.nansum(1, false)?.to_vec::<f32>()?, vec![1.0, 7.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        nansum,
+        // A sum whose first pass reads NaN as 0; the partials are summed plainly.
+        wgsl_code: 7,
+        arg: false,
+        ints: false,
+        empty: Zeros,
+        partials: Sum,
+        f32: [SUM_ID, add, |x: f32| if x.is_nan() { 0.0 } else { x }, whole],
+        int: [],
+        grad: Some(Reduction::NanSum),
+    }
 }

@@ -71,6 +71,12 @@ impl ReduceOpInfo {
         self.0.ints()
     }
 
+    /// Whether the op has a value over no elements (`sum` 0, `prod` 1, `mean` NaN) rather
+    /// than an error (`max` of nothing).
+    pub fn defined_when_empty(self) -> bool {
+        self.0.empty() != super::Empty::Undefined
+    }
+
     /// The op code `shaders/reduce.wgsl` names `OP_<NAME>`.
     pub fn wgsl_code(self) -> u32 {
         self.0.code()
