@@ -365,14 +365,7 @@ impl BatchNorm2d {
                 message: format!("eps ({eps}) must be >= 0 and momentum ({momentum}) in [0, 1]"),
             });
         }
-        let (weight, bias) = if affine {
-            (
-                Some(param(Tensor::ones(&[channels], DType::F32, device)?)),
-                Some(param(Tensor::zeros(&[channels], DType::F32, device)?)),
-            )
-        } else {
-            (None, None)
-        };
+        let (weight, bias) = super::norm::affine_params(channels, affine, device)?;
         Ok(BatchNorm2d {
             channels,
             eps,

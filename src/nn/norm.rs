@@ -27,6 +27,22 @@ pub struct LayerNorm {
     bias: Option<Tensor>,
 }
 
+/// A normalisation layer's learnable scale (ones) and shift (zeros) of `n` elements when
+/// `affine`, else neither.
+pub(super) fn affine_params(
+    n: usize,
+    affine: bool,
+    device: &Device,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    if !affine {
+        return Ok((None, None));
+    }
+    Ok((
+        Some(param(Tensor::ones(&[n], DType::F32, device)?)),
+        Some(param(Tensor::zeros(&[n], DType::F32, device)?)),
+    ))
+}
+
 impl LayerNorm {
     /// `LayerNorm(dim)` with PyTorch's defaults: `eps = 1e-5`, elementwise affine.
     ///
@@ -61,14 +77,7 @@ impl LayerNorm {
                 message: format!("eps must be a finite number >= 0, got {eps}"),
             });
         }
-        let (weight, bias) = if affine {
-            (
-                Some(param(Tensor::ones(&[dim], DType::F32, device)?)),
-                Some(param(Tensor::zeros(&[dim], DType::F32, device)?)),
-            )
-        } else {
-            (None, None)
-        };
+        let (weight, bias) = affine_params(dim, affine, device)?;
         Ok(LayerNorm {
             dim,
             eps,
