@@ -1,6 +1,6 @@
 //! Memory statistics and cache control (PyTorch's `torch.cuda.memory_allocated` and friends).
 
-use crate::cpu::alloc::{CPU_ALLOCATED, CPU_PEAK};
+use crate::cpu::alloc::{CPU_ALLOCATED, CPU_PEAK, CPU_POOLED};
 use crate::device::DeviceInner;
 use crate::Device;
 use std::sync::atomic::Ordering;
@@ -24,7 +24,8 @@ pub fn memory_allocated(device: &Device) -> u64 {
 }
 
 /// Bytes wgtensor holds from the driver on `device`: live tensors plus the caching allocator's
-/// free buffers, at bucket size. Equals [`memory_allocated`] on the CPU, which has no cache.
+/// free buffers, at bucket size. On the CPU: live tensors plus the freed f32 buffers kept for
+/// reuse (16 KiB or more each, 256 MiB at most; [`empty_cache`] frees them).
 ///
 /// ```
 /// let reserved = wgtensor::memory_reserved(&wgtensor::Device::best());
@@ -32,7 +33,9 @@ pub fn memory_allocated(device: &Device) -> u64 {
 /// ```
 pub fn memory_reserved(device: &Device) -> u64 {
     match &device.0 {
-        DeviceInner::Cpu => CPU_ALLOCATED.load(Ordering::Relaxed),
+        DeviceInner::Cpu => {
+            CPU_ALLOCATED.load(Ordering::Relaxed) + CPU_POOLED.load(Ordering::Relaxed)
+        }
         DeviceInner::Gpu(g) => g.0.mem.reserved.load(Ordering::Relaxed),
     }
 }
@@ -70,14 +73,14 @@ pub fn reset_peak_memory_stats(device: &Device) {
 }
 
 /// Returns every cached (free) buffer to the driver (`torch.cuda.empty_cache()`). Live tensors
-/// are untouched. A no-op on the CPU.
+/// are untouched. On the CPU, frees the freed tensor buffers kept for reuse.
 ///
 /// ```
 /// wgtensor::empty_cache(&wgtensor::Device::best());
 /// ```
 pub fn empty_cache(device: &Device) {
     match &device.0 {
-        DeviceInner::Cpu => {}
+        DeviceInner::Cpu => crate::cpu::alloc::empty_pool(),
         DeviceInner::Gpu(g) => g.empty_cache(),
     }
 }

@@ -48,5 +48,12 @@ impl Drop for Storage {
         if let Some(bytes) = self.host_bytes() {
             crate::cpu::alloc::cpu_free(bytes);
         }
+        use crate::cpu::alloc::recycle;
+        match self {
+            Storage::Cpu(CpuStorage::F32(v)) => recycle(std::mem::take(v)),
+            Storage::Cpu(CpuStorage::I32(v)) => recycle(std::mem::take(v)),
+            Storage::Cpu(CpuStorage::U32(v)) => recycle(std::mem::take(v)),
+            _ => {}
+        }
     }
 }

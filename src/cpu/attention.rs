@@ -178,7 +178,7 @@ struct Scratch {
 /// the masked, scaled scores (NaN for a row softmax makes NaN), all the backward needs.
 pub(crate) fn forward(spec: &Spec<'_>, q: &[f32], k: &[f32], v: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let Spec { batch, l, ev, .. } = *spec;
-    let mut out = vec![0f32; batch * l * ev];
+    let mut out = super::alloc::zeros_f32(batch * l * ev);
     let mut lse = vec![0f32; batch * l];
     if out.is_empty() {
         return (out, lse);

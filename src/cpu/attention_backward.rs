@@ -38,8 +38,8 @@ pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
     let Spec {
         batch, l, s, e, ev, ..
     } = *spec;
-    let mut dq = vec![0f32; batch * l * e];
-    let mut ds = want_ds.then(|| vec![0f32; batch * l * s]);
+    let mut dq = super::alloc::zeros_f32(batch * l * e);
+    let mut ds = want_ds.then(|| super::alloc::zeros_f32(batch * l * s));
     if !dq.is_empty() {
         // One task per (batch, query block); ds is split along the same blocks.
         let mut ds_blocks = ds.as_mut().map(|v| {
@@ -61,8 +61,8 @@ pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
                 dq_block(spec, t, b, i0, dqb, dsb, w)
             });
     }
-    let mut dk = vec![0f32; batch * s * e];
-    let mut dv = vec![0f32; batch * s * ev];
+    let mut dk = super::alloc::zeros_f32(batch * s * e);
+    let mut dv = super::alloc::zeros_f32(batch * s * ev);
     if !dk.is_empty() && !dv.is_empty() {
         dk.par_chunks_mut(s * e)
             .zip(dv.par_chunks_mut(s * ev))

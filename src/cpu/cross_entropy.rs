@@ -17,7 +17,7 @@ impl CeSpec {
 /// `[loss[n], valid[n], lse[n]]` of the packed logits `x` `[n, c]`; targets are validated
 /// (`0..c` or the ignored class) by the caller.
 pub(crate) fn rows(x: &[f32], n: usize, c: usize, targets: &[i64], spec: &CeSpec) -> Vec<f32> {
-    let mut out = vec![0f32; 3 * n];
+    let mut out = super::alloc::zeros_f32(3 * n);
     for (i, row) in x.chunks_exact(c.max(1)).take(n).enumerate() {
         let bad = row.iter().any(|v| v.is_nan() || *v == f32::INFINITY);
         let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -53,7 +53,7 @@ pub(crate) fn backward(
     stats: &[f32],
     g: &[f32],
 ) -> Vec<f32> {
-    let mut out = vec![0f32; n * c];
+    let mut out = super::alloc::zeros_f32(n * c);
     for i in 0..n {
         let t = targets[i];
         if !spec.counts(t) {

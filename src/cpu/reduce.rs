@@ -463,7 +463,7 @@ where
     let Some(width) = adjacent_rows(rows) else {
         return per_row(rows, |b| finish(fold(src, b, s, n, id, f, map), n));
     };
-    let mut out = vec![0f32; rows.outputs()];
+    let mut out = super::alloc::zeros_f32(rows.outputs());
     let line = |(l, o): (usize, &mut [f32])| {
         fold_adjacent(src, rows.base(l * width), s, n, id, f, |_, x| map(x), o);
         o.iter_mut().for_each(|x| *x = finish(*x, n));

@@ -17,7 +17,7 @@ pub(crate) fn softmax(src: &[f32], layout: &Layout, d: usize, log: bool) -> Vec<
     let rows = Rows::along(layout, d);
     let inner: usize = layout.shape[d + 1..].iter().product();
     let n = layout.numel();
-    let mut out = vec![0f32; n];
+    let mut out = super::alloc::zeros_f32(n);
     if n == 0 {
         return out;
     }
