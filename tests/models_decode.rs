@@ -143,3 +143,41 @@ fn decode_attention_rejects_bad_arguments() {
     let f16 = q.to_dtype(wgtensor::DType::F16).unwrap();
     assert!(Tensor::attention_decode(&f16, &k, &k, 4, 1.0).is_err());
 }
+
+/// A model's output / embedding matrix past one GPU storage binding (32,000 x 1,100 f32,
+/// 134 MiB): `Weight::matmul_t` of one and of three rows and `Weight::rows` (an embedding
+/// lookup) on every adapter equal the CPU's.
+#[test]
+fn weight_past_one_binding_multiplies_and_gathers() {
+    use wgtensor::models::Weight;
+    let (rows, cols) = (32_000, 1_100);
+    let host: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i % 4099) as f32 - 2049.0) / 8192.0)
+        .collect();
+    let cpu = Weight::Dense(Tensor::from_vec(host.clone(), &[rows, cols], &Device::cpu()).unwrap());
+    for d in common::gpus() {
+        let w = Weight::Dense(Tensor::from_vec(host.clone(), &[rows, cols], &d).unwrap());
+        for n in [1, 3] {
+            let x = data(n * cols, 7, 1.0);
+            let got = w
+                .matmul_t(&Tensor::from_vec(x.clone(), &[n, cols], &d).unwrap())
+                .unwrap();
+            let want = cpu
+                .matmul_t(&Tensor::from_vec(x, &[n, cols], &Device::cpu()).unwrap())
+                .unwrap();
+            assert_close(
+                &got.to_vec::<f32>().unwrap(),
+                &want.to_vec::<f32>().unwrap(),
+                1e-3,
+                1e-3,
+                &format!("Weight::matmul_t of {n} rows on {d}"),
+            );
+        }
+        let ids = [5u32, 31_999, 0, 12_345];
+        assert_eq!(
+            w.rows(&ids).unwrap().to_vec::<f32>().unwrap(),
+            cpu.rows(&ids).unwrap().to_vec::<f32>().unwrap(),
+            "Weight::rows on {d}"
+        );
+    }
+}
