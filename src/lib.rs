@@ -184,7 +184,7 @@ pub mod testing {
     /// of softmax and layer_norm on this thread, or with `None` returns to the autotuned
     /// choice; false for an unknown name.
     pub fn force_row_variant(name: Option<&str>) -> bool {
-        crate::gpu::softmax::force_variant(name)
+        crate::gpu::rows::force_variant(name)
     }
 
     /// Forces the first pass of dim reductions to `name` (`"thread_per_chunk"`,
@@ -210,7 +210,7 @@ pub mod testing {
     /// Row-kernel dispatches (softmax, log_softmax, layer_norm on a GPU) issued so far by the
     /// calling thread: a test takes the difference around one op.
     pub fn row_dispatches() -> u64 {
-        crate::gpu::softmax::row_dispatches()
+        crate::gpu::rows::row_dispatches()
     }
 
     /// Splits quantized matrices created from now on into parts of `rows` rows on every

@@ -17,7 +17,8 @@
 //! 3. Operations on a `GpuDevice`: `buffer` (allocation, `GpuBuffer`), `transfer` (uploads,
 //!    readbacks), `launch` (`launch`, `launch_workgroups`).
 //! 4. Op families recording dispatches: `elementwise` (runs generated programs: every
-//!    elementwise op of every dtype, fused chains), `reduce`, `softmax`, `matmul`, `join`,
+//!    elementwise op of every dtype, fused chains), `reduce`, `rows` (softmax, layer_norm,
+//!    cross-entropy), `matmul`, `join`,
 //!    `gather`.
 //!
 //! # Locks
@@ -62,7 +63,6 @@ pub(crate) mod attention_decode;
 pub(crate) mod autotune;
 pub(crate) mod buffer;
 pub(crate) mod codegen;
-pub(crate) mod cross_entropy;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod gather;
@@ -72,15 +72,14 @@ pub(crate) mod kernels;
 pub(crate) mod launch;
 pub(crate) mod matmul;
 pub(crate) mod memory;
-pub(crate) mod norm;
 pub(crate) mod params;
 pub(crate) mod profile;
 pub(crate) mod quant;
 pub(crate) mod queue;
 pub(crate) mod reduce;
 pub(crate) mod registry;
+pub(crate) mod rows;
 pub(crate) mod scatter;
-pub(crate) mod softmax;
 pub(crate) mod staging;
 pub(crate) mod sync;
 pub(crate) mod timing;

@@ -1,13 +1,13 @@
 //! The fused cross-entropy kernels behind `nn::cross_entropy`: per-row statistics
 //! `[loss, valid, lse]` and the logits' gradient, on the CPU (`cpu/cross_entropy.rs`) or a GPU
-//! (`gpu/cross_entropy.rs`). Targets stay on their device: the CPU checks them as it goes, a
+//! (`gpu/rows.rs`). Targets stay on their device: the CPU checks them as it goes, a
 //! GPU kernel reports a bad one at the next synchronizing call.
 
 use super::gather::device_ids;
 use super::Data;
 use super::Tensor;
 use crate::cpu::cross_entropy::{self as ce, CeSpec};
-use crate::gpu::cross_entropy::CeWords;
+use crate::gpu::rows::CeWords;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Error, Result};
 

@@ -1,4 +1,4 @@
-//! layer_norm: validate, then dispatch to `cpu/norm.rs` or `gpu/norm.rs` (one kernel per call).
+//! layer_norm: validate, then dispatch to `cpu/norm.rs` or `gpu/rows.rs` (one kernel per call).
 
 use super::Data;
 use super::Tensor;
