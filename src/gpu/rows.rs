@@ -316,8 +316,8 @@ impl GpuDevice {
     }
 
     /// The row-kernel variant of `family` for `nrows` rows of `len`: a test's forced one, else
-    /// the autotuned one (classes bucketed to powers of
-    /// two): the heuristic (one invocation per row for rows of at most 64, and for 16 rows or
+    /// the heuristic in deterministic mode (the default; the variants merge a row in different
+    /// orders), else the autotuned one (classes bucketed to powers of two): the heuristic (one invocation per row for rows of at most 64, and for 16 rows or
     /// more on software adapters; else a workgroup per row) on a class's first call, a search on its
     /// second (`run` records one run of a candidate), the winner after.
     pub(crate) fn row_kernel(
@@ -339,13 +339,18 @@ impl GpuDevice {
             RowKernel::Workgroup
         };
         let b = |x: usize| x.next_power_of_two();
-        let key = format!("{family}/rows{} len{}", b(nrows), b(len));
+        let key = super::autotune::class_key(family, &format!("rows{} len{}", b(nrows), b(len)));
         let (chosen, tune_now) = self.0.tuner.lookup(&key);
+        // The two variants merge a row in different orders: deterministic mode (the default)
+        // keeps the heuristic, whatever the cache says.
+        let det = super::autotune::deterministic();
         if let Some(k) = chosen.and_then(|n| RowKernel::ALL.into_iter().find(|k| k.name() == n)) {
-            return Ok(k);
+            if !det {
+                return Ok(k);
+            }
         }
         // Searching re-runs the softmax a dozen times: large classes keep the heuristic.
-        if !tune_now || nrows as u64 * len as u64 > 1 << 26 {
+        if det || !tune_now || nrows as u64 * len as u64 > 1 << 26 {
             self.0.tuner.note_heuristic(&key, heuristic.name());
             return Ok(heuristic);
         }
