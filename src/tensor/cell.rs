@@ -87,8 +87,16 @@ impl StorageCell {
             }
         }
         // An output past one binding runs in blocks of rows (`cell_blocks.rs`).
-        let out = if super::cell_blocks::needed(&p) {
-            super::cell_blocks::run(&p, &views)?
+        let job = super::cell_blocks::Job {
+            name: p.name,
+            device: &p.device,
+            program: &p.program,
+            scalars: &p.scalars,
+            n: p.n,
+            shape: &p.shape,
+        };
+        let out = if super::cell_blocks::needed(&job) {
+            super::cell_blocks::run(&job, &views)?
         } else {
             p.device
                 .run_program(p.name, &p.program, &views, &p.scalars, p.n)?

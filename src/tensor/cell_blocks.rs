@@ -8,22 +8,32 @@
 //! nodes read `base + e`, and Philox draws start at `offset + base`, so the values are the ones an
 //! unsplit kernel would compute (and the CPU's, element for element).
 
-use super::cell::Pending;
 use crate::gpu::codegen::{Expr, NodeId, Program};
-use crate::gpu::GpuBuffer;
+use crate::gpu::{GpuBuffer, GpuDevice};
 use crate::ops::BinaryOp;
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
 
+/// What a pending program's blocks need of it (borrowed from `cell.rs`'s `Pending`, so this
+/// file does not import the cell that calls it).
+pub(crate) struct Job<'a> {
+    pub(crate) name: &'static str,
+    pub(crate) device: &'a GpuDevice,
+    pub(crate) program: &'a Program,
+    pub(crate) scalars: &'a Vec<u32>,
+    pub(crate) n: usize,
+    pub(crate) shape: &'a Vec<usize>,
+}
+
 /// Whether `p`'s output is too large for one binding (so [`run`] must split it).
-pub(crate) fn needed(p: &Pending) -> bool {
+pub(crate) fn needed(p: &Job) -> bool {
     let bytes = p.n as u64 * p.program.out_dtype().size_in_bytes() as u64;
     bytes > p.device.binding_limit()
 }
 
 /// Runs `p` over `views` (its inputs, broadcast to `p.shape`) in blocks of rows, each within
 /// one binding, into one packed output buffer.
-pub(crate) fn run(p: &Pending, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
+pub(crate) fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
     let g = &p.device;
     let limit = g.binding_limit();
     let too_large = |bytes: u64| Error::BufferTooLarge {
@@ -116,7 +126,7 @@ pub(crate) fn run(p: &Pending, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuf
 
 /// `p`'s program for the block starting at element `base`: every `Index` reads `base + e` and
 /// every Philox draw starts `base` counters later. Returns the program and its scalars.
-fn rebase(p: &Pending, base: usize) -> Result<(Program, Vec<u32>)> {
+fn rebase(p: &Job, base: usize) -> Result<(Program, Vec<u32>)> {
     if base == 0 {
         return Ok((p.program.clone(), p.scalars.clone()));
     }
