@@ -3,8 +3,9 @@
 
 use super::config::{Architecture, ModelConfig, RopeScaling};
 use super::gguf::{GgufFile, GgufTensor};
-use super::load::{rope_tables, Progress};
-use super::model::{Block, CausalLM, Linear, Norm};
+use super::llama::{self, Names, Source};
+use super::load::Progress;
+use super::model::{CausalLM, Linear};
 use super::weight::Weight;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::path::Path;
@@ -50,17 +51,9 @@ impl Loader<'_> {
         Ok(())
     }
 
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
-        match self.tensor(name, DType::F32, None)? {
-            GgufTensor::Dense(t) => {
-                self.check(name, t.shape(), &[len])?;
-                Ok(t)
-            }
-            GgufTensor::Quantized(q) => q.dequantize()?.reshape(&[len]),
-        }
-    }
-
-    fn matrix(
+    /// A `[rows, cols]` matrix, its rows restored from llama.cpp's RoPE order over `unpermute`
+    /// heads when set; quantized matrices stay quantized.
+    fn weight(
         &mut self,
         name: &str,
         rows: usize,
@@ -74,6 +67,26 @@ impl Loader<'_> {
             GgufTensor::Quantized(q) => Weight::Quantized(q),
         })
     }
+}
+
+impl Source for Loader<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.file.tensor_info(name).is_some()
+    }
+
+    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
+        match self.tensor(name, DType::F32, None)? {
+            GgufTensor::Dense(t) => {
+                self.check(name, t.shape(), &[len])?;
+                Ok(t)
+            }
+            GgufTensor::Quantized(q) => q.dequantize()?.reshape(&[len]),
+        }
+    }
+
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
+        self.weight(name, rows, cols, None)
+    }
 
     fn linear(
         &mut self,
@@ -83,7 +96,7 @@ impl Loader<'_> {
         bias: bool,
         unpermute: Option<usize>,
     ) -> Result<Linear> {
-        let w = self.matrix(&format!("{name}.weight"), rows, cols, unpermute)?;
+        let w = self.weight(&format!("{name}.weight"), rows, cols, unpermute)?;
         let b = if bias {
             let b = self.tensor(&format!("{name}.bias"), DType::F32, unpermute)?;
             match b {
@@ -96,6 +109,23 @@ impl Loader<'_> {
         Ok(Linear { w, b })
     }
 }
+
+/// Llama-family tensor names in a llama.cpp file.
+const GGUF_LLAMA: Names = Names {
+    embed: "token_embd.weight",
+    layer: "blk",
+    attn_norm: "attn_norm",
+    q: "attn_q",
+    k: "attn_k",
+    v: "attn_v",
+    o: "attn_output",
+    mlp_norm: "ffn_norm",
+    gate: "ffn_gate",
+    up: "ffn_up",
+    down: "ffn_down",
+    final_norm: "output_norm.weight",
+    lm_head: "output.weight",
+};
 
 /// The hyper-parameters of a llama.cpp file.
 fn config(file: &GgufFile) -> Result<ModelConfig> {
@@ -192,59 +222,8 @@ pub(crate) fn load_gguf(
             .to_vec::<f32>()?;
         config.rope_scaling = Some(RopeScaling::Factors(f));
     }
-    let c = &config;
-    let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
-    let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
     // llama.cpp permutes q and k rows for its RoPE layout in `llama` files only (qwen2 files
     // keep Hugging Face's order).
-    let permuted = c.model_type == "llama";
-    let (pq, pk) = if permuted {
-        (Some(c.num_heads), Some(c.num_kv_heads))
-    } else {
-        (None, None)
-    };
-    let embed = ld.matrix("token_embd.weight", voc, hid, None)?;
-    let mut blocks = Vec::with_capacity(c.num_layers);
-    for i in 0..c.num_layers {
-        let p = format!("blk.{i}");
-        let b = c.qkv_bias;
-        blocks.push(Block::Llama {
-            attn_norm: Norm {
-                w: ld.vector(&format!("{p}.attn_norm.weight"), hid)?,
-                b: None,
-            },
-            q: ld.linear(&format!("{p}.attn_q"), qd, hid, b, pq)?,
-            k: ld.linear(&format!("{p}.attn_k"), kvd, hid, b, pk)?,
-            v: ld.linear(&format!("{p}.attn_v"), kvd, hid, b, None)?,
-            o: ld.linear(&format!("{p}.attn_output"), hid, qd, false, None)?,
-            mlp_norm: Norm {
-                w: ld.vector(&format!("{p}.ffn_norm.weight"), hid)?,
-                b: None,
-            },
-            gate: ld.linear(&format!("{p}.ffn_gate"), inter, hid, false, None)?,
-            up: ld.linear(&format!("{p}.ffn_up"), inter, hid, false, None)?,
-            down: ld.linear(&format!("{p}.ffn_down"), hid, inter, false, None)?,
-        });
-    }
-    let final_norm = Norm {
-        w: ld.vector("output_norm.weight", hid)?,
-        b: None,
-    };
-    let lm_head = if c.tie_word_embeddings {
-        None
-    } else {
-        Some(ld.matrix("output.weight", voc, hid, None)?)
-    };
-    let rope = Some(rope_tables(c, device)?);
-    Ok(CausalLM {
-        config: config.clone(),
-        device: device.clone(),
-        dtype,
-        embed,
-        positions: None,
-        blocks,
-        final_norm,
-        lm_head,
-        rope,
-    })
+    let permuted = config.model_type == "llama";
+    llama::build(&mut ld, &GGUF_LLAMA, &config, device, dtype, permuted)
 }

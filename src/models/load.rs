@@ -2,6 +2,7 @@
 //! `model.safetensors.index.json`, one tensor at a time onto the device.
 
 use super::config::{Architecture, ModelConfig};
+use super::llama::{self, Names, Source};
 use super::model::{Block, CausalLM, Linear, Norm};
 use super::weight::Weight;
 use crate::nn::load::Checkpoint;
@@ -38,20 +39,15 @@ impl Loader<'_> {
         Ok(t)
     }
 
-    fn has(&self, name: &str) -> bool {
-        self.ckpt.shape(name).is_some()
-    }
-
-    /// An f32 vector (norm weight, bias) of `len` elements.
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
-        let t = self.host(name, DType::F32)?;
-        self.check(name, &t, &[len])?;
-        t.to(self.device)
-    }
-
     /// A `[rows, cols]` matrix in the model's dtype; `transposed` files hold `[cols, rows]`
     /// (GPT-2's Conv1D).
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize, transposed: bool) -> Result<Weight> {
+    fn matrix_t(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        transposed: bool,
+    ) -> Result<Weight> {
         let t = self.host(name, self.dtype)?;
         let t = if transposed {
             self.check(name, &t, &[cols, rows])?;
@@ -63,7 +59,8 @@ impl Loader<'_> {
         Ok(Weight::Dense(t.to(self.device)?))
     }
 
-    fn linear(
+    /// A linear layer whose `transposed` weight is read as in [`Loader::matrix_t`].
+    fn linear_t(
         &mut self,
         prefix: &str,
         rows: usize,
@@ -71,7 +68,7 @@ impl Loader<'_> {
         bias: bool,
         transposed: bool,
     ) -> Result<Linear> {
-        let w = self.matrix(&format!("{prefix}.weight"), rows, cols, transposed)?;
+        let w = self.matrix_t(&format!("{prefix}.weight"), rows, cols, transposed)?;
         let b = if bias {
             Some(self.vector(&format!("{prefix}.bias"), rows)?)
         } else {
@@ -94,6 +91,61 @@ impl Loader<'_> {
         Ok(())
     }
 }
+
+impl Source for Loader<'_> {
+    fn has(&self, name: &str) -> bool {
+        self.ckpt.shape(name).is_some()
+    }
+
+    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
+        let t = self.host(name, DType::F32)?;
+        self.check(name, &t, &[len])?;
+        t.to(self.device)
+    }
+
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
+        self.matrix_t(name, rows, cols, false)
+    }
+
+    fn linear(
+        &mut self,
+        prefix: &str,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+        rope_heads: Option<usize>,
+    ) -> Result<Linear> {
+        if let Some(heads) = rope_heads {
+            // Only llama.cpp files store permuted rows; a Hugging Face checkpoint never does.
+            return Err(Error::Format {
+                op: "AutoModel::load",
+                path: self.path.clone(),
+                message: format!(
+                    "{prefix}: Hugging Face checkpoints keep q and k rows in their own order, \
+                     so there are no rows permuted over {heads} heads to restore"
+                ),
+            });
+        }
+        self.linear_t(prefix, rows, cols, bias, false)
+    }
+}
+
+/// Llama-family tensor names in a Hugging Face checkpoint.
+const HF_LLAMA: Names = Names {
+    embed: "model.embed_tokens.weight",
+    layer: "model.layers",
+    attn_norm: "input_layernorm",
+    q: "self_attn.q_proj",
+    k: "self_attn.k_proj",
+    v: "self_attn.v_proj",
+    o: "self_attn.o_proj",
+    mlp_norm: "post_attention_layernorm",
+    gate: "mlp.gate_proj",
+    up: "mlp.up_proj",
+    down: "mlp.down_proj",
+    final_norm: "model.norm.weight",
+    lm_head: "lm_head.weight",
+};
 
 /// The checkpoint file(s) of a model directory.
 fn checkpoint_path(dir: &Path) -> Result<std::path::PathBuf> {
@@ -131,54 +183,9 @@ pub(crate) fn load_hf(
     };
     let c = &config;
     let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
-    let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    let qd = c.num_heads * c.head_dim;
     let model = match c.architecture {
-        Architecture::Llama => {
-            let embed = ld.matrix("model.embed_tokens.weight", voc, hid, false)?;
-            let mut blocks = Vec::with_capacity(c.num_layers);
-            for i in 0..c.num_layers {
-                let p = format!("model.layers.{i}");
-                let b = c.qkv_bias;
-                blocks.push(Block::Llama {
-                    attn_norm: Norm {
-                        w: ld.vector(&format!("{p}.input_layernorm.weight"), hid)?,
-                        b: None,
-                    },
-                    q: ld.linear(&format!("{p}.self_attn.q_proj"), qd, hid, b, false)?,
-                    k: ld.linear(&format!("{p}.self_attn.k_proj"), kvd, hid, b, false)?,
-                    v: ld.linear(&format!("{p}.self_attn.v_proj"), kvd, hid, b, false)?,
-                    o: ld.linear(&format!("{p}.self_attn.o_proj"), hid, qd, false, false)?,
-                    mlp_norm: Norm {
-                        w: ld.vector(&format!("{p}.post_attention_layernorm.weight"), hid)?,
-                        b: None,
-                    },
-                    gate: ld.linear(&format!("{p}.mlp.gate_proj"), inter, hid, false, false)?,
-                    up: ld.linear(&format!("{p}.mlp.up_proj"), inter, hid, false, false)?,
-                    down: ld.linear(&format!("{p}.mlp.down_proj"), hid, inter, false, false)?,
-                });
-            }
-            let final_norm = Norm {
-                w: ld.vector("model.norm.weight", hid)?,
-                b: None,
-            };
-            let lm_head = if c.tie_word_embeddings && !ld.has("lm_head.weight") {
-                None
-            } else {
-                Some(ld.matrix("lm_head.weight", voc, hid, false)?)
-            };
-            let rope = Some(rope_tables(c, device)?);
-            CausalLM {
-                config: config.clone(),
-                device: device.clone(),
-                dtype,
-                embed,
-                positions: None,
-                blocks,
-                final_norm,
-                lm_head,
-                rope,
-            }
-        }
+        Architecture::Llama => llama::build(&mut ld, &HF_LLAMA, c, device, dtype, false)?,
         Architecture::Gpt2 => {
             // Hub checkpoints of GPT-2 name tensors with or without the `transformer.` prefix.
             let pre = if ld.has("transformer.wte.weight") {
@@ -186,7 +193,7 @@ pub(crate) fn load_hf(
             } else {
                 ""
             };
-            let embed = ld.matrix(&format!("{pre}wte.weight"), voc, hid, false)?;
+            let embed = ld.matrix(&format!("{pre}wte.weight"), voc, hid)?;
             let pos = ld.host(&format!("{pre}wpe.weight"), DType::F32)?;
             ld.check("wpe.weight", &pos, &[c.max_position_embeddings, hid])?;
             let positions = Some(pos.to(device)?);
@@ -203,11 +210,11 @@ pub(crate) fn load_hf(
                 let ln2 = norm("ln_2")?;
                 blocks.push(Block::Gpt2 {
                     ln1,
-                    qkv: ld.linear(&format!("{p}.attn.c_attn"), 3 * qd, hid, true, true)?,
-                    proj: ld.linear(&format!("{p}.attn.c_proj"), hid, qd, true, true)?,
+                    qkv: ld.linear_t(&format!("{p}.attn.c_attn"), 3 * qd, hid, true, true)?,
+                    proj: ld.linear_t(&format!("{p}.attn.c_proj"), hid, qd, true, true)?,
                     ln2,
-                    fc: ld.linear(&format!("{p}.mlp.c_fc"), inter, hid, true, true)?,
-                    fc_proj: ld.linear(&format!("{p}.mlp.c_proj"), hid, inter, true, true)?,
+                    fc: ld.linear_t(&format!("{p}.mlp.c_fc"), inter, hid, true, true)?,
+                    fc_proj: ld.linear_t(&format!("{p}.mlp.c_proj"), hid, inter, true, true)?,
                 });
             }
             let final_norm = Norm {
@@ -215,7 +222,7 @@ pub(crate) fn load_hf(
                 b: Some(ld.vector(&format!("{pre}ln_f.bias"), hid)?),
             };
             let lm_head = if ld.has("lm_head.weight") && !c.tie_word_embeddings {
-                Some(ld.matrix("lm_head.weight", voc, hid, false)?)
+                Some(ld.matrix("lm_head.weight", voc, hid)?)
             } else {
                 None
             };

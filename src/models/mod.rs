@@ -12,6 +12,7 @@ mod config;
 mod generate;
 pub mod gguf;
 mod gguf_load;
+mod llama;
 mod load;
 mod model;
 mod tokenizer;
