@@ -59,8 +59,9 @@ const NEG_INF_BITS: u32 = 0xff800000u;
 const TILE: u32 = 64u;
 const STEP: u32 = 16u;
 
+// The staged 16 × 64 block of k, v, q or dO every loop reads (a barrier before each staging
+// keeps one block enough).
 var<workgroup> ta: array<f32, 1024>;
-var<workgroup> tb: array<f32, 1024>;
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(NEG_INF_BITS);
@@ -74,13 +75,33 @@ fn pf(i: u32) -> f32 {
     return bitcast<f32>(params[i]);
 }
 
-// Which (tile, chunk, batch) a workgroup computes; batch == B past the last one.
-fn work_item(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
-    let w = wid.y * nwg.x + wid.x;
+// The workgroup builtins every entry point takes (uniform, so kept apart from the
+// invocation's own index: control flow that depends on them stays uniform for barriers).
+struct Group {
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+}
+
+// What a workgroup computes and the sizes every entry reads: its tile of rows, output chunk
+// and batch b (b == nb, the batch count, past the last workgroup), and L, S, E, Ev.
+struct Work {
+    tile: u32,
+    chunk: u32,
+    b: u32,
+    nb: u32,
+    l: u32,
+    s: u32,
+    e: u32,
+    ev: u32,
+}
+
+fn work_item(group: Group) -> Work {
+    let w = group.wid.y * group.nwg.x + group.wid.x;
     let tiles = params[P_TILES];
     let chunks = params[P_CHUNKS];
     let rest = w / tiles;
-    return vec3<u32>(w % tiles, rest % chunks, min(rest / chunks, params[P_B]));
+    let nb = params[P_B];
+    return Work(w % tiles, rest % chunks, min(rest / chunks, nb), nb, params[P_L], params[P_S], params[P_E], params[P_EV]);
 }
 
 // Where batch b's mask starts.
@@ -89,28 +110,62 @@ fn mask_base(b: u32) -> u32 {
     return strided_offset(b, params[P_MBASE], nb, P_SHAPE, P_SHAPE + nb);
 }
 
+// Element `at` of q (which = 0), k (1), v (2) or g (3).
+fn load(which: u32, at: u32) -> f32 {
+    var x = 0.0;
+    switch which {
+        case 0u: { x = q[at]; }
+        case 1u: { x = k[at]; }
+        case 2u: { x = v[at]; }
+        default: { x = read_g(at); }
+    }
+    return x;
+}
+
 // Stages rows r0 .. r0 + 16 (of `rows`), dims d0 .. d0 + 64 (of `dims`) of a packed matrix
-// starting at element `base` of q (which = 0), k (1), v (2) or g (3) into `ta` (dst = 0) or `tb`
-// (dst = 1), zeros past the edges. Called by all 64 invocations (uniform control flow).
-fn stage(which: u32, dst: u32, base: u32, r0: u32, rows: u32, d0: u32, dims: u32, lid: u32) {
+// starting at element `base` of operand `which` (see load) into `ta`, zeros past the edges.
+// Called by all 64 invocations (uniform control flow).
+fn stage(which: u32, base: u32, r0: u32, rows: u32, d0: u32, dims: u32, lid: u32) {
+    workgroupBarrier();
     for (var t = 0u; t < 16u; t = t + 1u) {
         let idx = t * 64u + lid;
         let r = r0 + idx / 64u;
         let d = d0 + idx % 64u;
         var x = 0.0;
         if (r < rows && d < dims) {
-            let at = base + r * dims + d;
-            switch which {
-                case 0u: { x = q[at]; }
-                case 1u: { x = k[at]; }
-                case 2u: { x = v[at]; }
-                default: { x = read_g(at); }
+            x = load(which, base + r * dims + d);
+        }
+        ta[idx] = x;
+    }
+    workgroupBarrier();
+}
+
+// The 16 dot products of this invocation's row (starting at element `row` of operand `own`)
+// with rows r0 .. r0 + 16 of the matrix at `base` of operand `which`: the scores q kᵀ (or
+// k qᵀ) and dO vᵀ (or v dOᵀ), `dims` long, staged 64 dims at a time.
+fn dots(own: u32, row: u32, which: u32, base: u32, r0: u32, rows: u32, dims: u32, lid: u32) -> array<f32, 16> {
+    var s: array<f32, 16>;
+    for (var e0 = 0u; e0 < dims; e0 = e0 + 64u) {
+        stage(which, base, r0, rows, e0, dims, lid);
+        let de = min(64u, dims - e0);
+        for (var d = 0u; d < de; d = d + 1u) {
+            let x = load(own, row + e0 + d);
+            for (var jj = 0u; jj < STEP; jj = jj + 1u) {
+                s[jj] = s[jj] + x * ta[jj * 64u + d];
             }
         }
-        if (dst == 0u) {
-            ta[idx] = x;
-        } else {
-            tb[idx] = x;
+    }
+    return s;
+}
+
+// acc += Σ_jj w[jj] · (row r0 + jj, dims c0 .. c0 + 64 of the matrix at `base` of `which`):
+// P v, dS k, dSᵀ q or (P Z)ᵀ dO for this invocation's 64 output dims.
+fn accumulate(acc: ptr<function, array<f32, 64>>, w: array<f32, 16>, which: u32, base: u32, r0: u32, rows: u32, c0: u32, dims: u32, lid: u32) {
+    stage(which, base, r0, rows, c0, dims, lid);
+    for (var jj = 0u; jj < STEP; jj = jj + 1u) {
+        let p = w[jj];
+        for (var d = 0u; d < 64u; d = d + 1u) {
+            (*acc)[d] = (*acc)[d] + p * ta[jj * 64u + d];
         }
     }
 }

@@ -24,216 +24,119 @@ fn prob(x: f32, lse: f32) -> f32 {
 
 // dq (and dS) for a tile of 64 queries, one query per invocation.
 @compute @workgroup_size(64)
-fn attn_dq(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let it = work_item(wid, nwg);
-    let b = it.z;
-    if (b >= params[P_B]) {
+fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
+    let w = work_item(group);
+    if (w.b >= w.nb) {
         return;
     }
-    let B = params[P_B];
-    let L = params[P_L];
-    let S = params[P_S];
-    let E = params[P_E];
-    let EV = params[P_EV];
-    let i0 = it.x * TILE;
+    let i0 = w.tile * TILE;
     let i = i0 + lid;
-    let ic = min(i, L - 1u);
-    let c0 = it.y * 64u;
+    let ic = min(i, w.l - 1u);
+    let c0 = w.chunk * 64u;
     let flags = params[P_FLAGS];
-    let mb = mask_base(b);
-    let qrow = params[P_QOFF] + (b * L + ic) * E;
-    let grow = params[P_GOFF] + (b * L + ic) * EV;
-    let kbase = params[P_KOFF] + b * S * E;
-    let vbase = params[P_VOFF] + b * S * EV;
-    let lse = stats[params[P_SOFF] + b * L + ic];
-    let dd = stats[params[P_SOFF] + B * L + b * L + ic];
-    let write_ds = (flags & 16u) != 0u && it.y == 0u && i < L;
-    var kend = S;
+    let mb = mask_base(w.b);
+    let qrow = params[P_QOFF] + (w.b * w.l + ic) * w.e;
+    let grow = params[P_GOFF] + (w.b * w.l + ic) * w.ev;
+    let kbase = params[P_KOFF] + w.b * w.s * w.e;
+    let vbase = params[P_VOFF] + w.b * w.s * w.ev;
+    let lse = stats[params[P_SOFF] + w.b * w.l + ic];
+    let dd = stats[params[P_SOFF] + w.nb * w.l + w.b * w.l + ic];
+    let write_ds = (flags & 16u) != 0u && w.chunk == 0u && i < w.l;
+    var kend = w.s;
     if ((flags & 1u) != 0u) {
-        kend = min(min(i0 + TILE, L), S);
+        kend = min(min(i0 + TILE, w.l), w.s);
     }
+    // Zero-initialized, like every WGSL var without an initializer.
     var acc: array<f32, 64>;
-    for (var d = 0u; d < 64u; d = d + 1u) {
-        acc[d] = 0.0;
-    }
     for (var j0 = 0u; j0 < kend; j0 = j0 + STEP) {
-        var s: array<f32, 16>;
-        var dp: array<f32, 16>;
-        for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-            s[jj] = 0.0;
-            dp[jj] = 0.0;
-        }
-        for (var e0 = 0u; e0 < E; e0 = e0 + 64u) {
-            workgroupBarrier();
-            stage(1u, 0u, kbase, j0, S, e0, E, lid);
-            workgroupBarrier();
-            let de = min(64u, E - e0);
-            for (var d = 0u; d < de; d = d + 1u) {
-                let qd = q[qrow + e0 + d];
-                for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-                    s[jj] = s[jj] + qd * ta[jj * 64u + d];
-                }
-            }
-        }
-        for (var e0 = 0u; e0 < EV; e0 = e0 + 64u) {
-            workgroupBarrier();
-            stage(2u, 1u, vbase, j0, S, e0, EV, lid);
-            workgroupBarrier();
-            let de = min(64u, EV - e0);
-            for (var d = 0u; d < de; d = d + 1u) {
-                let gd = g[grow + e0 + d];
-                for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-                    dp[jj] = dp[jj] + gd * tb[jj * 64u + d];
-                }
-            }
-        }
+        var s = dots(0u, qrow, 1u, kbase, j0, w.s, w.e, lid);
+        let dp = dots(3u, grow, 2u, vbase, j0, w.s, w.ev, lid);
         for (var jj = 0u; jj < STEP; jj = jj + 1u) {
             let j = j0 + jj;
             let p = prob(finish_score(s[jj], ic, j, mb), lse);
-            let ds = p * (drop_factor(b, i, j) * dp[jj] - dd);
-            s[jj] = select(ds, 0.0, j >= S);
-            if (write_ds && j < S) {
-                dst[params[P_AUX] + (b * L + i) * S + j] = s[jj];
+            let ds = p * (drop_factor(w.b, i, j) * dp[jj] - dd);
+            s[jj] = select(ds, 0.0, j >= w.s);
+            if (write_ds && j < w.s) {
+                dst[params[P_AUX] + (w.b * w.l + i) * w.s + j] = s[jj];
             }
         }
-        workgroupBarrier();
-        stage(1u, 0u, kbase, j0, S, c0, E, lid);
-        workgroupBarrier();
-        for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-            let ds = s[jj];
-            for (var d = 0u; d < 64u; d = d + 1u) {
-                acc[d] = acc[d] + ds * ta[jj * 64u + d];
-            }
-        }
+        accumulate(&acc, s, 1u, kbase, j0, w.s, c0, w.e, lid);
     }
-    if (i >= L) {
+    if (i >= w.l) {
         return;
     }
     if (write_ds) {
         // Keys past the causal end of this tile: dS = 0 (16 at a time, a bounded loop).
-        for (var j0 = kend; j0 < S; j0 = j0 + STEP) {
+        for (var j0 = kend; j0 < w.s; j0 = j0 + STEP) {
             for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-                if (j0 + jj < S) {
-                    dst[params[P_AUX] + (b * L + i) * S + j0 + jj] = 0.0;
+                if (j0 + jj < w.s) {
+                    dst[params[P_AUX] + (w.b * w.l + i) * w.s + j0 + jj] = 0.0;
                 }
             }
         }
     }
     let scale = pf(P_SCALE);
-    let dc = min(64u, E - c0);
+    let dc = min(64u, w.e - c0);
     for (var d = 0u; d < dc; d = d + 1u) {
-        dst[(b * L + i) * E + c0 + d] = acc[d] * scale;
+        dst[(w.b * w.l + i) * w.e + c0 + d] = acc[d] * scale;
     }
 }
 
 // dk (chunks below P_KCHUNKS) or dv for a tile of 64 keys, one key per invocation.
 @compute @workgroup_size(64)
-fn attn_dkv(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let it = work_item(wid, nwg);
-    let b = it.z;
-    if (b >= params[P_B]) {
+fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
+    let w = work_item(group);
+    if (w.b >= w.nb) {
         return;
     }
-    let B = params[P_B];
-    let L = params[P_L];
-    let S = params[P_S];
-    let E = params[P_E];
-    let EV = params[P_EV];
-    let j0t = it.x * TILE;
+    let j0t = w.tile * TILE;
     let j = j0t + lid;
-    let jc = min(j, S - 1u);
-    let is_k = it.y < params[P_KCHUNKS];
-    let c0 = select(it.y - params[P_KCHUNKS], it.y, is_k) * 64u;
-    let mb = mask_base(b);
-    let krow = params[P_KOFF] + (b * S + jc) * E;
-    let vrow = params[P_VOFF] + (b * S + jc) * EV;
-    let qbase = params[P_QOFF] + b * L * E;
-    let gbase = params[P_GOFF] + b * L * EV;
+    let jc = min(j, w.s - 1u);
+    let is_k = w.chunk < params[P_KCHUNKS];
+    let c0 = select(w.chunk - params[P_KCHUNKS], w.chunk, is_k) * 64u;
+    let mb = mask_base(w.b);
+    let krow = params[P_KOFF] + (w.b * w.s + jc) * w.e;
+    let vrow = params[P_VOFF] + (w.b * w.s + jc) * w.ev;
+    let qbase = params[P_QOFF] + w.b * w.l * w.e;
+    let gbase = params[P_GOFF] + w.b * w.l * w.ev;
     var istart = 0u;
     if ((params[P_FLAGS] & 1u) != 0u) {
-        istart = min(j0t, L);
+        istart = min(j0t, w.l);
     }
     var acc: array<f32, 64>;
-    for (var d = 0u; d < 64u; d = d + 1u) {
-        acc[d] = 0.0;
-    }
-    for (var i0 = istart; i0 < L; i0 = i0 + STEP) {
-        var s: array<f32, 16>;
-        var dp: array<f32, 16>;
-        for (var ii = 0u; ii < STEP; ii = ii + 1u) {
-            s[ii] = 0.0;
-            dp[ii] = 0.0;
-        }
-        for (var e0 = 0u; e0 < E; e0 = e0 + 64u) {
-            workgroupBarrier();
-            stage(0u, 0u, qbase, i0, L, e0, E, lid);
-            workgroupBarrier();
-            let de = min(64u, E - e0);
-            for (var d = 0u; d < de; d = d + 1u) {
-                let kd = k[krow + e0 + d];
-                for (var ii = 0u; ii < STEP; ii = ii + 1u) {
-                    s[ii] = s[ii] + ta[ii * 64u + d] * kd;
-                }
-            }
-        }
-        for (var e0 = 0u; e0 < EV; e0 = e0 + 64u) {
-            workgroupBarrier();
-            stage(3u, 1u, gbase, i0, L, e0, EV, lid);
-            workgroupBarrier();
-            let de = min(64u, EV - e0);
-            for (var d = 0u; d < de; d = d + 1u) {
-                let vd = v[vrow + e0 + d];
-                for (var ii = 0u; ii < STEP; ii = ii + 1u) {
-                    dp[ii] = dp[ii] + tb[ii * 64u + d] * vd;
-                }
-            }
-        }
+    for (var i0 = istart; i0 < w.l; i0 = i0 + STEP) {
+        var s = dots(1u, krow, 0u, qbase, i0, w.l, w.e, lid);
+        let dp = dots(2u, vrow, 3u, gbase, i0, w.l, w.ev, lid);
         for (var ii = 0u; ii < STEP; ii = ii + 1u) {
             let i = i0 + ii;
-            let ic = min(i, L - 1u);
-            let lse = stats[params[P_SOFF] + b * L + ic];
-            let dd = stats[params[P_SOFF] + B * L + b * L + ic];
+            let ic = min(i, w.l - 1u);
+            let lse = stats[params[P_SOFF] + w.b * w.l + ic];
+            let dd = stats[params[P_SOFF] + w.nb * w.l + w.b * w.l + ic];
             let p = prob(finish_score(s[ii], ic, j, mb), lse);
-            let z = drop_factor(b, ic, jc);
-            let live = i < L && j < S;
+            let z = drop_factor(w.b, ic, jc);
+            let live = i < w.l && j < w.s;
             // dS for dk, P Z for dv.
             s[ii] = select(0.0, select(p * z, p * (z * dp[ii] - dd), is_k), live);
         }
-        workgroupBarrier();
         if (is_k) {
-            stage(0u, 0u, qbase, i0, L, c0, E, lid);
+            accumulate(&acc, s, 0u, qbase, i0, w.l, c0, w.e, lid);
         } else {
-            stage(3u, 0u, gbase, i0, L, c0, EV, lid);
-        }
-        workgroupBarrier();
-        for (var ii = 0u; ii < STEP; ii = ii + 1u) {
-            let w = s[ii];
-            for (var d = 0u; d < 64u; d = d + 1u) {
-                acc[d] = acc[d] + w * ta[ii * 64u + d];
-            }
+            accumulate(&acc, s, 3u, gbase, i0, w.l, c0, w.ev, lid);
         }
     }
-    if (j >= S) {
+    if (j >= w.s) {
         return;
     }
     if (is_k) {
         let scale = pf(P_SCALE);
-        let dc = min(64u, E - c0);
+        let dc = min(64u, w.e - c0);
         for (var d = 0u; d < dc; d = d + 1u) {
-            dst[(b * S + j) * E + c0 + d] = acc[d] * scale;
+            dst[(w.b * w.s + j) * w.e + c0 + d] = acc[d] * scale;
         }
     } else {
-        let dc = min(64u, EV - c0);
+        let dc = min(64u, w.ev - c0);
         for (var d = 0u; d < dc; d = d + 1u) {
-            dst[params[P_AUX] + (b * S + j) * EV + c0 + d] = acc[d];
+            dst[params[P_AUX] + (w.b * w.s + j) * w.ev + c0 + d] = acc[d];
         }
     }
 }
