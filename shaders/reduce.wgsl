@@ -4,9 +4,9 @@
 // Computes   item j = o * C + c (row o, chunk c of C chunks per row) reduces the row elements
 //            r in [c * L, min(R, (c + 1) * L)), where element (o, r) is stored at
 //            offset + sum_k idx_k(o) * out_strides[k] + r * stride_r   (idx = o unravelled over
-//            out_shape). OP (override) = op | kind << 8; op: one of the OP_* constants below
-//            (the codes of the reduction table, src/ops/reduce.rs; tests/shaders.rs checks
-//            they agree); kind: 0 f32, 1 i32, 2 u32. Integer sums and products wrap
+//            out_shape). OP (override) = op | kind << 8; op: one of the OP_* constants (the
+//            codes of the reduction table, src/ops/reduce.rs, appended below by the library);
+//            kind: 0 f32, 1 i32, 2 u32. Integer sums and products wrap
 //            (the CPU twin is `cpu::typed::reduce_int`); values travel as bits throughout.
 //            A pass with C > 1 writes one partial per item; the host runs the next pass over the
 //            partials (rows of length C, contiguous) until C == 1, so no per-invocation loop is
@@ -34,18 +34,11 @@
 
 override OP: u32 = 0u;
 
-// The op codes of the reduction table (`ReduceOp::code`, src/ops/reduce.rs). A mean is a sum
-// divided in the last pass; OP_SUM_EXP is softmax's sum of exp(x - aux[o]); OP_NANSUM is a sum
-// whose first pass reads NaN as 0 (the host sums the partials with OP_SUM).
-const OP_SUM: u32 = 0u;
-const OP_MEAN: u32 = 0u;
-const OP_PROD: u32 = 1u;
-const OP_MAX: u32 = 2u;
-const OP_MIN: u32 = 3u;
-const OP_ARGMAX: u32 = 4u;
-const OP_ARGMIN: u32 = 5u;
+// Softmax's sum of exp(x - aux[o]) (cpu::reduce::SUM_EXP_CODE). The reduction table's op
+// codes (`OP_<NAME>`) and its per-op functions, `is_arg()`, `identity()`, `combine(a, b)` (a
+// holds the lower indices where that matters) and `load_map(v, r)`, are appended to this file
+// by the library from src/ops/reduce.rs; NaN and wrap-around rules are stated per op there.
 const OP_SUM_EXP: u32 = 6u;
-const OP_NANSUM: u32 = 7u;
 
 @group(0) @binding(0) var<storage, read> src: array<u32>;
 @group(0) @binding(1) var<storage, read> aux: array<u32>;
@@ -100,27 +93,6 @@ fn same(b: u32, a: u32) -> bool {
     return b == a;
 }
 
-fn is_arg() -> bool {
-    return op() == OP_ARGMAX || op() == OP_ARGMIN;
-}
-
-// The neutral element. The sum starts at -0.0 (-0.0 + x == x for every x, even -0.0); arg ops
-// start at the opposite infinity with an index no real element has, so any element beats it.
-// Integers start at 0 / 1 and at their type's extremes.
-fn identity() -> Acc {
-    let k = kind();
-    switch op() {
-        case OP_PROD: { return Acc(select(1u, 0x3f800000u, k == 0u), 0u); }
-        case OP_MAX, OP_ARGMAX: {
-            return Acc(select(select(0xff800000u, 0x80000000u, k == 1u), 0u, k == 2u), 0xffffffffu);
-        }
-        case OP_MIN, OP_ARGMIN: {
-            return Acc(select(select(0x7f800000u, 0x7fffffffu, k == 1u), 0xffffffffu, k == 2u), 0xffffffffu);
-        }
-        default: { return Acc(select(0u, 0x80000000u, k == 0u), 0u); }
-    }
-}
-
 // Whether b beats a for argmax (up) or argmin: NaN first (lowest index among NaNs), then the
 // larger (smaller) value, then the lower index. A total order: any tree gives the same answer.
 fn arg_better(b: Acc, a: Acc, up: bool) -> bool {
@@ -133,37 +105,6 @@ fn arg_better(b: Acc, a: Acc, up: bool) -> bool {
         return b.i < a.i;
     }
     return greater(b.v, a.v) == up;
-}
-
-// Combines a (the lower indices, where that matters) with b.
-// Integer + and * wrap, and two's complement makes them the same bits for i32 and u32.
-fn combine(a: Acc, b: Acc) -> Acc {
-    switch op() {
-        case OP_PROD: {
-            if (kind() != 0u) { return Acc(a.v * b.v, 0u); }
-            return Acc(bitcast<u32>(bitcast<f32>(a.v) * bitcast<f32>(b.v)), 0u);
-        }
-        case OP_MAX: {
-            if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(b.v, a.v))) { return a; }
-            return b;
-        }
-        case OP_MIN: {
-            if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(a.v, b.v))) { return a; }
-            return b;
-        }
-        case OP_ARGMAX: {
-            if (arg_better(b, a, true)) { return b; }
-            return a;
-        }
-        case OP_ARGMIN: {
-            if (arg_better(b, a, false)) { return b; }
-            return a;
-        }
-        default: {
-            if (kind() != 0u) { return Acc(a.v + b.v, 0u); }
-            return Acc(bitcast<u32>(bitcast<f32>(a.v) + bitcast<f32>(b.v)), 0u);
-        }
-    }
 }
 
 // Storage index of element (o, 0).
@@ -185,10 +126,7 @@ fn load(o: u32, r: u32, base: u32) -> Acc {
         }
         return Acc(bitcast<u32>(exp(d)), r);
     }
-    if (op() == OP_NANSUM && nan_bits(src[at])) {
-        return Acc(0u, r);
-    }
-    return Acc(src[at], r);
+    return load_map(src[at], r);
 }
 
 fn store(item: u32, acc: Acc) {

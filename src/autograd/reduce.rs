@@ -4,30 +4,10 @@ use super::record;
 use crate::shape::normalize_dim;
 use crate::{Result, Tensor};
 
-/// Which reduction a node came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reduction {
-    Sum,
-    /// A sum reading NaN as 0: NaN elements get no gradient.
-    NanSum,
-    Mean,
-    Prod,
-    Max,
-    Min,
-}
-
-impl Reduction {
-    fn name(self) -> &'static str {
-        match self {
-            Reduction::Sum => "sum",
-            Reduction::NanSum => "nansum",
-            Reduction::Mean => "mean",
-            Reduction::Prod => "prod",
-            Reduction::Max => "max",
-            Reduction::Min => "min",
-        }
-    }
-}
+/// A reduction's backward formula (its table entry's `grad`, `src/ops/reduce.rs`): the input
+/// gradient from the input, the output and the output gradient (both brought back to the
+/// input's rank) and the reduced dim (`None`: every element).
+pub(crate) type ReduceGrad = fn(&Tensor, &Tensor, &Tensor, Option<usize>) -> Result<Tensor>;
 
 /// Brings an output (or its gradient) of a reduction back to the input's rank (size 1 on the
 /// reduced dims) so it broadcasts against the input.
@@ -39,54 +19,26 @@ fn unreduce(t: &Tensor, in_shape: &[usize], dim: Option<usize>, keepdim: bool) -
     }
 }
 
-/// Records `out = x.<kind>(dim, keepdim)` (`dim: None` for the `_all` forms).
-///
-/// max/min send the gradient to the elements equal to the result; ties share it equally
-/// (PyTorch's rule for `amax`/`amin`), so the gradient sums to the output gradient either way.
-/// prod uses `out / x`, so an input containing 0 gets a NaN/inf gradient (documented limit).
+/// Records `out = x.<name>(dim, keepdim)` (`dim: None` for the `_all` forms) with its
+/// backward formula `grad`.
 pub(crate) fn reduce(
-    kind: Reduction,
+    name: &'static str,
+    grad: ReduceGrad,
     x: &Tensor,
     dim: Option<isize>,
     keepdim: bool,
     out: Tensor,
 ) -> Tensor {
     let (x2, o) = (x.clone(), out.clone());
-    record(kind.name(), out, &[x], move |g, _| {
+    record(name, out, &[x], move |g, _| {
         let x = &x2;
         let shape = x.shape();
         let d = match dim {
-            Some(d) if x.ndim() > 0 => Some(normalize_dim(kind.name(), d, x.ndim())?),
+            Some(d) if x.ndim() > 0 => Some(normalize_dim(name, d, x.ndim())?),
             _ => None,
         };
         let g = unreduce(g, shape, d, keepdim)?;
-        let gx = match kind {
-            Reduction::Sum => g.expand(shape)?,
-            Reduction::NanSum => x.ne(x)?.where_cond(
-                &Tensor::full(&[], 0.0, x.dtype(), x.device())?,
-                &g.expand(shape)?,
-            )?,
-            Reduction::Mean => {
-                let n = match d {
-                    Some(d) => shape[d],
-                    None => x.numel(),
-                };
-                g.div_scalar(n as f32)?.expand(shape)?
-            }
-            Reduction::Prod => g.mul(&unreduce(&o, shape, d, keepdim)?)?.div(x)?,
-            Reduction::Max | Reduction::Min => {
-                let hit = x.eq(&unreduce(&o, shape, d, keepdim)?)?;
-                let ones = hit.where_cond(
-                    &Tensor::full(&[], 1.0, x.dtype(), x.device())?,
-                    &Tensor::full(&[], 0.0, x.dtype(), x.device())?,
-                )?;
-                let count = match d {
-                    Some(d) => ones.sum(d as isize, true)?,
-                    None => ones.sum_all()?.reshape(&vec![1; shape.len()])?,
-                };
-                ones.mul(&g.div(&count)?)?
-            }
-        };
+        let gx = grad(x, &unreduce(&o, shape, d, keepdim)?, &g, d)?;
         // Broadcasting can leave a 0-d input's gradient with size-1 dims; reshape only then
         // (reshaping an expanded view would copy it).
         let gx = if gx.shape() == shape {
@@ -96,6 +48,21 @@ pub(crate) fn reduce(
         };
         Ok(vec![Some(gx)])
     })
+}
+
+/// The gradient of max / min: it goes to the elements equal to the result, and ties share it
+/// equally (PyTorch's rule for `amax`/`amin`), so it sums to the output gradient either way.
+pub(crate) fn extreme_grad(x: &Tensor, o: &Tensor, g: &Tensor, d: Option<usize>) -> Result<Tensor> {
+    let hit = x.eq(o)?;
+    let ones = hit.where_cond(
+        &Tensor::full(&[], 1.0, x.dtype(), x.device())?,
+        &Tensor::full(&[], 0.0, x.dtype(), x.device())?,
+    )?;
+    let count = match d {
+        Some(d) => ones.sum(d as isize, true)?,
+        None => ones.sum_all()?.reshape(&vec![1; x.ndim()])?,
+    };
+    ones.mul(&g.div(&count)?)
 }
 
 /// Records `out = x.softmax(dim)` (or `log_softmax` when `log`).

@@ -14,6 +14,7 @@
 
 use super::codegen::Generated;
 use super::sync::lock;
+use crate::ops::ReduceOp;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,6 +174,22 @@ fn matmul_f16_acc() -> &'static str {
     })
 }
 
+/// reduce.wgsl with the reduction table's part appended (its op codes and per-op cases,
+/// `ReduceOp::wgsl`), built on first use.
+fn reduce() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let file = include_str!("../../shaders/reduce.wgsl");
+        format!("{file}{}", ReduceOp::wgsl())
+    })
+}
+
+/// [`reduce`] followed by reduce_subgroup.wgsl's first passes.
+fn reduce_subgroup() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| format!("{}{REDUCE_SUBGROUP}", reduce()))
+}
+
 /// The fused attention's helpers (composed after attention_forward/backward.wgsl).
 #[allow(dead_code)]
 pub(crate) const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
@@ -252,14 +269,15 @@ macro_rules! wgsl {
 /// the fused attention's entry points come before their shared helpers.
 pub(crate) const SHADERS: [ShaderDef; 18] = [
     // reduce binds an auxiliary input (softmax's row maxima) beside the data.
-    ShaderDef::new(Shader::Reduce, "reduce.wgsl", wgsl!("reduce.wgsl"), 2),
+    ShaderDef::new(Shader::Reduce, "reduce.wgsl", wgsl!("reduce.wgsl"), 2)
+        .body(Body::Built(reduce)),
     ShaderDef::new(
         Shader::ReduceSubgroup,
         "reduce.wgsl (subgroups)",
         wgsl!("reduce.wgsl"),
         2,
     )
-    .body(Body::Text(wgsl!("reduce.wgsl", "reduce_subgroup.wgsl"))),
+    .body(Body::Built(reduce_subgroup)),
     ShaderDef::new(Shader::Softmax, "softmax.wgsl", wgsl!("softmax.wgsl"), 1)
         .body(Body::Text(wgsl!("row_tree.wgsl", "softmax.wgsl"))),
     ShaderDef::new(

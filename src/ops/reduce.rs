@@ -1,23 +1,111 @@
 //! The reduction table: every reduction is declared once, below, with its two methods and
-//! their rustdoc (`sum_all()`, `sum(dim, keepdim)`), its op code in `shaders/reduce.wgsl` (and
-//! `reduce_subgroup.wgsl`), whether it returns indices, whether integers reduce, its value over
-//! no elements and its gradient. The rest derives from the entry:
+//! their rustdoc (`sum_all()`, `sum(dim, keepdim)`), its WGSL, whether it returns indices,
+//! whether integers reduce, its value over no elements, its CPU folds and its gradient. The
+//! rest derives from the entry:
 //!
 //! - the `ReduceOp` enum with `name`, `is_arg`, `code`, `ints` and `partials`, which the GPU
 //!   passes (`src/gpu/reduce.rs`) read;
+//! - the WGSL: `wgsl: { code, identity, combine, map }` become the op's `OP_<NAME>` constant
+//!   and its cases of `identity()`, `combine(a, b)` and `load_map(v, r)`, appended to
+//!   `shaders/reduce.wgsl` (and its subgroup variant) when the library builds the shader
+//!   ([`table_wgsl`]); an empty snippet takes code 0's (the sum's) case;
 //! - the CPU folds: `f32: [identity, combine, map, finish]` is expanded by `src/cpu/reduce.rs`
 //!   into its pairwise and tiled loops (the table's `reduce_cpu_half!`, so every op's loop is
 //!   monomorphised and inlined as if written out), and `int: [identity, combine]` (names of
 //!   `IntElem`) into the wrapping integer loop; arg reductions have neither (they return
 //!   indices, by `cpu::reduce::arg_reduce`);
-//! - the public `Tensor` methods with their docs, and the autograd node they record (the
+//! - the public `Tensor` methods with their docs, and the backward formula they record (the
 //!   table's `reduce_tensor_half!`, expanded by `src/tensor/reduce.rs`);
-//! - the WGSL op codes: `shaders/reduce.wgsl` names each code as `const OP_<NAME>: u32`, and
-//!   `tests/shaders.rs` checks those constants against this table;
 //! - the test sweeps (`wgtensor::testing::reduce_ops()`).
 //!
-//! Adding a reduction is one `reduce_ops!` entry (with its CPU fold) and its cases in
-//! `shaders/reduce.wgsl` (`identity`, `combine`, or a `load` map).
+//! Adding a reduction is one `reduce_ops!` entry (with its CPU fold and WGSL snippets) and its
+//! reference value in `tests/reduce.rs`.
+
+/// The WGSL start of max and argmax: the lowest value of the kind (f32 -inf, i32 MIN, u32 0)
+/// with an index no element has, so that any element beats it.
+const WGSL_LOWEST: &str =
+    "return Acc(select(select(0xff800000u, 0x80000000u, k == 1u), 0u, k == 2u), 0xffffffffu);";
+/// The WGSL start of min and argmin: the highest value of the kind.
+const WGSL_HIGHEST: &str = "return Acc(select(select(0x7f800000u, 0x7fffffffu, k == 1u), 0xffffffffu, k == 2u), 0xffffffffu);";
+
+/// One op's WGSL, as its table entry declares it.
+struct WgslEntry {
+    name: &'static str,
+    code: u32,
+    arg: bool,
+    /// Statements returning the neutral `Acc`, with `k` the value kind (0 f32, 1 i32, 2 u32).
+    identity: &'static str,
+    /// Statements returning `a` combined with `b` (`a` holds the lower indices).
+    combine: &'static str,
+    /// Statements run on each loaded element's bits `v` (row position `r`) before it is
+    /// combined, returning early with the `Acc` they map it to (the first pass only: partials
+    /// are combined by the op's `partials`).
+    map: &'static str,
+}
+
+/// The table's part of `shaders/reduce.wgsl`: the op codes, `is_arg`, and `identity`,
+/// `combine` and `load_map` with one case per op that declares a snippet; code 0's snippets
+/// are the `default` arms. Written in table order, so the same table gives the same shader.
+fn table_wgsl(ops: &[WgslEntry]) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("\n// The reduction table's part (src/ops/reduce.rs).\n");
+    for op in ops {
+        let _ = writeln!(
+            s,
+            "const OP_{}: u32 = {}u;",
+            op.name.to_uppercase(),
+            op.code
+        );
+    }
+    let args: Vec<String> = ops
+        .iter()
+        .filter(|op| op.arg)
+        .map(|op| format!("op() == OP_{}", op.name.to_uppercase()))
+        .collect();
+    let args = if args.is_empty() {
+        "false".to_string()
+    } else {
+        args.join(" || ")
+    };
+    let _ = writeln!(s, "\nfn is_arg() -> bool {{\n    return {args};\n}}");
+    let switch = |snippet: fn(&WgslEntry) -> &'static str| {
+        let (mut cases, mut default) = (String::new(), String::new());
+        for op in ops.iter().filter(|op| !snippet(op).is_empty()) {
+            let body = snippet(op);
+            if op.code == 0 {
+                default = format!("        default: {{\n            {body}\n        }}\n");
+            } else {
+                let name = op.name.to_uppercase();
+                let _ = write!(
+                    cases,
+                    "        case OP_{name}: {{\n            {body}\n        }}\n"
+                );
+            }
+        }
+        format!("    switch op() {{\n{cases}{default}    }}\n")
+    };
+    let _ = write!(
+        s,
+        "\nfn identity() -> Acc {{\n    let k = kind();\n{}}}\n",
+        switch(|op| op.identity)
+    );
+    let _ = write!(
+        s,
+        "\nfn combine(a: Acc, b: Acc) -> Acc {{\n{}}}\n",
+        switch(|op| op.combine)
+    );
+    s.push_str("\nfn load_map(v: u32, r: u32) -> Acc {\n");
+    for op in ops.iter().filter(|op| !op.map.is_empty()) {
+        let _ = write!(
+            s,
+            "    if (op() == OP_{}) {{\n        {}\n    }}\n",
+            op.name.to_uppercase(),
+            op.map
+        );
+    }
+    s.push_str("    return Acc(v, r);\n}\n");
+    s
+}
 
 /// What a reduction of no elements gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,21 +117,27 @@ pub(crate) enum Empty {
     Undefined,
 }
 
-/// Declares the reductions. Entry: `Variant { all: docs method, dim: docs method, wgsl_code,
-/// arg, ints, empty, partials, f32: [id, combine, map, finish]?, int: [ID, combine]?, grad }`.
+/// Declares the reductions. Entry: `Variant { all: docs method, dim: docs method, wgsl: { code,
+/// identity, combine, map }, arg, ints, empty, partials, f32: [id, combine, map, finish]?,
+/// int: [ID, combine]?, grad: [|x, o, g, dim| formula]? }`.
 macro_rules! reduce_ops {
     ($(
         $V:ident {
             all: $(#[$adoc:meta])* $all:ident,
             dim: $(#[$ddoc:meta])* $method:ident,
-            wgsl_code: $code:literal,
+            wgsl: {
+                code: $code:literal,
+                identity: $wid:expr,
+                combine: $wcomb:expr,
+                map: $wmap:expr $(,)?
+            },
             arg: $arg:literal,
             ints: $ints:literal,
             empty: $empty:ident,
             partials: $partials:ident,
             f32: [$($fid:expr, $fop:expr, $fmap:expr, $fin:expr)?],
             int: [$($iid:ident, $iop:ident)?],
-            grad: $grad:expr $(,)?
+            grad: [$(|$gx:ident, $go:ident, $gg:ident, $gd:ident| $grad:expr)?] $(,)?
         }
     )*) => {
         /// Reductions over one dim or every element (declared in `src/ops/reduce.rs`).
@@ -91,6 +185,20 @@ macro_rules! reduce_ops {
             pub(crate) fn partials(self) -> ReduceOp {
                 match self { $(ReduceOp::$V => ReduceOp::$partials,)* }
             }
+
+            /// The table's part of `shaders/reduce.wgsl`, appended to it when the library
+            /// builds the shader: each op's `OP_<NAME>` code, `is_arg`, and one case per op
+            /// in `identity()`, `combine(a, b)` and `load_map(v, r)` (see [`table_wgsl`]).
+            pub(crate) fn wgsl() -> String {
+                table_wgsl(&[$(WgslEntry {
+                    name: stringify!($method),
+                    code: $code,
+                    arg: $arg,
+                    identity: $wid,
+                    combine: $wcomb,
+                    map: $wmap,
+                },)*])
+            }
         }
 
         /// The CPU half of the table, expanded by `src/cpu/reduce.rs` (which defines
@@ -125,9 +233,18 @@ macro_rules! reduce_ops {
         /// `src/ops/mod.rs`).
         macro_rules! reduce_tensor_half { () => {
         impl ReduceOp {
-            /// The autograd node the op records (`None`: not differentiable).
-            pub(crate) fn grad(self) -> Option<Reduction> {
-                match self { $(ReduceOp::$V => $grad,)* }
+            /// The backward formula the op records (`None`: not differentiable): the input
+            /// gradient from the input `x`, the output `o` and its gradient `g` (both with the
+            /// input's rank: size 1 on the reduced dims) and the reduced dim (`None`: all).
+            pub(crate) fn grad(self) -> Option<ReduceGrad> {
+                match self {
+                    $(ReduceOp::$V => {
+                        None $(.or_else(|| Some((
+                            |$gx: &Tensor, $go: &Tensor, $gg: &Tensor, $gd: Option<usize>|
+                                -> Result<Tensor> { $grad }
+                        ) as ReduceGrad)))?
+                    })*
+                }
             }
         }
 
@@ -184,14 +301,24 @@ reduce_ops! {
         /// # Ok::<(), wgtensor::Error>(())
         /// ```
         sum,
-        wgsl_code: 0,
+        // Code 0 is the shader's default op: its cases are the `default` arms, which a mean
+        // and softmax's sum of exponentials (`OP_SUM_EXP`) fold with too.
+        wgsl: {
+            code: 0,
+            // -0.0 + x == x for every x, even -0.0; integers start at 0.
+            identity: "return Acc(select(0u, 0x80000000u, k == 0u), 0u);",
+            // Integer + wraps, and two's complement makes it the same bits for i32 and u32.
+            combine: "if (kind() != 0u) { return Acc(a.v + b.v, 0u); }
+            return Acc(bitcast<u32>(bitcast<f32>(a.v) + bitcast<f32>(b.v)), 0u);",
+            map: "",
+        },
         arg: false,
         ints: true,
         empty: Zeros,
         partials: Sum,
         f32: [SUM_ID, add, keep, whole],
         int: [ZERO, wadd],
-        grad: Some(Reduction::Sum),
+        grad: [|x, _o, g, _d| g.expand(x.shape())],
     }
     Mean {
         all:
@@ -218,14 +345,17 @@ reduce_ops! {
         /// ```
         mean,
         // A sum on the GPU, divided by the row length in the last pass.
-        wgsl_code: 0,
+        wgsl: { code: 0, identity: "", combine: "", map: "" },
         arg: false,
         ints: false,
         empty: Nan,
         partials: Sum,
         f32: [SUM_ID, add, keep, mean_of],
         int: [],
-        grad: Some(Reduction::Mean),
+        grad: [|x, _o, g, d| {
+            let n = d.map_or(x.numel(), |d| x.shape()[d]);
+            g.div_scalar(n as f32)?.expand(x.shape())
+        }],
     }
     Prod {
         all:
@@ -251,14 +381,21 @@ reduce_ops! {
         /// # Ok::<(), wgtensor::Error>(())
         /// ```
         prod,
-        wgsl_code: 1,
+        wgsl: {
+            code: 1,
+            identity: "return Acc(select(1u, 0x3f800000u, k == 0u), 0u);",
+            combine: "if (kind() != 0u) { return Acc(a.v * b.v, 0u); }
+            return Acc(bitcast<u32>(bitcast<f32>(a.v) * bitcast<f32>(b.v)), 0u);",
+            map: "",
+        },
         arg: false,
         ints: true,
         empty: Ones,
         partials: Prod,
         f32: [1.0, mul, keep, whole],
         int: [ONE, wmul],
-        grad: Some(Reduction::Prod),
+        // `out / x`: an input holding 0 gets a NaN/inf gradient (a documented limit).
+        grad: [|x, o, g, _d| g.mul(o)?.div(x)],
     }
     Max {
         all:
@@ -287,14 +424,20 @@ reduce_ops! {
         /// # Ok::<(), wgtensor::Error>(())
         /// ```
         max,
-        wgsl_code: 2,
+        wgsl: {
+            code: 2,
+            identity: WGSL_LOWEST,
+            combine: "if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(b.v, a.v))) { return a; }
+            return b;",
+            map: "",
+        },
         arg: false,
         ints: true,
         empty: Undefined,
         partials: Max,
         f32: [f32::NEG_INFINITY, max_nan, keep, whole],
         int: [MIN, max],
-        grad: Some(Reduction::Max),
+        grad: [|x, o, g, d| extreme_grad(x, o, g, d)],
     }
     Min {
         all:
@@ -323,14 +466,20 @@ reduce_ops! {
         /// # Ok::<(), wgtensor::Error>(())
         /// ```
         min,
-        wgsl_code: 3,
+        wgsl: {
+            code: 3,
+            identity: WGSL_HIGHEST,
+            combine: "if (nan_bits(a.v) || (!nan_bits(b.v) && !greater(a.v, b.v))) { return a; }
+            return b;",
+            map: "",
+        },
         arg: false,
         ints: true,
         empty: Undefined,
         partials: Min,
         f32: [f32::INFINITY, min_nan, keep, whole],
         int: [MAX, min],
-        grad: Some(Reduction::Min),
+        grad: [|x, o, g, d| extreme_grad(x, o, g, d)],
     }
     ArgMax {
         all:
@@ -361,14 +510,20 @@ reduce_ops! {
         /// # Ok::<(), wgtensor::Error>(())
         /// ```
         argmax,
-        wgsl_code: 4,
+        wgsl: {
+            code: 4,
+            identity: WGSL_LOWEST,
+            combine: "if (arg_better(b, a, true)) { return b; }
+            return a;",
+            map: "",
+        },
         arg: true,
         ints: true,
         empty: Undefined,
         partials: ArgMax,
         f32: [],
         int: [],
-        grad: None,
+        grad: [],
     }
     ArgMin {
         all:
@@ -398,14 +553,20 @@ reduce_ops! {
         /// # Ok::<(), wgtensor::Error>(())
         /// ```
         argmin,
-        wgsl_code: 5,
+        wgsl: {
+            code: 5,
+            identity: WGSL_HIGHEST,
+            combine: "if (arg_better(b, a, false)) { return b; }
+            return a;",
+            map: "",
+        },
         arg: true,
         ints: true,
         empty: Undefined,
         partials: ArgMin,
         f32: [],
         int: [],
-        grad: None,
+        grad: [],
     }
     NanSum {
         all:
@@ -434,13 +595,22 @@ reduce_ops! {
         /// ```
         nansum,
         // A sum whose first pass reads NaN as 0; the partials are summed plainly.
-        wgsl_code: 7,
+        wgsl: {
+            code: 7,
+            identity: "",
+            combine: "",
+            map: "if (nan_bits(v)) { return Acc(0u, r); }",
+        },
         arg: false,
         ints: false,
         empty: Zeros,
         partials: Sum,
         f32: [SUM_ID, add, |x: f32| if x.is_nan() { 0.0 } else { x }, whole],
         int: [],
-        grad: Some(Reduction::NanSum),
+        // NaN elements get no gradient.
+        grad: [|x, _o, g, _d| x.ne(x)?.where_cond(
+            &Tensor::full(&[], 0.0, x.dtype(), x.device())?,
+            &g.expand(x.shape())?,
+        )],
     }
 }

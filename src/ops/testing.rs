@@ -77,11 +77,6 @@ impl ReduceOpInfo {
         self.0.empty() != super::Empty::Undefined
     }
 
-    /// The op code `shaders/reduce.wgsl` names `OP_<NAME>`.
-    pub fn wgsl_code(self) -> u32 {
-        self.0.code()
-    }
-
     /// The reduction over `dim` (`t.sum(dim, keepdim)`).
     pub fn call(self, t: &Tensor, dim: isize, keepdim: bool) -> Result<Tensor> {
         t.reduce_tracked(self.0, Some(dim), keepdim)

@@ -10,7 +10,7 @@
 use super::chunked::{blocks_needed, map_dim0_blocks};
 use super::Data;
 use super::Tensor;
-use crate::autograd::reduce::{self as autograd, Reduction};
+use crate::autograd::reduce::{self as autograd, extreme_grad, ReduceGrad};
 use crate::cpu::reduce::Rows;
 use crate::gpu::GpuDevice;
 use crate::ops::{Empty, ReduceOp};
@@ -213,7 +213,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let out = self.reduce_op(op, dim, keepdim)?;
         Ok(match op.grad() {
-            Some(kind) => autograd::reduce(kind, self, dim, keepdim, out),
+            Some(grad) => autograd::reduce(op.name(), grad, self, dim, keepdim, out),
             None => out,
         })
     }
