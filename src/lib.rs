@@ -53,6 +53,23 @@
 //!
 //! `lib.rs` is the root: it re-exports the public items and imports from every layer.
 
+/// Builder setters, one per field: `pub fn name(mut self, name: T) -> Self` storing its argument
+/// in the field of the same name, each with its rustdoc. The options of the optimizers, the
+/// gradient scaler and the samplers are set this way, as PyTorch's keyword arguments are.
+/// Defined before the modules so every file sees it without an import.
+macro_rules! setters {
+    ($($(#[$meta:meta])* $name:ident: $t:ty;)*) => {
+        $(
+            $(#[$meta])*
+            #[must_use]
+            pub fn $name(mut self, $name: $t) -> Self {
+                self.$name = $name;
+                self
+            }
+        )*
+    };
+}
+
 mod autograd;
 mod autotune;
 mod cpu;

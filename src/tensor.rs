@@ -201,7 +201,8 @@ impl Tensor {
         }
     }
 
-    fn unsupported(&self, op: &'static str) -> Error {
+    /// The error for an op without a kernel for this tensor's dtype (on its device).
+    pub(crate) fn unsupported(&self, op: &'static str) -> Error {
         Error::UnsupportedDType {
             op,
             dtype: self.dtype(),
@@ -209,23 +210,39 @@ impl Tensor {
         }
     }
 
-    /// Same device and dtype, or the error naming both.
-    fn check_pair(&self, op: &'static str, rhs: &Tensor) -> Result<()> {
-        if self.device() != rhs.device() {
-            return Err(Error::DeviceMismatch {
-                op,
-                lhs: self.device().to_string(),
-                rhs: rhs.device().to_string(),
-            });
+    /// The error for `other` living on another device than `self` (named in that order).
+    pub(crate) fn device_mismatch(&self, op: &'static str, other: &Tensor) -> Error {
+        Error::DeviceMismatch {
+            op,
+            lhs: self.device().to_string(),
+            rhs: other.device().to_string(),
         }
-        if self.dtype() != rhs.dtype() {
+    }
+
+    /// Same device as `other`, or the error naming both (`self` first).
+    pub(crate) fn check_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.device() != other.device() {
+            return Err(self.device_mismatch(op, other));
+        }
+        Ok(())
+    }
+
+    /// Same dtype as `other`, or the error naming both (`self` first).
+    pub(crate) fn check_dtype(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if self.dtype() != other.dtype() {
             return Err(Error::DTypeMismatch {
                 op,
                 lhs: self.dtype(),
-                rhs: rhs.dtype(),
+                rhs: other.dtype(),
             });
         }
         Ok(())
+    }
+
+    /// Same device and dtype, or the error naming both.
+    pub(crate) fn check_pair(&self, op: &'static str, rhs: &Tensor) -> Result<()> {
+        self.check_device(op, rhs)?;
+        self.check_dtype(op, rhs)
     }
 }
 

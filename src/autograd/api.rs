@@ -199,13 +199,7 @@ impl Tensor {
 
 /// A gradient handed in by the user must match the tensor it belongs to.
 fn check_seed(op: &'static str, t: &Tensor, g: &Tensor) -> Result<()> {
-    if g.device() != t.device() {
-        return Err(Error::DeviceMismatch {
-            op,
-            lhs: t.device().to_string(),
-            rhs: g.device().to_string(),
-        });
-    }
+    t.check_device(op, g)?;
     if g.shape() != t.shape() {
         return Err(Error::ShapeMismatch {
             op,
@@ -213,12 +207,5 @@ fn check_seed(op: &'static str, t: &Tensor, g: &Tensor) -> Result<()> {
             rhs: g.shape().to_vec(),
         });
     }
-    if g.dtype() != t.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: t.dtype(),
-            rhs: g.dtype(),
-        });
-    }
-    Ok(())
+    t.check_dtype(op, g)
 }

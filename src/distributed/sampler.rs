@@ -65,47 +65,35 @@ impl DistributedSampler {
         })
     }
 
-    /// Sets the seed of the permutation (the same on every rank).
-    ///
-    /// ```
-    /// use wgtensor::distributed::DistributedSampler;
-    /// let a = DistributedSampler::new(100, 0, 2)?.seed(1).indices(0);
-    /// let b = DistributedSampler::new(100, 0, 2)?.seed(2).indices(0);
-    /// assert_ne!(a, b);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    #[must_use]
-    pub fn seed(mut self, seed: u64) -> DistributedSampler {
-        self.seed = seed;
-        self
-    }
-
-    /// Whether each epoch permutes the indices (default true).
-    ///
-    /// ```
-    /// use wgtensor::distributed::DistributedSampler;
-    /// assert_eq!(DistributedSampler::new(4, 0, 2)?.shuffle(false).indices(9), vec![0, 2]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    #[must_use]
-    pub fn shuffle(mut self, shuffle: bool) -> DistributedSampler {
-        self.shuffle = shuffle;
-        self
-    }
-
-    /// Whether to drop the last `len % world_size` indices of each epoch so every rank gets
-    /// the same count (default false).
-    ///
-    /// ```
-    /// use wgtensor::distributed::DistributedSampler;
-    /// let s = DistributedSampler::new(5, 0, 2)?.shuffle(false).drop_last(true);
-    /// assert_eq!(s.indices(0), vec![0, 2]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    #[must_use]
-    pub fn drop_last(mut self, drop_last: bool) -> DistributedSampler {
-        self.drop_last = drop_last;
-        self
+    setters! {
+        /// Sets the seed of the permutation (the same on every rank).
+        ///
+        /// ```
+        /// use wgtensor::distributed::DistributedSampler;
+        /// let a = DistributedSampler::new(100, 0, 2)?.seed(1).indices(0);
+        /// let b = DistributedSampler::new(100, 0, 2)?.seed(2).indices(0);
+        /// assert_ne!(a, b);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        seed: u64;
+        /// Whether each epoch permutes the indices (default true).
+        ///
+        /// ```
+        /// use wgtensor::distributed::DistributedSampler;
+        /// assert_eq!(DistributedSampler::new(4, 0, 2)?.shuffle(false).indices(9), vec![0, 2]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        shuffle: bool;
+        /// Whether to drop the last `len % world_size` indices of each epoch so every rank gets
+        /// the same count (default false).
+        ///
+        /// ```
+        /// use wgtensor::distributed::DistributedSampler;
+        /// let s = DistributedSampler::new(5, 0, 2)?.shuffle(false).drop_last(true);
+        /// assert_eq!(s.indices(0), vec![0, 2]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        drop_last: bool;
     }
 
     /// This rank's indices for `epoch` (PyTorch's `set_epoch` + iteration).

@@ -82,21 +82,7 @@ impl<M: Module + Clone + 'static> Module for Checkpoint<M> {
         }))
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.inner.named_parameters()
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        self.inner.named_parameters_mut()
-    }
-
-    fn to(&mut self, device: &Device) -> Result<()> {
-        self.inner.to(device)
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.inner.set_training(training)
-    }
+    super::delegate_to_inner!(inner);
 
     fn dtype(&self) -> Option<DType> {
         self.inner.dtype()

@@ -123,82 +123,75 @@ macro_rules! stateless {
     };
 }
 
-/// Max pooling, PyTorch's `nn.MaxPool2d(kernel_size, stride=kernel_size, padding)`.
-///
-/// ```
-/// use wgtensor::nn::{MaxPool2d, Module};
-/// use wgtensor::{Device, Tensor};
-/// let y = MaxPool2d::new([2, 2]).forward(&Tensor::randn(&[1, 3, 8, 8], &Device::best())?)?;
-/// assert_eq!(y.shape(), &[1, 3, 4, 4]);
-/// # Ok::<(), wgtensor::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct MaxPool2d {
-    /// Window size.
-    pub kernel: [usize; 2],
-    /// Step between windows (`None`: the kernel size).
-    pub stride: Option<[usize; 2]>,
-    /// -inf added on each side.
-    pub padding: [usize; 2],
+/// A pooling layer over 2-D windows: the struct (kernel, optional stride, padding), `new` and
+/// the `Module` impl calling the tensor method. Max and average pooling differ only in the
+/// method and in what the padding holds.
+macro_rules! pool2d {
+    ($(#[$meta:meta])* $name:ident, $method:ident, $padding:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            /// Window size.
+            pub kernel: [usize; 2],
+            /// Step between windows (`None`: the kernel size).
+            pub stride: Option<[usize; 2]>,
+            #[doc = $padding]
+            pub padding: [usize; 2],
+        }
+
+        impl $name {
+            /// Non-overlapping windows of `kernel`, no padding.
+            ///
+            #[doc = concat!(
+                "```\nassert_eq!(wgtensor::nn::",
+                stringify!($name),
+                "::new([2, 3]).kernel, [2, 3]);\n```"
+            )]
+            pub fn new(kernel: [usize; 2]) -> $name {
+                $name {
+                    kernel,
+                    stride: None,
+                    padding: [0, 0],
+                }
+            }
+            fn apply(&self, x: &Tensor) -> Result<Tensor> {
+                x.$method(self.kernel, self.stride, self.padding)
+            }
+        }
+        stateless!($name);
+    };
 }
 
-impl MaxPool2d {
-    /// Non-overlapping windows of `kernel`, no padding.
+pool2d!(
+    /// Max pooling, PyTorch's `nn.MaxPool2d(kernel_size, stride=kernel_size, padding)`.
     ///
     /// ```
-    /// assert_eq!(wgtensor::nn::MaxPool2d::new([2, 2]).kernel, [2, 2]);
+    /// use wgtensor::nn::{MaxPool2d, Module};
+    /// use wgtensor::{Device, Tensor};
+    /// let y = MaxPool2d::new([2, 2]).forward(&Tensor::randn(&[1, 3, 8, 8], &Device::best())?)?;
+    /// assert_eq!(y.shape(), &[1, 3, 4, 4]);
+    /// # Ok::<(), wgtensor::Error>(())
     /// ```
-    pub fn new(kernel: [usize; 2]) -> MaxPool2d {
-        MaxPool2d {
-            kernel,
-            stride: None,
-            padding: [0, 0],
-        }
-    }
-    fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        x.max_pool2d(self.kernel, self.stride, self.padding)
-    }
-}
-stateless!(MaxPool2d);
+    MaxPool2d,
+    max_pool2d,
+    "-inf added on each side."
+);
 
-/// Average pooling, PyTorch's `nn.AvgPool2d(kernel_size, stride=kernel_size, padding)`
-/// (padding counts as zeros).
-///
-/// ```
-/// use wgtensor::nn::{AvgPool2d, Module};
-/// use wgtensor::{Device, Tensor};
-/// let y = AvgPool2d::new([2, 2]).forward(&Tensor::ones(&[1, 1, 4, 4], wgtensor::DType::F32, &Device::best())?)?;
-/// assert_eq!(y.to_vec::<f32>()?, vec![1.0; 4]);
-/// # Ok::<(), wgtensor::Error>(())
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct AvgPool2d {
-    /// Window size.
-    pub kernel: [usize; 2],
-    /// Step between windows (`None`: the kernel size).
-    pub stride: Option<[usize; 2]>,
-    /// Zeros added on each side.
-    pub padding: [usize; 2],
-}
-
-impl AvgPool2d {
-    /// Non-overlapping windows of `kernel`, no padding.
+pool2d!(
+    /// Average pooling, PyTorch's `nn.AvgPool2d(kernel_size, stride=kernel_size, padding)`
+    /// (padding counts as zeros).
     ///
     /// ```
-    /// assert_eq!(wgtensor::nn::AvgPool2d::new([3, 3]).kernel, [3, 3]);
+    /// use wgtensor::nn::{AvgPool2d, Module};
+    /// use wgtensor::{Device, Tensor};
+    /// let y = AvgPool2d::new([2, 2]).forward(&Tensor::ones(&[1, 1, 4, 4], wgtensor::DType::F32, &Device::best())?)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.0; 4]);
+    /// # Ok::<(), wgtensor::Error>(())
     /// ```
-    pub fn new(kernel: [usize; 2]) -> AvgPool2d {
-        AvgPool2d {
-            kernel,
-            stride: None,
-            padding: [0, 0],
-        }
-    }
-    fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        x.avg_pool2d(self.kernel, self.stride, self.padding)
-    }
-}
-stateless!(AvgPool2d);
+    AvgPool2d,
+    avg_pool2d,
+    "Zeros added on each side."
+);
 
 /// Adaptive average pooling to a fixed output size, PyTorch's `nn.AdaptiveAvgPool2d`.
 ///

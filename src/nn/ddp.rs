@@ -235,21 +235,7 @@ impl<M: Module> Module for DistributedDataParallel<M> {
         self.module.forward(x)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.module.named_parameters()
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        self.module.named_parameters_mut()
-    }
-
-    fn to(&mut self, device: &Device) -> Result<()> {
-        self.module.to(device)
-    }
-
-    fn set_training(&mut self, training: bool) {
-        self.module.set_training(training)
-    }
+    super::delegate_to_inner!(module);
 
     fn load_weights(&mut self, path: &Path, device: &Device) -> Result<()> {
         self.module.load_weights(path, device)

@@ -69,11 +69,7 @@ impl Embedding {
             });
         }
         if weight.dtype() != DType::F32 {
-            return Err(Error::UnsupportedDType {
-                op: "Embedding::from_weights",
-                dtype: weight.dtype(),
-                device: weight.device().to_string(),
-            });
+            return Err(weight.unsupported("Embedding::from_weights"));
         }
         Ok(Embedding {
             weight: param(weight),

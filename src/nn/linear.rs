@@ -105,7 +105,7 @@ impl Linear {
                     ),
                 });
             }
-            check_same("Linear::from_weights", &weight, b)?;
+            weight.check_pair("Linear::from_weights", b)?;
         }
         Ok(Linear {
             weight: param(weight),
@@ -154,25 +154,6 @@ impl Linear {
     pub fn out_features(&self) -> usize {
         self.weight.shape()[0]
     }
-}
-
-/// Same device and dtype, or the error naming both.
-pub(crate) fn check_same(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
-    if a.device() != b.device() {
-        return Err(Error::DeviceMismatch {
-            op,
-            lhs: a.device().to_string(),
-            rhs: b.device().to_string(),
-        });
-    }
-    if a.dtype() != b.dtype() {
-        return Err(Error::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
-    Ok(())
 }
 
 impl Module for Linear {

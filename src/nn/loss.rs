@@ -157,11 +157,7 @@ pub fn cross_entropy_with(
     }
     let dtype = logits.dtype();
     if !matches!(dtype, DType::F32 | DType::F16) {
-        return Err(Error::UnsupportedDType {
-            op,
-            dtype,
-            device: logits.device().to_string(),
-        });
+        return Err(logits.unsupported(op));
     }
     let spec = CeSpec {
         ignore: opts.ignore_index,

@@ -249,6 +249,30 @@ macro_rules! weight_and_bias_parameters {
 }
 use weight_and_bias_parameters;
 
+/// The `Module` methods of a wrapper that hands its parameters, device moves and training mode
+/// to the module in `$field` (gradient checkpointing, data parallelism): wrapping changes how
+/// `forward` or the gradients run, never what the model holds.
+macro_rules! delegate_to_inner {
+    ($field:ident) => {
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            self.$field.named_parameters()
+        }
+
+        fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+            self.$field.named_parameters_mut()
+        }
+
+        fn to(&mut self, device: &Device) -> Result<()> {
+            self.$field.to(device)
+        }
+
+        fn set_training(&mut self, training: bool) {
+            self.$field.set_training(training)
+        }
+    };
+}
+use delegate_to_inner;
+
 /// The named parameters of a layer's own tensors, skipping the absent ones (no bias, not
 /// affine): how every layer with a weight and a bias lists them.
 pub(crate) fn own_parameters<const N: usize>(

@@ -244,18 +244,11 @@ impl Adam {
         self
     }
 
-    /// Term added to the denominator for stability.
-    #[must_use]
-    pub fn eps(mut self, eps: f32) -> Adam {
-        self.eps = eps;
-        self
-    }
-
-    /// L2 penalty added to the gradient (Adam), or decoupled decay (AdamW).
-    #[must_use]
-    pub fn weight_decay(mut self, weight_decay: f32) -> Adam {
-        self.weight_decay = weight_decay;
-        self
+    setters! {
+        /// Term added to the denominator for stability.
+        eps: f32;
+        /// L2 penalty added to the gradient (Adam), or decoupled decay (AdamW).
+        weight_decay: f32;
     }
 }
 

@@ -66,32 +66,15 @@ impl GradScaler {
         }
     }
 
-    /// Starting scale (default 2^16).
-    #[must_use]
-    pub fn init_scale(mut self, scale: f32) -> GradScaler {
-        self.init_scale = scale;
-        self
-    }
-
-    /// Factor applied after `growth_interval` finite steps (default 2).
-    #[must_use]
-    pub fn growth_factor(mut self, f: f32) -> GradScaler {
-        self.growth_factor = f;
-        self
-    }
-
-    /// Factor applied when a step had inf/NaN gradients (default 0.5).
-    #[must_use]
-    pub fn backoff_factor(mut self, f: f32) -> GradScaler {
-        self.backoff_factor = f;
-        self
-    }
-
-    /// Finite steps in a row before the scale grows (default 2000).
-    #[must_use]
-    pub fn growth_interval(mut self, n: u32) -> GradScaler {
-        self.growth_interval = n;
-        self
+    setters! {
+        /// Starting scale (default 2^16).
+        init_scale: f32;
+        /// Factor applied after `growth_interval` finite steps (default 2).
+        growth_factor: f32;
+        /// Factor applied when a step had inf/NaN gradients (default 0.5).
+        backoff_factor: f32;
+        /// Finite steps in a row before the scale grows (default 2000).
+        growth_interval: u32;
     }
 
     /// The current scale as a 0-d f32 tensor on its device (a CPU tensor holding the starting

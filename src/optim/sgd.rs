@@ -41,25 +41,13 @@ impl Sgd {
         }
     }
 
-    /// Momentum factor (default 0).
-    #[must_use]
-    pub fn momentum(mut self, momentum: f32) -> Sgd {
-        self.momentum = momentum;
-        self
-    }
-
-    /// L2 penalty added to the gradient (default 0).
-    #[must_use]
-    pub fn weight_decay(mut self, weight_decay: f32) -> Sgd {
-        self.weight_decay = weight_decay;
-        self
-    }
-
-    /// Nesterov momentum (default off; needs momentum > 0).
-    #[must_use]
-    pub fn nesterov(mut self, nesterov: bool) -> Sgd {
-        self.nesterov = nesterov;
-        self
+    setters! {
+        /// Momentum factor (default 0).
+        momentum: f32;
+        /// L2 penalty added to the gradient (default 0).
+        weight_decay: f32;
+        /// Nesterov momentum (default off; needs momentum > 0).
+        nesterov: bool;
     }
 }
 

@@ -278,11 +278,7 @@ impl Tensor {
     pub fn topk(&self, k: usize, dim: isize, largest: bool) -> Result<(Tensor, Tensor)> {
         let op = "topk";
         if !self.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-                device: self.device().to_string(),
-            });
+            return Err(self.unsupported(op));
         }
         let d = normalize_dim(op, dim, self.ndim())?;
         let n = self.shape().get(d).copied().unwrap_or(1);

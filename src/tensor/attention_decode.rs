@@ -81,13 +81,7 @@ impl Tensor {
             ));
         }
         for t in [k_cache, v_cache] {
-            if t.device() != q.device() {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: q.device().to_string(),
-                    rhs: t.device().to_string(),
-                });
-            }
+            q.check_device(op, t)?;
         }
         for t in [q, k_cache, v_cache] {
             t.require_f32(op)?;
@@ -142,20 +136,8 @@ impl Tensor {
                 format!("rows {start}.. (+{}) run past {} rows", b[0], a[0]),
             ));
         }
-        if src.dtype() != self.dtype() {
-            return Err(Error::DTypeMismatch {
-                op,
-                lhs: self.dtype(),
-                rhs: src.dtype(),
-            });
-        }
-        if src.device() != self.device() {
-            return Err(Error::DeviceMismatch {
-                op,
-                lhs: self.device().to_string(),
-                rhs: src.device().to_string(),
-            });
-        }
+        self.check_dtype(op, src)?;
+        self.check_device(op, src)?;
         let row: usize = a[1..].iter().product();
         let (at, n) = (start * row, src.numel());
         let _guard = crate::no_grad();

@@ -5,7 +5,7 @@ use super::chunked::{blocks_needed, map_row_blocks};
 use super::Tensor;
 use crate::ops::CmpOp;
 use crate::shape::broadcast_shapes;
-use crate::{DType, Error, Result};
+use crate::{DType, Result};
 
 impl Tensor {
     /// The comparison methods of the table (`src/ops/compare.rs`) land here.
@@ -33,14 +33,6 @@ impl Tensor {
             });
         }
         self.typed_compare(op, Err(s), self.layout())
-    }
-
-    pub(super) fn device_mismatch(&self, op: &'static str, other: &Tensor) -> Error {
-        Error::DeviceMismatch {
-            op,
-            lhs: self.device().to_string(),
-            rhs: other.device().to_string(),
-        }
     }
 
     /// `self` (a [`DType::U8`] mask) selects `on_true` where non-zero, else `on_false`
@@ -74,9 +66,7 @@ impl Tensor {
             return Err(self.unsupported(name));
         }
         for t in [on_true, on_false] {
-            if self.device() != t.device() {
-                return Err(self.device_mismatch(name, t));
-            }
+            self.check_device(name, t)?;
         }
         on_true.check_pair(name, on_false)?;
         let values = broadcast_shapes(name, on_true.shape(), on_false.shape())?;

@@ -182,11 +182,7 @@ fn out_len(
 /// A float 4-d (or unbatched 3-d) input as `[n, c, h, w]`, and whether it was unbatched.
 fn as_4d(op: &'static str, x: &Tensor) -> Result<(Tensor, bool)> {
     if !x.dtype().is_float() {
-        return Err(Error::UnsupportedDType {
-            op,
-            dtype: x.dtype(),
-            device: x.device().to_string(),
-        });
+        return Err(x.unsupported(op));
     }
     match x.ndim() {
         4 => Ok((x.clone(), false)),

@@ -188,13 +188,7 @@ impl Tensor {
 
     /// Device and dtype rules shared by every op that takes ids.
     pub(crate) fn check_ids(&self, op: &'static str, ids: &Tensor) -> Result<()> {
-        if self.device() != ids.device() {
-            return Err(Error::DeviceMismatch {
-                op,
-                lhs: self.device().to_string(),
-                rhs: ids.device().to_string(),
-            });
-        }
+        self.check_device(op, ids)?;
         if !matches!(ids.dtype(), DType::U32 | DType::I32) {
             // Not the generic "convert to F32" advice: ids must become integers.
             return Err(Error::InvalidArgument {

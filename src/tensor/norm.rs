@@ -57,13 +57,7 @@ impl Tensor {
                     rhs: p.shape().to_vec(),
                 });
             }
-            if p.device() != self.device() {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: self.device().to_string(),
-                    rhs: p.device().to_string(),
-                });
-            }
+            self.check_device(op, p)?;
             if !matches!(p.dtype(), DType::F32 | DType::F16) {
                 return Err(p.unsupported(op));
             }

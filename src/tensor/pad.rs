@@ -47,11 +47,7 @@ impl Tensor {
     pub fn pad(&self, pads: &[usize], mode: PadMode) -> Result<Tensor> {
         let op = "pad";
         if !self.dtype().is_float() {
-            return Err(Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-                device: self.device().to_string(),
-            });
+            return Err(self.unsupported(op));
         }
         let k = pads.len() / 2;
         if !pads.len().is_multiple_of(2) || k > self.ndim() {
