@@ -103,7 +103,8 @@ fn exact_matmul_matches_dequantize_then_matmul() {
                     .unwrap()
                     .dequantize()
                     .unwrap();
-                for m in [1, 3, 5, 9] {
+                // 17 and 40 rows take the CPU's dequantized-panel path (prefill).
+                for m in [1, 3, 5, 9, 17, 40] {
                     let x = Tensor::from_vec(data(m * shape[1], 9, 1.0), &[m, shape[1]], &device)
                         .unwrap();
                     let want = reference(&w, &x);
@@ -240,7 +241,7 @@ fn integer_matmul_is_within_the_activation_rounding_bound() {
             let bytes = random_blocks(q, rows, cols, 11);
             let t = QTensor::from_ggml(q, shape, &bytes, &Device::cpu()).unwrap();
             let w = values(&t.dequantize().unwrap());
-            for m in [1, 4, 6] {
+            for m in [1, 4, 6, 17] {
                 let xs = data(m * cols, 13, 2.0);
                 let x = Tensor::from_vec(xs.clone(), &[m, cols], &Device::cpu()).unwrap();
                 let got = values(&t.matmul_t(&x).unwrap());
@@ -413,4 +414,57 @@ fn f16_activations_and_batched_shapes() {
     assert_eq!(y32.shape(), &[2, 3, 6]);
     assert_eq!(y16.dtype(), DType::F32);
     assert_close(&values(&y16), &values(&y32), 2e-2, 2e-2, "f16 activations");
+}
+
+/// Child body of `cpu_paths_give_the_same_bits_at_any_thread_count_and_isa`: one line per
+/// product, `BITS` and a hash of every output's bits, in both modes.
+#[test]
+fn cpu_quant_bits_child() {
+    if !common::is_child("cpu_quant_bits_child") {
+        return;
+    }
+    let _mode = mode(true);
+    for integer in [true, false] {
+        wgtensor::set_quantized_activations(integer);
+        for q in [QType::Q8_0, QType::Q4_0, QType::Q4_K] {
+            // 70 rows: four-row blocks plus a tail; 2 panels of weight rows at m >= 16.
+            let shape = [70, 8 * q.block_len()];
+            let bytes = random_blocks(q, shape[0], shape[1], 21);
+            let t = QTensor::from_ggml(q, shape, &bytes, &Device::cpu()).unwrap();
+            for m in [1, 2, 5, 16, 33] {
+                let x =
+                    Tensor::from_vec(data(m * shape[1], 23, 3.0), &[m, shape[1]], &Device::cpu())
+                        .unwrap();
+                let y = values(&t.matmul_t(&x).unwrap());
+                let h = y.iter().fold(0xcbf29ce484222325u64, |h, v| {
+                    (h ^ v.to_bits() as u64).wrapping_mul(0x100000001b3)
+                });
+                println!("BITS {q} m={m} integer={integer} {h:016x}");
+            }
+        }
+    }
+    common::child_done("cpu_quant_bits_child");
+}
+
+/// The CPU's quantized products give the same bits on 1 and 3 threads and with the portable
+/// loop instead of the AVX2 kernels (`WGTENSOR_QUANT_SCALAR=1`): every output is computed in
+/// one fixed order, whichever path and thread runs it.
+#[test]
+fn cpu_paths_give_the_same_bits_at_any_thread_count_and_isa() {
+    let lines = |envs: &[(&str, &str)]| -> Vec<String> {
+        let out = common::run_child("cpu_quant_bits_child", envs);
+        let v: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.find("BITS ").map(|i| l[i..].to_string()))
+            .collect();
+        assert_eq!(v.len(), 30, "{out}");
+        v
+    };
+    let one = lines(&[("RAYON_NUM_THREADS", "1")]);
+    assert_eq!(one, lines(&[("RAYON_NUM_THREADS", "3")]), "1 vs 3 threads");
+    assert_eq!(
+        one,
+        lines(&[("RAYON_NUM_THREADS", "2"), ("WGTENSOR_QUANT_SCALAR", "1")]),
+        "AVX2 vs the portable loop"
+    );
 }

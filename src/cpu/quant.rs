@@ -116,6 +116,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 
 /// Dequantizes one block (`out.len() == q.block_len()`) exactly as ggml's `dequantize_row_*`
 /// (same operation order, so the same f32 bits).
+#[inline]
 pub(crate) fn dequantize_block(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
     let d = scales[0].to_f32();
     match q {
@@ -168,6 +169,7 @@ pub(crate) fn dequantize_block(q: QType, scales: &[f16], body: &[u8], out: &mut 
 }
 
 /// Dequantizes whole rows: `scales` and `body` hold `out.len() / block_len` blocks.
+#[inline]
 pub(crate) fn dequantize(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
     let (ns, nb, bl) = (scale_halfs(q), body_bytes(q), q.block_len());
     for ((o, s), b) in out

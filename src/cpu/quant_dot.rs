@@ -12,6 +12,10 @@
 //!   dequantized as `quant::dequantize` does and dotted with the f32 activations over 8 lanes
 //!   in the same fixed order.
 //!
+//! - **Panels** (any type, from 16 activation rows on: prefill): weight rows are dequantized
+//!   64 at a time into a reused buffer and multiplied with all of `x` by gemm in f32, in either
+//!   mode (dequantizing once per panel beats a dot product per output at that size).
+//!
 //! Every output element is computed by one thread in one order, so results do not depend on
 //! the thread count.
 
@@ -31,6 +35,24 @@ pub(crate) struct Q8Rows {
 /// Quantizes `x` (rows of `cols`, a multiple of 32) to Q8 blocks: `d = max|x| / 127`,
 /// `q = round_ties_even(x / d)`.
 pub(crate) fn quantize_rows(x: &[f32]) -> Q8Rows {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        // SAFETY: `use_avx2` checked the CPU.
+        return unsafe { quantize_rows_avx2(x) };
+    }
+    quantize_rows_body(x)
+}
+
+/// `quantize_rows` compiled for AVX2: `round_ties_even` becomes one `vroundss` instead of a
+/// call into libm (the same IEEE operation, so the same bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn quantize_rows_avx2(x: &[f32]) -> Q8Rows {
+    quantize_rows_body(x)
+}
+
+#[inline(always)]
+fn quantize_rows_body(x: &[f32]) -> Q8Rows {
     let nb = x.len() / 32;
     let mut d = Vec::with_capacity(nb);
     let mut q = Vec::with_capacity(x.len());
@@ -211,20 +233,30 @@ mod avx2_rows {
             // row's body (32 or 16 bytes) and of the activation row (32 bytes).
             let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(32 * b) as *const __m256i) };
             let dx = xd[b];
+            // Q4_0: sum (u - 8) x = sum u x - 8 sum x over each pair, with the nibbles u
+            // (0..=15) as maddubs' unsigned operand: no sign fix-ups per weight row, and the
+            // pair sums of 8 x are computed once for all W rows. Every term stays far inside
+            // i16 (|u x| <= 15 * 127), so the integers, hence the bits, are those of the
+            // signed form.
+            let x8 = if q == QType::Q4_0 {
+                _mm256_maddubs_epi16(eight, x)
+            } else {
+                _mm256_setzero_si256()
+            };
             for k in 0..W {
-                let w = unsafe {
+                let pairs = unsafe {
                     if q == QType::Q8_0 {
-                        _mm256_loadu_si256(wb[k].as_ptr().add(32 * b) as *const __m256i)
+                        let w = _mm256_loadu_si256(wb[k].as_ptr().add(32 * b) as *const __m256i);
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
                     } else {
                         let raw = _mm_loadu_si128(wb[k].as_ptr().add(16 * b) as *const __m128i);
                         let lo = _mm_and_si128(raw, low);
                         let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-                        _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight)
+                        let u = _mm256_set_m128i(hi, lo);
+                        _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), x8)
                     }
                 };
-                let aw = _mm256_sign_epi8(w, w);
-                let sx = _mm256_sign_epi8(x, w);
-                let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+                let lanes = _mm256_madd_epi16(pairs, ones);
                 let dw = sc[k][b % 8];
                 let d = _mm256_set1_ps(dw * dx);
                 acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[k]);
@@ -294,6 +326,9 @@ pub(crate) fn matmul_t(
     m: usize,
     integer: bool,
 ) -> crate::Result<Vec<f32>> {
+    if m >= GEMM_MIN_ROWS {
+        return matmul_t_panels(q, rows, cols, scales, body, x, m);
+    }
     let nb = cols / q.block_len();
     let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
     let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
@@ -356,6 +391,95 @@ pub(crate) fn matmul_t(
             });
     }
     Ok(transpose(out_t, rows, m))
+}
+
+/// Activation rows from which `matmul_t` multiplies in f32 through gemm (prefill): with this
+/// many rows, dequantizing a weight panel once and running a cache-blocked product beats a
+/// dot product per output, integer or not.
+const GEMM_MIN_ROWS: usize = 16;
+
+/// Weight rows per dequantized panel: a fixed count (not derived from the thread count), so
+/// every output comes from the same gemm call at any thread count; 64 rows of 4096 f32 stay
+/// within a core's L2.
+const PANEL_ROWS: usize = 64;
+
+/// `x @ W^T` for many activation rows: each rayon task dequantizes `PANEL_ROWS` weight rows
+/// (as `quant::dequantize` does, into a buffer reused by the task) and multiplies them with
+/// all of `x` on one thread with gemm, writing its own `[panel, m]` slice of `W x^T`.
+#[allow(clippy::too_many_arguments)]
+fn matmul_t_panels(
+    q: QType,
+    rows: usize,
+    cols: usize,
+    scales: &[f16],
+    body: &[u8],
+    x: &[f32],
+    m: usize,
+) -> crate::Result<Vec<f32>> {
+    let nb = cols / q.block_len();
+    let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
+    let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
+    out_t.resize(rows * m, 0.0);
+    if cols == 0 {
+        return Ok(transpose(out_t, rows, m));
+    }
+    assert!(x.len() >= m * cols && scales.len() >= rows * ns && body.len() >= rows * bb);
+    out_t
+        .par_chunks_mut(PANEL_ROWS * m)
+        .enumerate()
+        .for_each_init(Vec::new, |w: &mut Vec<f32>, (t, chunk)| {
+            let (r0, np) = (t * PANEL_ROWS, chunk.len() / m);
+            w.resize(np * cols, 0.0);
+            dequantize_panel(
+                q,
+                &scales[r0 * ns..(r0 + np) * ns],
+                &body[r0 * bb..(r0 + np) * bb],
+                w,
+            );
+            // SAFETY: `w` is `np x cols` (row stride cols), `x` `m x cols` read as the
+            // `cols x m` matrix x^T (row stride 1, column stride cols), `chunk` `np x m`
+            // (row stride m); all in bounds (asserted above), `chunk` exclusively borrowed.
+            // With `read_dst = false` gemm only stores to `chunk`.
+            unsafe {
+                gemm::gemm(
+                    np,
+                    m,
+                    cols,
+                    chunk.as_mut_ptr(),
+                    1,
+                    m as isize,
+                    false,
+                    w.as_ptr(),
+                    1,
+                    cols as isize,
+                    x.as_ptr(),
+                    cols as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        });
+    Ok(transpose(out_t, rows, m))
+}
+
+/// `quant::dequantize` over a panel of rows, compiled for AVX2 where the CPU has it (the
+/// block loops vectorize; the values are the same).
+fn dequantize_panel(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn avx2(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
+            dequantize(q, scales, body, out)
+        }
+        // SAFETY: `use_avx2` checked the CPU.
+        return unsafe { avx2(q, scales, body, out) };
+    }
+    dequantize(q, scales, body, out)
 }
 
 /// One weight row against every activation row (`o[i]` for row `i`).

@@ -16,7 +16,9 @@ static QUANTIZED_ACTIVATIONS: AtomicBool = AtomicBool::new(true);
 /// Chooses how the CPU multiplies by Q8_0 and Q4_0 weights (the default, `true`, is
 /// llama.cpp's decode path): activations are rounded to 8-bit blocks and every block product is
 /// an exact integer dot product, about 4x faster than dequantizing; `false` dequantizes each
-/// weight row to f32 and multiplies in f32 (the reference, what GPUs always do). Process-wide.
+/// weight row to f32 and multiplies in f32 (the reference, what GPUs always do). From 16
+/// activation rows on (a prompt's prefill) both modes dequantize panels of weight rows and
+/// multiply in f32, which is faster there. Process-wide.
 ///
 /// ```
 /// wgtensor::set_quantized_activations(false); // exact mode, e.g. to compare with PyTorch
