@@ -293,3 +293,47 @@ fn backward_matches_the_formulas_on_every_device() {
         }
     }
 }
+
+/// The CPU's rows split across tasks (more rows than one task holds, an odd row length, a last
+/// task part full, NaN and +inf rows): every row equals the f64 reference, and its bits equal
+/// those of the same row computed alone (a row's result does not depend on the split), on every
+/// device; no rows gives no values.
+#[test]
+fn rows_split_across_tasks_match_rows_alone() {
+    let (rows, len) = (301usize, 129usize);
+    let mut v = data(rows * len, 92, 5.0);
+    v[3 * len + 5] = f32::NAN;
+    v[7 * len + 128] = f32::INFINITY;
+    let wv = data(len, 93, 2.0);
+    let bv = data(len, 94, 1.0);
+    for d in devices() {
+        let x = Tensor::from_vec(v.clone(), &[rows, len], &d).unwrap();
+        let w = Tensor::from_vec(wv.clone(), &[len], &d).unwrap();
+        let b = Tensor::from_vec(bv.clone(), &[len], &d).unwrap();
+        let all = values(&x.layer_norm(Some(&w), Some(&b), 1e-5).unwrap());
+        let want = reference(&v, len, Some(&wv), Some(&bv), 1e-5);
+        let ctx = format!("{rows}x{len} on {d}");
+        for r in [3, 7] {
+            assert!(all[r * len..(r + 1) * len].iter().all(|x| x.is_nan()), "row {r}: {ctx}");
+        }
+        let ok: Vec<usize> = (0..rows * len)
+            .filter(|i| ![3, 7].contains(&(i / len)))
+            .collect();
+        let pick = |s: &[f32]| ok.iter().map(|&i| s[i]).collect::<Vec<_>>();
+        assert_close(&pick(&all), &pick(&want), 1e-4, 1e-4, &ctx);
+        if d.is_cpu() {
+            for r in [0, 64, 200, 300] {
+                let xr = x.narrow(0, r, 1).unwrap();
+                let one = values(&xr.layer_norm(Some(&w), Some(&b), 1e-5).unwrap());
+                let same = one
+                    .iter()
+                    .zip(&all[r * len..(r + 1) * len])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "row {r} alone differs: {ctx}");
+            }
+        }
+        let empty = Tensor::from_vec(Vec::<f32>::new(), &[0, len], &d).unwrap();
+        let y = empty.layer_norm(Some(&w), Some(&b), 1e-5).unwrap();
+        assert_eq!(y.shape(), &[0, len]);
+    }
+}

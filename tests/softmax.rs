@@ -387,3 +387,36 @@ fn every_softmax_variant_matches_the_reference() {
         assert!(!wgtensor::testing::force_row_variant(Some("nope")));
     }
 }
+
+/// The CPU's contiguous rows split across tasks (more rows than one task holds, an odd row
+/// length, a last task part full, NaN / +inf / all -inf rows): every row equals the f64
+/// reference, and its bits equal those of the same row computed alone (a row's result does not
+/// depend on the split), on every device; no rows gives no values.
+#[test]
+fn rows_split_across_tasks_match_rows_alone() {
+    let (rows, len) = (301usize, 129usize);
+    let mut v = data(rows * len, 91, 12.0);
+    v[3 * len + 5] = f32::NAN;
+    v[7 * len + 128] = f32::INFINITY;
+    v[300 * len..].fill(f32::NEG_INFINITY);
+    for d in devices() {
+        let t = Tensor::from_vec(v.clone(), &[rows, len], &d).unwrap();
+        for log in [false, true] {
+            let all = values(&run(&t, 1, log));
+            let ctx = format!("{rows}x{len} log {log} on {d}");
+            assert_close(&all, &reference(&v, &[rows, len], 1, log), 1e-5, 1e-6, &ctx);
+            if d.is_cpu() {
+                for r in [0, 3, 64, 200, 300] {
+                    let one = values(&run(&t.narrow(0, r, 1).unwrap(), 1, log));
+                    let same = one
+                        .iter()
+                        .zip(&all[r * len..(r + 1) * len])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "row {r} alone differs: {ctx}");
+                }
+            }
+        }
+        let empty = Tensor::from_vec(Vec::<f32>::new(), &[0, len], &d).unwrap();
+        assert_eq!(run(&empty, 1, false).shape(), &[0, len]);
+    }
+}

@@ -106,6 +106,43 @@ pub(crate) fn zeros_f32(n: usize) -> Vec<f32> {
     }
 }
 
+/// `n` f32 in `v` (empty, capacity at least `n`: from [`try_vec`] or [`take_f32`]), written by
+/// `f(i, chunk)` for the consecutive `chunk`-element pieces `i` of the output, in parallel when
+/// `par`. Each piece is zeroed by the task that then writes it, while it is in that core's
+/// cache: a kernel that writes its whole output pays no separate single-threaded zero-fill
+/// pass over memory before it. The pieces are fixed by `chunk`, not by the thread count.
+pub(crate) fn fill_chunks(
+    mut v: Vec<f32>,
+    n: usize,
+    chunk: usize,
+    par: bool,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    use std::mem::MaybeUninit;
+    v.clear();
+    v.reserve_exact(n);
+    let run = |(i, c): (usize, &mut [MaybeUninit<f32>])| {
+        for m in c.iter_mut() {
+            m.write(0.0);
+        }
+        // SAFETY: every element of `c` was initialised just above, and `MaybeUninit<f32>` has
+        // `f32`'s layout.
+        let c = unsafe { &mut *(c as *mut [MaybeUninit<f32>] as *mut [f32]) };
+        f(i, c)
+    };
+    let spare = &mut v.spare_capacity_mut()[..n];
+    if par {
+        spare.par_chunks_mut(chunk.max(1)).enumerate().for_each(run);
+    } else {
+        spare.chunks_mut(chunk.max(1)).enumerate().for_each(run);
+    }
+    // SAFETY: the pieces cover `0..n` and each was initialised by its task (a panic in `f`
+    // unwinds before this line, leaving `v` empty).
+    unsafe { v.set_len(n) };
+    v
+}
+
 /// Bytes held by live CPU tensors (the CPU device reports its tensor bytes too).
 pub(crate) static CPU_ALLOCATED: AtomicU64 = AtomicU64::new(0);
 /// The peak of [`CPU_ALLOCATED`] since start or the last reset.

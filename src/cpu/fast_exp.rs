@@ -5,7 +5,6 @@
 
 use super::reduce::Rows;
 use super::strided::PAR_THRESHOLD;
-use rayon::prelude::*;
 
 /// Lanes per chunk: two SSE or one AVX register.
 const LANES: usize = 8;
@@ -115,17 +114,28 @@ fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool)
     block(src, rows, first, out, log)
 }
 
-/// Softmax of every row of `rows` (contiguous: `rows.stride == 1`), packed into `out`.
-pub(crate) fn softmax_rows(src: &[f32], rows: &Rows, out: &mut [f32], log: bool) {
+/// Softmax of every row of `rows` (contiguous: `rows.stride == 1`), packed into `n` outputs.
+/// Each task zeroes and writes its own rows (`alloc::fill_chunks`): no serial zero-fill first.
+pub(crate) fn softmax_rows(src: &[f32], rows: &Rows, n: usize, log: bool) -> Vec<f32> {
     let len = rows.len;
-    debug_assert!(len > 0 && rows.stride == 1 && out.len().is_multiple_of(len));
-    if out.len() < PAR_THRESHOLD {
-        return run_block(src, rows, 0, out, log);
-    }
+    debug_assert!(len > 0 && rows.stride == 1 && n.is_multiple_of(len));
+    let out = super::alloc::take_f32(n).unwrap_or_default();
     let per_task = (PAR_CHUNK / len).max(1);
-    out.par_chunks_mut(per_task * len)
-        .enumerate()
-        .for_each(|(t, o)| run_block(src, rows, t * per_task, o, log));
+    super::alloc::fill_chunks(out, n, per_task * len, n >= PAR_THRESHOLD, |t, o| {
+        run_block(src, rows, t * per_task, o, log)
+    })
+}
+
+/// `exp(x)` for the `x = s - lse <= 0` of a recomputed softmax (`exp_neg`), NaN kept NaN so a
+/// NaN score or log-sum-exp reaches the gradients as with `f32::exp`.
+#[inline(always)]
+pub(crate) fn exp_le0(x: f32) -> f32 {
+    let v = exp_neg(x);
+    if x.is_nan() {
+        x
+    } else {
+        v
+    }
 }
 
 #[cfg(test)]

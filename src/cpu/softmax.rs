@@ -17,12 +17,11 @@ pub(crate) fn softmax(src: &[f32], layout: &Layout, d: usize, log: bool) -> Vec<
     let rows = Rows::along(layout, d);
     let inner: usize = layout.shape[d + 1..].iter().product();
     let n = layout.numel();
+    if n > 0 && inner == 1 && rows.stride == 1 {
+        return super::fast_exp::softmax_rows(src, &rows, n, log);
+    }
     let mut out = super::alloc::zeros_f32(n);
     if n == 0 {
-        return out;
-    }
-    if inner == 1 && rows.stride == 1 {
-        super::fast_exp::softmax_rows(src, &rows, &mut out, log);
         return out;
     }
     // The output is a sequence of [len, inner] blocks, one per index of the dims before `d`;
