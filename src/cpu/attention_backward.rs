@@ -8,6 +8,7 @@
 //! of keys writes `dK` and `dV`.
 
 use super::attention::{mm, Spec, BK, BQ};
+use super::fast_exp::exp_le0;
 use rayon::prelude::*;
 
 /// Gradients of one attention: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, and
@@ -97,9 +98,43 @@ impl Work {
 }
 
 /// Recomputes `P` (in `p`, `rows × cols`, query rows from `i0`, keys from `j0`) and turns `dp`
-/// (holding `dO Vᵀ` on entry) into `dS`; leaves `Pd = P ∘ Z` in `p` for `dV`.
-#[allow(clippy::too_many_arguments)]
+/// (holding `dO Vᵀ` on entry) into `dS`; leaves `Pd = P ∘ Z` in `p` for `dV`. The `exp` is the
+/// forward's polynomial one (`fast_exp::exp_le0`, no libm call), so the loop vectorises; on
+/// x86-64 it is also compiled for AVX2 and picked at run time (explicit operations, no FMA
+/// contraction: the same bits either way).
 fn scores_grad(
+    spec: &Spec<'_>,
+    t: &Saved<'_>,
+    b: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    p: &mut [f32],
+    dp: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { scores_grad_avx2(spec, t, b, rows, cols, p, dp) };
+    }
+    scores_grad_rows(spec, t, b, rows, cols, p, dp)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn scores_grad_avx2(
+    spec: &Spec<'_>,
+    t: &Saved<'_>,
+    b: usize,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    p: &mut [f32],
+    dp: &mut [f32],
+) {
+    scores_grad_rows(spec, t, b, rows, cols, p, dp)
+}
+
+#[inline(always)]
+fn scores_grad_rows(
     spec: &Spec<'_>,
     t: &Saved<'_>,
     b: usize,
@@ -116,11 +151,11 @@ fn scores_grad(
         let lse = t.lse[b * l + i];
         let d = t.d[b * l + i];
         let drow = &mut dp[r * cols..(r + 1) * cols];
-        // exp propagates a NaN lse or score into the gradients, as the composed backward does.
+        // exp_le0 propagates a NaN lse or score into the gradients, as the composed backward does.
         match &spec.dropout {
             None => {
                 for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
-                    *x = (*x - lse).exp();
+                    *x = exp_le0(*x - lse);
                     *g = *x * (*g - d);
                 }
             }
@@ -128,7 +163,7 @@ fn scores_grad(
                 let e0 = ((b * l + i) * s + j0) as u64;
                 for (c, (x, g)) in row.iter_mut().zip(drow.iter_mut()).enumerate() {
                     let z = dr.factor(e0 + c as u64);
-                    let pv = (*x - lse).exp();
+                    let pv = exp_le0(*x - lse);
                     *g = pv * (z * *g - d);
                     *x = pv * z;
                 }
