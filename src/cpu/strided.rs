@@ -119,21 +119,7 @@ pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Result
         v.extend_from_slice(&src[l.offset..l.offset + n]);
         return Ok(v);
     }
-    build_vec(op, n, |off, out| {
-        let mut it = out.iter_mut();
-        walk(
-            &l.shape,
-            [&l.strides],
-            [l.offset],
-            off,
-            off + it.len(),
-            |[p]| {
-                if let Some(o) = it.next() {
-                    o.write(src[p]);
-                }
-            },
-        );
-    })
+    map_strided(op, src, l, |x| x)
 }
 
 /// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
@@ -153,7 +139,18 @@ pub(crate) fn map1<T: Copy + Sync, U: Send>(
             }
         });
     }
-    build_vec(op, n, |off, out| {
+    map_strided(op, src, l, f)
+}
+
+/// `f(x)` for every element of a view that is not packed, walking its strides in row-major
+/// order (the general path of [`contiguous`] and [`map1`]).
+fn map_strided<T: Copy + Sync, U: Send>(
+    op: &'static str,
+    src: &[T],
+    l: &Layout,
+    f: impl Fn(T) -> U + Sync,
+) -> Result<Vec<U>> {
+    build_vec(op, l.numel(), |off, out| {
         let mut it = out.iter_mut();
         walk(
             &l.shape,
