@@ -172,6 +172,35 @@ fn scores_grad_rows(
     }
 }
 
+/// One `rows × cols` tile of both passes: `p = Q_blk · K_blkᵀ` and `dp = dO_blk · V_blkᵀ`, which
+/// `scores_grad` turns into the probabilities and dS. `q`, `g` start at the tile's first query
+/// row; `k`, `v` at its first key.
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    spec: &Spec<'_>,
+    t: &Saved<'_>,
+    b: usize,
+    (i0, rows): (usize, usize),
+    (j0, cols): (usize, usize),
+    (q, g): (&[f32], &[f32]),
+    (k, v): (&[f32], &[f32]),
+    p: &mut [f32],
+    dp: &mut [f32],
+) {
+    let (e, ev) = (spec.e, spec.ev);
+    mm((rows, cols, e), p, cols, false, 1.0, (q, e, 1), (k, 1, e));
+    mm(
+        (rows, cols, ev),
+        dp,
+        cols,
+        false,
+        1.0,
+        (g, ev, 1),
+        (v, 1, ev),
+    );
+    scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn dq_block(
     spec: &Spec<'_>,
@@ -194,25 +223,8 @@ fn dq_block(
     while j0 < kend {
         let cols = BK.min(kend - j0);
         let (p, dp) = w.blocks(rows * cols);
-        mm(
-            (rows, cols, e),
-            p,
-            cols,
-            false,
-            1.0,
-            (qb, e, 1),
-            (&kb[j0 * e..], 1, e),
-        );
-        mm(
-            (rows, cols, ev),
-            dp,
-            cols,
-            false,
-            1.0,
-            (gb, ev, 1),
-            (&vb[j0 * ev..], 1, ev),
-        );
-        scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
+        let kv = (&kb[j0 * e..], &vb[j0 * ev..]);
+        tile(spec, t, b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
         if let Some(dsb) = ds.as_deref_mut() {
             for r in 0..rows {
                 dsb[r * s + j0..r * s + j0 + cols].copy_from_slice(&dp[r * cols..(r + 1) * cols]);
@@ -257,17 +269,17 @@ fn dkv_block(
         let (p, dp) = w.blocks(rows * cols);
         let qb = &qall[i0 * e..];
         let gb = &gall[i0 * ev..];
-        mm((rows, cols, e), p, cols, false, 1.0, (qb, e, 1), (kb, 1, e));
-        mm(
-            (rows, cols, ev),
+        tile(
+            spec,
+            t,
+            b,
+            (i0, rows),
+            (j0, cols),
+            (qb, gb),
+            (kb, vb),
+            p,
             dp,
-            cols,
-            false,
-            1.0,
-            (gb, ev, 1),
-            (vb, 1, ev),
         );
-        scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
         // dV += Pdᵀ · dO_blk, dK += scale · dSᵀ · Q_blk.
         mm(
             (cols, ev, rows),
