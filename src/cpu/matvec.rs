@@ -124,18 +124,8 @@ mod avx2 {
 /// Whether the AVX2 kernel runs (`WGTENSOR_MATVEC_SCALAR=1` forces the portable loop, which
 /// the tests compare with).
 fn use_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| {
-            std::env::var("WGTENSOR_MATVEC_SCALAR").as_deref() != Ok("1")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| super::avx2_fma_f16c("WGTENSOR_MATVEC_SCALAR"))
 }
 
 /// Rows per rayon task: about 64 KiB of weights each, at least 4 tasks per thread for balance.
@@ -187,33 +177,26 @@ pub(crate) trait ElemSimd: Elem + Sized {
     fn dot4(rows: [&[Self]; 4], x: &[f32], out: &mut [f32]);
 }
 
-impl ElemSimd for f32 {
-    fn dot4(rows: [&[f32]; 4], x: &[f32], out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: only called after `use_avx2`; every row holds x.len() elements.
-        unsafe {
-            avx2::dot_rows::<f32, 4>(rows, x, out)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        for (o, r) in out.iter_mut().zip(rows) {
-            *o = dot_order(r, x);
+/// The one AVX2 kernel, instantiated for each weight type.
+macro_rules! elem_simd {
+    ($($t:ty),*) => {$(
+        impl ElemSimd for $t {
+            fn dot4(rows: [&[$t]; 4], x: &[f32], out: &mut [f32]) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: only called after `use_avx2`; every row holds x.len() elements.
+                unsafe {
+                    avx2::dot_rows::<$t, 4>(rows, x, out)
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                for (o, r) in out.iter_mut().zip(rows) {
+                    *o = dot_order(r, x);
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl ElemSimd for f16 {
-    fn dot4(rows: [&[f16]; 4], x: &[f32], out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: only called after `use_avx2`; every row holds x.len() elements.
-        unsafe {
-            avx2::dot_rows::<f16, 4>(rows, x, out)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        for (o, r) in out.iter_mut().zip(rows) {
-            *o = dot_order(r, x);
-        }
-    }
-}
+elem_simd!(f32, f16);
 
 #[cfg(test)]
 mod tests {

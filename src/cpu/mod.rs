@@ -23,3 +23,21 @@ pub(crate) mod softmax;
 pub(crate) mod storage;
 pub(crate) mod strided;
 pub(crate) mod typed;
+
+/// Whether the AVX2 kernels may run: the CPU has AVX2, FMA and F16C, and the environment
+/// variable `scalar_var` is not `1` (which forces the portable loops the tests compare with).
+/// Callers cache the answer once per process.
+pub(crate) fn avx2_fma_f16c(scalar_var: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::env::var(scalar_var).as_deref() != Ok("1")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = scalar_var;
+        false
+    }
+}

@@ -274,18 +274,8 @@ mod avx2_rows {
 /// Whether the AVX2 kernels run (and `WGTENSOR_QUANT_SCALAR=1` does not force the portable
 /// loop, which the tests compare with).
 fn use_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| {
-            std::env::var("WGTENSOR_QUANT_SCALAR").as_deref() != Ok("1")
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| super::avx2_fma_f16c("WGTENSOR_QUANT_SCALAR"))
 }
 
 /// The float dot product over 8 lanes in a fixed order.
