@@ -166,6 +166,20 @@ pub(crate) fn per_word(d: DType) -> usize {
     4 / d.size_in_bytes()
 }
 
+/// The bindings after the `k` inputs, the layout every generated kernel shares: the output
+/// (`array<{dst}>`) at `k`, the parameter words at `k + 1`.
+fn out_bindings(s: &mut String, k: usize, dst: &str) {
+    let _ = writeln!(
+        s,
+        "@group(0) @binding({k}) var<storage, read_write> dst: array<{dst}>;"
+    );
+    let _ = writeln!(
+        s,
+        "@group(0) @binding({}) var<storage, read> params: array<u32>;\n",
+        k + 1
+    );
+}
+
 /// Writes the WGSL of `program` (without `common.wgsl`, which `kernels.rs` prepends).
 fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
     let k = p.inputs.len();
@@ -188,15 +202,7 @@ fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
             "@group(0) @binding({i}) var<storage, read> in{i}: array<{elem}>;"
         );
     }
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({k}) var<storage, read_write> dst: array<u32>;"
-    );
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({}) var<storage, read> params: array<u32>;\n",
-        k + 1
-    );
+    out_bindings(&mut s, k, "u32");
 
     // element(e): the output element e as canonical bits of the output dtype.
     let mut body = String::new();
@@ -302,15 +308,7 @@ fn generate_wide(p: &Program) -> String {
             "@group(0) @binding({i}) var<storage, read> in{i}: array<vec4<u32>>;"
         );
     }
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({k}) var<storage, read_write> dst: array<vec4<u32>>;"
-    );
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({}) var<storage, read> params: array<u32>;\n",
-        k + 1
-    );
+    out_bindings(&mut s, k, "vec4<u32>");
     let mut body = String::new();
     for (n, &(expr, dt)) in p.nodes.iter().enumerate() {
         let v = match expr {

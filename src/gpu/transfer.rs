@@ -100,14 +100,7 @@ impl GpuDevice {
                 })
         })?;
         let mapped = self.await_map(op, &rx)?;
-        if mapped.is_err() {
-            self.check(op)?;
-            return Err(Error::Wgpu {
-                op,
-                device: self.label().to_string(),
-                message: format!("mapping the tensor buffer for upload failed: {mapped:?}"),
-            });
-        }
+        self.check_mapped(op, mapped, "the tensor buffer for upload")?;
         {
             let mut view =
                 buf.buffer
@@ -432,15 +425,7 @@ impl GpuDevice {
         // The map callback runs inside a poll once the copy has finished.
         self.wait(op, index)?;
         let mapped = self.await_map(op, &rx)?;
-        if mapped.is_err() {
-            // Mapping is the one call that still fails after device loss.
-            self.check(op)?;
-            return Err(Error::Wgpu {
-                op,
-                device: self.label().to_string(),
-                message: format!("mapping the readback buffer failed: {mapped:?}"),
-            });
-        }
+        self.check_mapped(op, mapped, "the readback buffer")?;
         let out = {
             let view = staging.get_mapped_range(..len).map_err(|e| Error::Wgpu {
                 op,
@@ -452,6 +437,25 @@ impl GpuDevice {
         // The view is dropped above: unmapping while it lives would panic.
         staging.unmap();
         Ok(out)
+    }
+
+    /// The error for a failed `map_async` of `what`: the device's own error when it was lost
+    /// (mapping is the one call that still fails after device loss), else the map error.
+    fn check_mapped(
+        &self,
+        op: &'static str,
+        mapped: std::result::Result<(), wgpu::BufferAsyncError>,
+        what: &str,
+    ) -> Result<()> {
+        if mapped.is_err() {
+            self.check(op)?;
+            return Err(Error::Wgpu {
+                op,
+                device: self.label().to_string(),
+                message: format!("mapping {what} failed: {mapped:?}"),
+            });
+        }
+        Ok(())
     }
 
     /// Waits for a `map_async` callback: polls without blocking until it arrives (another
