@@ -63,6 +63,7 @@ fn value_ref(op: &str, row: &[f32]) -> f32 {
             .filter(|x| !x.is_nan())
             .map(|&x| x as f64)
             .sum::<f64>() as f32,
+        "count_nonzero" => row.iter().filter(|&&x| x != 0.0).count() as f32,
         "mean" => (row.iter().map(|&x| x as f64).sum::<f64>() / row.len() as f64) as f32,
         "prod" => row.iter().map(|&x| x as f64).product::<f64>() as f32,
         "max" if nan => f32::NAN,
@@ -286,7 +287,7 @@ fn nan_and_inf_follow_pytorch() {
     let (nan, inf) = (f32::NAN, f32::INFINITY);
     #[rustfmt::skip]
     let v = vec![
-        1.0, 5.0, 5.0, -2.0, 0.0,      // finite, tie for max
+        1.0, 5.0, 5.0, -2.0, -0.0,     // finite, tie for max, a zero that is negative
         1.0, nan, 3.0, nan, 9.0,       // two NaNs: first wins in argmax and argmin
         inf, 1.0, inf, -inf, 2.0,      // inf - inf: the sum is NaN
         -inf, -inf, -inf, -inf, -inf,  // all -inf: max -inf at index 0

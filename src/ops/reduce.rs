@@ -613,4 +613,51 @@ reduce_ops! {
             &g.expand(x.shape())?,
         )],
     }
+    CountNonzero {
+        all:
+        /// How many elements are not zero, as a 0-d tensor of the input's dtype
+        /// (`torch.count_nonzero(t)`): NaN counts, -0.0 does not; 0 for an empty tensor.
+        /// Counts are exact up to 2^24 in f32 and 2048 in f16 (convert to f32 first beyond).
+        ///
+        /// # Errors
+        /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors
+        /// (compare with `ne_scalar(0.0)` instead).
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![0f32, 2.0, -0.0, f32::NAN], &[4], &Device::cpu())?;
+        /// assert_eq!(t.count_nonzero_all()?.to_scalar::<f32>()?, 2.0);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        count_nonzero_all,
+        dim:
+        /// How many elements along `dim` are not zero (`torch.count_nonzero(t, dim)`).
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
+        /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors.
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![1f32, 0.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
+        /// assert_eq!(t.count_nonzero(1, false)?.to_vec::<f32>()?, vec![1.0, 2.0]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        count_nonzero,
+        // A sum of 1 per nonzero element (its first pass maps; the partials are summed).
+        wgsl: {
+            code: 8,
+            identity: "",
+            combine: "",
+            map: "return Acc(select(0u, 0x3f800000u, (v & 0x7fffffffu) != 0u), r);",
+        },
+        arg: false,
+        ints: false,
+        empty: Zeros,
+        partials: Sum,
+        f32: [SUM_ID, add, |x: f32| if x != 0.0 { 1.0 } else { 0.0 }, whole],
+        int: [],
+        // A count: not differentiable (PyTorch's is an integer tensor).
+        grad: [],
+    }
 }
