@@ -106,7 +106,10 @@ pub enum Error {
         limit_name: &'static str,
     },
 
-    /// The device could not allocate memory, even after emptying wgtensor's cache.
+    /// The device could not allocate memory, even after emptying wgtensor's cache; or, with
+    /// `op` `"AutoModel::load"`, a model's weights (`requested` bytes) exceed what is left of
+    /// the device's [`crate::memory_budget`] (`limit`). Otherwise `limit` is the adapter's
+    /// largest buffer.
     #[error("{}", oom_text(.op, .device, .adapter, *.requested, *.allocated, *.reserved, *.limit))]
     OutOfMemory {
         op: &'static str,
@@ -202,6 +205,20 @@ fn oom_text(
     reserved: u64,
     limit: u64,
 ) -> String {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    if op == "AutoModel::load" {
+        // The up-front check of a model against the device's budget (`limit` is the budget).
+        return format!(
+            "out of memory on {device} ({adapter}) in {op}: the model's weights need {} \
+             ({requested} bytes) but the device's memory budget is {} with {} already held by \
+             tensors; load a quantized (Q4_0, Q8_0) or f16 model, free tensors, load onto the \
+             CPU, or raise the budget (wgtensor::set_memory_budget, WGTENSOR_MEMORY_BUDGET) if \
+             the device has more memory",
+            mib(requested),
+            mib(limit),
+            mib(allocated)
+        );
+    }
     if device == "cpu" {
         format!(
             "out of memory on cpu in {op}: tried to allocate {requested} bytes of host memory with \

@@ -99,9 +99,10 @@ pub use device::{adapters, gpu_count, gpu_is_available, AdapterSummary, Device};
 pub use dtype::{DType, QType, WithDType};
 pub use error::{Error, Result};
 pub use memory::{
-    empty_cache, kernel_stats, max_memory_allocated, memory_allocated, memory_reserved,
-    memory_summary, reset_kernel_stats, reset_peak_memory_stats, reset_transfer_stats,
-    transfer_stats, warn_on_transfer_churn, KernelStats, TransferStats,
+    empty_cache, kernel_stats, max_memory_allocated, memory_allocated, memory_budget,
+    memory_reserved, memory_summary, reset_kernel_stats, reset_peak_memory_stats,
+    reset_transfer_stats, set_memory_budget, transfer_stats, warn_on_transfer_churn, KernelStats,
+    TransferStats,
 };
 pub use profile::{KernelTime, Profile};
 pub use random::manual_seed;

@@ -279,3 +279,124 @@ pub fn reset_kernel_stats(device: &Device) {
 pub fn warn_on_transfer_churn(on: bool) {
     crate::gpu::staging::WARN_CHURN.store(on, Ordering::Relaxed);
 }
+
+/// Budgets set by [`set_memory_budget`], by device string (`"cpu"`, `"gpu:0"`, ...).
+static BUDGETS: std::sync::Mutex<Vec<(String, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// The memory that tensors on `device` may plan to fill, in bytes, if known.
+///
+/// wgpu does not report how much memory an adapter has, so the budget is, in order: what
+/// [`set_memory_budget`] set for this device; the `WGTENSOR_MEMORY_BUDGET` environment variable
+/// (bytes, or a number with `K`, `M`, `G`, `KiB`, `MiB` or `GiB`, for every device); the host's
+/// memory for the CPU and for adapters that share it (integrated and software GPUs, "unified
+/// memory" in [`crate::adapters`]); otherwise `None` (a discrete GPU), where only the driver's
+/// refusal of an allocation ([`crate::Error::OutOfMemory`]) tells. Loading a model
+/// ([`crate::models::AutoModel::load`], feature `models`) refuses up front a model larger than
+/// the budget left.
+///
+/// ```
+/// use wgtensor::Device;
+/// let dev = Device::cpu();
+/// wgtensor::set_memory_budget(&dev, Some(1 << 30));
+/// assert_eq!(wgtensor::memory_budget(&dev), Some(1 << 30));
+/// wgtensor::set_memory_budget(&dev, None);
+/// ```
+pub fn memory_budget(device: &Device) -> Option<u64> {
+    let key = device.to_string();
+    let set = BUDGETS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(d, _)| *d == key)
+        .map(|&(_, b)| b);
+    if set.is_some() {
+        return set;
+    }
+    if let Some(b) = env_budget() {
+        return Some(b);
+    }
+    match &device.0 {
+        DeviceInner::Cpu => host_memory(),
+        DeviceInner::Gpu(g) if g.0.unified => host_memory(),
+        DeviceInner::Gpu(_) => None,
+    }
+}
+
+/// Sets (or with `None` clears) the memory budget of `device` that [`memory_budget`] reports:
+/// for a discrete GPU, whose memory wgpu cannot report, the size of its memory (or the share of
+/// it this process may use, as `torch.cuda.set_per_process_memory_fraction` sets for CUDA).
+/// Allocations are not capped by it; model loading checks against it before allocating.
+///
+/// ```
+/// use wgtensor::Device;
+/// let dev = Device::cpu();
+/// wgtensor::set_memory_budget(&dev, Some(8 << 30));
+/// assert_eq!(wgtensor::memory_budget(&dev), Some(8 << 30));
+/// wgtensor::set_memory_budget(&dev, None);
+/// ```
+pub fn set_memory_budget(device: &Device, bytes: Option<u64>) {
+    let key = device.to_string();
+    let mut budgets = BUDGETS.lock().unwrap_or_else(|p| p.into_inner());
+    budgets.retain(|(d, _)| *d != key);
+    if let Some(b) = bytes {
+        budgets.push((key, b));
+    }
+}
+
+/// `WGTENSOR_MEMORY_BUDGET`, parsed; an unreadable value is ignored with a warning.
+fn env_budget() -> Option<u64> {
+    let v = std::env::var("WGTENSOR_MEMORY_BUDGET").ok()?;
+    let parsed = parse_bytes(&v);
+    if parsed.is_none() {
+        log::warn!(
+            "WGTENSOR_MEMORY_BUDGET={v:?} is not a byte count (e.g. 4GiB, 512M, 1000000); ignored"
+        );
+    }
+    parsed
+}
+
+/// `"4GiB"`, `"512M"`, `"1000000"` -> bytes.
+fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let num: f64 = num.parse().ok()?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return None,
+    };
+    (num.is_finite() && num >= 0.0).then_some((num * scale as f64) as u64)
+}
+
+/// The host's memory (`MemTotal`), where the system tells it.
+fn host_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_counts_parse_with_units() {
+        assert_eq!(parse_bytes("1000000"), Some(1_000_000));
+        assert_eq!(parse_bytes("4GiB"), Some(4 << 30));
+        assert_eq!(parse_bytes(" 512 MiB "), Some(512 << 20));
+        assert_eq!(parse_bytes("1.5G"), Some(1_500_000_000));
+        assert_eq!(parse_bytes("2k"), Some(2000));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("5 parsecs"), None);
+        assert_eq!(parse_bytes(""), None);
+    }
+}

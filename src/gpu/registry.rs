@@ -135,7 +135,7 @@ impl Registry {
         // when WGPU_BACKEND asks for it or when no other backend finds an adapter.
         let asked = std::env::var("WGPU_BACKEND").is_ok_and(|v| !v.trim().is_empty());
         let found = catch_unwind(|| {
-            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+            let mut desc = instance_descriptor();
             if !asked {
                 // Every backend but GL (an empty WGPU_BACKEND counts as unset).
                 desc.backends = wgpu::Backends::PRIMARY;
@@ -498,9 +498,19 @@ fn to_entries(adapters: Vec<wgpu::Adapter>) -> Vec<Entry> {
 
 /// A GL-only instance and its adapters.
 fn gl_adapters() -> (Option<wgpu::Instance>, Vec<wgpu::Adapter>) {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    let mut desc = instance_descriptor();
     desc.backends = wgpu::Backends::GL;
     let instance = wgpu::Instance::new(desc);
     let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::GL));
     (Some(instance), adapters)
+}
+
+/// wgpu's instance settings from the environment, plus a memory-budget threshold: where the
+/// driver reports a budget (Vulkan's `VK_EXT_memory_budget`, D3D12), creating a buffer past 95%
+/// of it fails as out of memory, a typed [`crate::Error::OutOfMemory`], instead of
+/// over-committing the device until the driver loses it.
+fn instance_descriptor() -> wgpu::InstanceDescriptor {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.memory_budget_thresholds.for_resource_creation = Some(95);
+    desc
 }

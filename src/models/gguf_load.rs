@@ -202,6 +202,7 @@ pub(crate) fn load_gguf(
 ) -> Result<CausalLM> {
     let file = GgufFile::open(path)?;
     let mut config = config(&file)?;
+    super::fit::check(device, super::fit::gguf_bytes(&file, dtype))?;
     let total = file
         .tensor_infos()
         .iter()

@@ -172,6 +172,7 @@ pub(crate) fn load_hf(
     let config = ModelConfig::from_file(dir.join("config.json"))?;
     let file = checkpoint_path(dir)?;
     let ckpt = Checkpoint::open(&file)?;
+    super::fit::check(device, super::fit::hf_bytes(&ckpt, dtype))?;
     let mut ld = Loader {
         total: ckpt.data_bytes(),
         ckpt: &ckpt,

@@ -9,6 +9,7 @@
 
 mod cache;
 mod config;
+mod fit;
 mod generate;
 pub mod gguf;
 mod gguf_load;

@@ -443,6 +443,15 @@ impl Checkpoint {
         meta.info(name).map(|i| i.shape.as_slice())
     }
 
+    /// Number of values in all tensors.
+    pub(crate) fn numel_total(&self) -> u64 {
+        self.files
+            .iter()
+            .flat_map(|(_, _, meta)| meta.tensors().into_values())
+            .map(|info| info.shape.iter().product::<usize>() as u64)
+            .sum()
+    }
+
     /// Bytes of tensor data in the mapped files.
     pub(crate) fn data_bytes(&self) -> u64 {
         self.files
