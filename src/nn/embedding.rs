@@ -1,7 +1,7 @@
 //! `Embedding`: a lookup table of vectors, PyTorch's `nn.Embedding`.
 
 use super::{param, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 
 /// A table of `num_embeddings` vectors of size `embedding_dim`, looked up by integer ids
 /// (PyTorch's `nn.Embedding`). The weight is initialised from `N(0, 1)` with the crate's seeded
@@ -59,15 +59,11 @@ impl Embedding {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn from_weights(weight: Tensor) -> Result<Embedding> {
-        if weight.ndim() != 2 {
-            return Err(Error::InvalidArgument {
-                op: "Embedding::from_weights",
-                message: format!(
-                    "weight must be 2-D [num_embeddings, embedding_dim], got shape {:?}",
-                    weight.shape()
-                ),
-            });
-        }
+        super::check_weight_2d(
+            "Embedding::from_weights",
+            &weight,
+            "[num_embeddings, embedding_dim]",
+        )?;
         if weight.dtype() != DType::F32 {
             return Err(weight.unsupported("Embedding::from_weights"));
         }

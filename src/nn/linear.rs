@@ -84,15 +84,7 @@ impl Linear {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn from_weights(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
-        if weight.ndim() != 2 {
-            return Err(Error::InvalidArgument {
-                op: "Linear::from_weights",
-                message: format!(
-                    "weight must be 2-D [out, in], got shape {:?}",
-                    weight.shape()
-                ),
-            });
-        }
+        super::check_weight_2d("Linear::from_weights", &weight, "[out, in]")?;
         if let Some(b) = &bias {
             if b.shape() != [weight.shape()[0]] {
                 return Err(Error::InvalidArgument {

@@ -273,6 +273,20 @@ macro_rules! delegate_to_inner {
 }
 use delegate_to_inner;
 
+/// A layer's weight must be a matrix; `layout` names its dims in the error (`"[out, in]"`).
+pub(crate) fn check_weight_2d(op: &'static str, weight: &Tensor, layout: &str) -> Result<()> {
+    if weight.ndim() != 2 {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "weight must be 2-D {layout}, got shape {:?}",
+                weight.shape()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The named parameters of a layer's own tensors, skipping the absent ones (no bias, not
 /// affine): how every layer with a weight and a bias lists them.
 pub(crate) fn own_parameters<const N: usize>(

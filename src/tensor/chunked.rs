@@ -7,10 +7,39 @@
 
 use super::{Tensor, TensorInner};
 use crate::gpu::GpuDevice;
-use crate::shape::Layout;
+use crate::shape::{broadcast_shapes, Layout};
 use crate::storage::Storage;
 use crate::{Error, Result};
 use std::sync::Arc;
+
+/// Two operands of a binary op, broadcast together.
+pub(crate) enum Broadcast {
+    /// They pass one storage binding: the op already ran on row blocks, this is its result.
+    Done(Tensor),
+    /// The output shape and each operand's layout broadcast to it.
+    Layouts(Vec<usize>, Layout, Layout),
+}
+
+/// Broadcasts `a` and `b` for the binary op `name`. Past one storage binding the op (`again`,
+/// called on each pair of row blocks) runs in blocks here, so the arithmetic ops and the
+/// comparisons take one path to their kernels.
+pub(crate) fn broadcast_pair(
+    name: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    again: &dyn Fn(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Broadcast> {
+    let shape = broadcast_shapes(name, a.shape(), b.shape())?;
+    if let Some(g) = blocks_needed(&[a, b], shape.iter().product()) {
+        let out = map_row_blocks(name, g, &shape, &[a, b], &|t| again(&t[0], &t[1]))?;
+        return Ok(Broadcast::Done(out));
+    }
+    let (la, lb) = (
+        a.layout().broadcast_to(&shape),
+        b.layout().broadcast_to(&shape),
+    );
+    Ok(Broadcast::Layouts(shape, la, lb))
+}
 
 /// The GPU that must run `operands` in blocks, if any: one whose operand or output (of
 /// `out_numel` elements of the operands' dtype) exceeds what one binding holds.

@@ -1,7 +1,7 @@
 //! Comparisons into U8 masks (their methods come from the table in `src/ops/compare.rs`),
 //! `where_cond` and `clamp`: validate, then dispatch to the typed CPU loops or generated kernels.
 
-use super::chunked::{blocks_needed, map_row_blocks};
+use super::chunked::{blocks_needed, broadcast_pair, map_row_blocks, Broadcast};
 use super::Tensor;
 use crate::ops::CmpOp;
 use crate::shape::broadcast_shapes;
@@ -12,18 +12,11 @@ impl Tensor {
     pub(crate) fn compare_op(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
         let name = op.name();
         self.check_pair(name, rhs)?;
-        let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
         // Past one storage binding: in row blocks (`chunked.rs`), as the arithmetic ops.
-        if let Some(g) = blocks_needed(&[self, rhs], shape.iter().product()) {
-            return map_row_blocks(name, g, &shape, &[self, rhs], &|b| {
-                b[0].compare_op(&b[1], op)
-            });
+        match broadcast_pair(name, self, rhs, &|a, b| a.compare_op(b, op))? {
+            Broadcast::Done(out) => Ok(out),
+            Broadcast::Layouts(_, la, lb) => self.typed_compare(op, Ok((rhs, &lb)), &la),
         }
-        let (la, lb) = (
-            self.layout().broadcast_to(&shape),
-            rhs.layout().broadcast_to(&shape),
-        );
-        self.typed_compare(op, Ok((rhs, &lb)), &la)
     }
 
     pub(crate) fn compare_scalar_op(&self, s: f32, op: CmpOp) -> Result<Tensor> {

@@ -2,14 +2,13 @@
 //! `cpu/elementwise.rs` or a generated GPU kernel, record the gradient. The public methods
 //! (`exp`, `add`, `add_scalar`, ...) are generated from the op table in `src/ops/mod.rs`.
 
-use super::chunked::{blocks_needed, map_row_blocks};
+use super::chunked::{blocks_needed, broadcast_pair, map_row_blocks, Broadcast};
 use super::convert::scalar_dtype;
 use super::fuse::Fuser;
 use super::Tensor;
 use super::{data_n, Data, DataN};
 use crate::gpu::codegen::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
-use crate::shape::broadcast_shapes;
 use crate::storage::Storage;
 use crate::{cpu, Result};
 
@@ -58,16 +57,11 @@ impl Tensor {
         let name = op.name();
         self.check_pair(name, rhs)?;
         self.check_compute(name, op.float_only())?;
-        let shape = broadcast_shapes(name, self.shape(), rhs.shape())?;
-        if let Some(g) = blocks_needed(&[self, rhs], shape.iter().product()) {
-            return map_row_blocks(name, g, &shape, &[self, rhs], &|b| {
-                b[0].binary_untracked(&b[1], op)
-            });
-        }
-        let (la, lb) = (
-            self.layout().broadcast_to(&shape),
-            rhs.layout().broadcast_to(&shape),
-        );
+        let (shape, la, lb) =
+            match broadcast_pair(name, self, rhs, &|a, b| a.binary_untracked(b, op))? {
+                Broadcast::Done(out) => return Ok(out),
+                Broadcast::Layouts(shape, la, lb) => (shape, la, lb),
+            };
         if let Some(g) = self.device().as_gpu() {
             let mut f = Fuser::new(name, g, &shape)?;
             let (x, y) = (f.operand(self, &la)?, f.operand(rhs, &lb)?);
