@@ -338,3 +338,23 @@ fn read_cache(path: &std::path::Path) -> Option<serde_json::Value> {
 
 /// A search's winner and every candidate's time (ms).
 pub(crate) type Found<K> = (K, Vec<(String, f64)>);
+
+/// Forces (or with `None`, stops forcing) the variant of `all` that `name_of` calls `name`,
+/// in a test's thread-local `forced` slot; false for an unknown name (the reduction and
+/// row-kernel `force_variant`s).
+pub(crate) fn force_named<T: Copy + 'static>(
+    forced: &'static std::thread::LocalKey<std::cell::Cell<Option<T>>>,
+    all: &[T],
+    name_of: fn(T) -> &'static str,
+    name: Option<&str>,
+) -> bool {
+    let chosen = match name {
+        None => None,
+        Some(n) => match all.iter().copied().find(|&v| name_of(v) == n) {
+            Some(v) => Some(v),
+            None => return false,
+        },
+    };
+    forced.with(|c| c.set(chosen));
+    true
+}

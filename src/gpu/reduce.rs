@@ -49,15 +49,7 @@ thread_local! {
 /// thread; false for an unknown name. A subgroup variant forced on a device without subgroups
 /// runs the heuristic's kernel.
 pub(crate) fn force_variant(name: Option<&str>) -> bool {
-    let f = match name {
-        None => None,
-        Some(n) => match FirstPass::ALL.into_iter().find(|f| f.name() == n) {
-            Some(f) => Some(f),
-            None => return false,
-        },
-    };
-    FORCED.with(|c| c.set(f));
-    true
+    super::autotune::force_named(&FORCED, &FirstPass::ALL, FirstPass::name, name)
 }
 
 /// The first pass's kernel: the heuristic's ([`plan`]) or one the autotuner tries.

@@ -52,15 +52,7 @@ impl RowKernel {
 /// Forces (or with `None`, stops forcing) the row-kernel variant named `name` on this thread.
 /// Returns false for an unknown name.
 pub(crate) fn force_variant(name: Option<&str>) -> bool {
-    let k = match name {
-        None => None,
-        Some(n) => match RowKernel::ALL.into_iter().find(|k| k.name() == n) {
-            Some(k) => Some(k),
-            None => return false,
-        },
-    };
-    FORCED.with(|f| f.set(k));
-    true
+    super::autotune::force_named(&FORCED, &RowKernel::ALL, RowKernel::name, name)
 }
 
 /// Row-kernel dispatches issued so far by the calling thread.
