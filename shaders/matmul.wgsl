@@ -142,7 +142,8 @@ fn dot(p: Problem, row: u32, col: u32) -> f32 {
 }
 
 // One output per invocation at (row origin + gid.y, column origin + gid.x): the body of the
-// naive and GEMV entries, which differ only in their workgroup shape.
+// naive and GEMV entries, which differ only in their workgroup shape (kernels.rs copies `naive`
+// as gemv_m1 (256, 1) and gemv_n1 (1, 256)).
 fn one_output(gid: vec3<u32>) {
     let p = problem(gid.z);
     let row = params[2] + gid.y;
@@ -155,16 +156,6 @@ fn one_output(gid: vec3<u32>) {
 
 @compute @workgroup_size(16, 16)
 fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
-    one_output(gid);
-}
-
-@compute @workgroup_size(256, 1)
-fn gemv_m1(@builtin(global_invocation_id) gid: vec3<u32>) {
-    one_output(gid);
-}
-
-@compute @workgroup_size(1, 256)
-fn gemv_n1(@builtin(global_invocation_id) gid: vec3<u32>) {
     one_output(gid);
 }
 

@@ -32,7 +32,8 @@
 //              [10] B offset [11] B k stride  [12] B column stride
 //              [13] first batch of this dispatch  [14] batch ndim = nd
 //              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
-// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point) with 8×8
+// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point; kernels.rs
+//            copies register_tile into the last three) with 8×8
 //            outputs per invocation, grid (ceil(N/(8X)), ceil(M/(8Y)), batches); the r4x4 and
 //            r8x4 entries cover 64×64 outputs per workgroup, grid (ceil(N/64), ceil(M/64),
 //            batches); counted from the row/column origin and the first batch; every store
@@ -63,31 +64,57 @@ fn store4(c: u32, n: u32, m: u32, add: bool, row: u32, col: u32, v: vec4<f32>) {
     store(c, n, m, add, row, col + 3u, v.w);
 }
 
-// Column j of the 4×4 block whose rows are x, y, z, w (a transpose, for k-contiguous reads).
-fn col(x: vec4<f32>, y: vec4<f32>, z: vec4<f32>, w: vec4<f32>, j: u32) -> vec4<f32> {
-    return vec4<f32>(x[j], y[j], z[j], w[j]);
+// The columns of the 4×4 block whose rows are x, y, z, w (a transpose, for k-contiguous reads).
+fn transposed(x: vec4<f32>, y: vec4<f32>, z: vec4<f32>, w: vec4<f32>) -> array<vec4<f32>, 4> {
+    var c: array<vec4<f32>, 4>;
+    for (var j = 0u; j < 4u; j = j + 1u) {
+        c[j] = vec4<f32>(x[j], y[j], z[j], w[j]);
+    }
+    return c;
 }
 
-// The same 8x8-per-invocation body in four workgroup shapes (the autotuned variants
-// register_vec4, _16x4, _4x16 and _16x16): the shape sets which outputs share a workgroup, and
-// so cache reuse and how a driver packs invocations into SIMD lanes or subgroups.
+// Rows r .. r + 4 of tile t's A at k + j (j < 4), k = k0 + step, from 4 vec4 loads: with a
+// k-contiguous A one vec4 per row, transposed; otherwise one vec4 per k.
+fn quad_a(t: TileStart, r: u32, step: u32) -> array<vec4<f32>, 4> {
+    var a: array<vec4<f32>, 4>;
+    if ((OP & 1u) != 0u) {
+        let x0 = lhs[(t.ia[r] + step) / 4u];
+        let x1 = lhs[(t.ia[r + 1u] + step) / 4u];
+        let x2 = lhs[(t.ia[r + 2u] + step) / 4u];
+        let x3 = lhs[(t.ia[r + 3u] + step) / 4u];
+        a = transposed(x0, x1, x2, x3);
+    } else {
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            a[j] = lhs[(t.ia[r] + (step + j) * t.a_ks) / 4u];
+        }
+    }
+    return a;
+}
+
+// Columns c .. c + 4 of B at k + j (j < 4), as quad_a: one vec4 per k with a
+// column-contiguous B; otherwise one vec4 per column, transposed.
+fn quad_b(t: TileStart, c: u32, step: u32) -> array<vec4<f32>, 4> {
+    var b: array<vec4<f32>, 4>;
+    if ((OP & 2u) != 0u) {
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            b[j] = rhs[(t.ib[c] + (step + j) * t.b_ks) / 4u];
+        }
+    } else {
+        let y0 = rhs[(t.ib[c] + step) / 4u];
+        let y1 = rhs[(t.ib[c + 1u] + step) / 4u];
+        let y2 = rhs[(t.ib[c + 2u] + step) / 4u];
+        let y3 = rhs[(t.ib[c + 3u] + step) / 4u];
+        b = transposed(y0, y1, y2, y3);
+    }
+    return b;
+}
+
+// The 8x8-per-invocation body. kernels.rs copies this entry under the other workgroup shapes
+// of the autotuned variants (register_tile_16x4, _4x16 and _16x16; register_vec4 is this one):
+// the shape sets which outputs share a workgroup, and so cache reuse and how a driver packs
+// invocations into SIMD lanes or subgroups.
 @compute @workgroup_size(8, 8)
 fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
-    tile8(gid);
-}
-
-@compute @workgroup_size(16, 4)
-fn register_tile_16x4(@builtin(global_invocation_id) gid: vec3<u32>) {
-    tile8(gid);
-}
-
-@compute @workgroup_size(4, 16)
-fn register_tile_4x16(@builtin(global_invocation_id) gid: vec3<u32>) {
-    tile8(gid);
-}
-
-@compute @workgroup_size(16, 16)
-fn register_tile_16x16(@builtin(global_invocation_id) gid: vec3<u32>) {
     tile8(gid);
 }
 
@@ -115,63 +142,17 @@ fn tile_c4(gid: vec3<u32>, tall: bool) {
     if (t.r0 >= t.m || t.c0 >= t.n) {
         return;
     }
-    let k0 = t.k0;
-    let k1 = t.k1;
-    let a_ks = t.a_ks;
-    let b_ks = t.b_ks;
-    let ia = t.ia;
-    let ib = t.ib;
-    let a_k_contig = (OP & 1u) != 0u;
-    let b_c_contig = (OP & 2u) != 0u;
-    // acc[i]: row i, columns 0..3.
+    // acc[i]: row i, columns 0..3 (zero-initialized, like every WGSL var without an initializer).
     var acc: array<vec4<f32>, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        acc[i] = vec4<f32>(0.0);
-    }
-    for (var k = k0; k < k1; k = k + 4u) {
-        let step = k - k0;
+    for (var k = t.k0; k < t.k1; k = k + 4u) {
+        let step = k - t.k0;
         // a0[j] / a1[j]: rows 0..3 / 4..7 at k + j; b0[j]: the four columns at k + j.
-        var a0: array<vec4<f32>, 4>;
+        let a0 = quad_a(t, 0u, step);
         var a1: array<vec4<f32>, 4>;
-        var b0: array<vec4<f32>, 4>;
-        if (a_k_contig) {
-            let x0 = lhs[(ia[0] + step) / 4u];
-            let x1 = lhs[(ia[1] + step) / 4u];
-            let x2 = lhs[(ia[2] + step) / 4u];
-            let x3 = lhs[(ia[3] + step) / 4u];
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                a0[j] = col(x0, x1, x2, x3, j);
-            }
-            if (tall) {
-                let x4 = lhs[(ia[4] + step) / 4u];
-                let x5 = lhs[(ia[5] + step) / 4u];
-                let x6 = lhs[(ia[6] + step) / 4u];
-                let x7 = lhs[(ia[7] + step) / 4u];
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    a1[j] = col(x4, x5, x6, x7, j);
-                }
-            }
-        } else {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                a0[j] = lhs[(ia[0] + (step + j) * a_ks) / 4u];
-                if (tall) {
-                    a1[j] = lhs[(ia[4] + (step + j) * a_ks) / 4u];
-                }
-            }
+        if (tall) {
+            a1 = quad_a(t, 4u, step);
         }
-        if (b_c_contig) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                b0[j] = rhs[(ib[0] + (step + j) * b_ks) / 4u];
-            }
-        } else {
-            let y0 = rhs[(ib[0] + step) / 4u];
-            let y1 = rhs[(ib[1] + step) / 4u];
-            let y2 = rhs[(ib[2] + step) / 4u];
-            let y3 = rhs[(ib[3] + step) / 4u];
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                b0[j] = col(y0, y1, y2, y3, j);
-            }
-        }
+        let b0 = quad_b(t, 0u, step);
         for (var j = 0u; j < 4u; j = j + 1u) {
             for (var i = 0u; i < 4u; i = i + 1u) {
                 acc[i] = fma(vec4<f32>(a0[j][i]), b0[j], acc[i]);
@@ -237,65 +218,16 @@ fn tile8(gid: vec3<u32>) {
     if (s.r0 >= s.m || s.c0 >= s.n) {
         return;
     }
-    let k0 = s.k0;
-    let k1 = s.k1;
-    let a_ks = s.a_ks;
-    let b_ks = s.b_ks;
-    let ia = s.ia;
-    let ib = s.ib;
-    let a_k_contig = (OP & 1u) != 0u;
-    let b_c_contig = (OP & 2u) != 0u;
+    // Zero-initialized, like every WGSL var without an initializer.
     var t: Tile;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        t.lo[i] = vec4<f32>(0.0);
-        t.hi[i] = vec4<f32>(0.0);
-    }
     // (k1 - k0) / 4 <= 4,096 iterations, 4 k per iteration, 16 vec4 loads per 256 FMAs.
-    for (var k = k0; k < k1; k = k + 4u) {
-        let step = k - k0;
+    for (var k = s.k0; k < s.k1; k = k + 4u) {
+        let step = k - s.k0;
         // a0[j] / a1[j]: rows 0..3 / 4..7 at k + j; b0[j] / b1[j]: columns 0..3 / 4..7.
-        var a0: array<vec4<f32>, 4>;
-        var a1: array<vec4<f32>, 4>;
-        var b0: array<vec4<f32>, 4>;
-        var b1: array<vec4<f32>, 4>;
-        if (a_k_contig) {
-            let x0 = lhs[(ia[0] + step) / 4u];
-            let x1 = lhs[(ia[1] + step) / 4u];
-            let x2 = lhs[(ia[2] + step) / 4u];
-            let x3 = lhs[(ia[3] + step) / 4u];
-            let x4 = lhs[(ia[4] + step) / 4u];
-            let x5 = lhs[(ia[5] + step) / 4u];
-            let x6 = lhs[(ia[6] + step) / 4u];
-            let x7 = lhs[(ia[7] + step) / 4u];
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                a0[j] = col(x0, x1, x2, x3, j);
-                a1[j] = col(x4, x5, x6, x7, j);
-            }
-        } else {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                a0[j] = lhs[(ia[0] + (step + j) * a_ks) / 4u];
-                a1[j] = lhs[(ia[4] + (step + j) * a_ks) / 4u];
-            }
-        }
-        if (b_c_contig) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                b0[j] = rhs[(ib[0] + (step + j) * b_ks) / 4u];
-                b1[j] = rhs[(ib[4] + (step + j) * b_ks) / 4u];
-            }
-        } else {
-            let y0 = rhs[(ib[0] + step) / 4u];
-            let y1 = rhs[(ib[1] + step) / 4u];
-            let y2 = rhs[(ib[2] + step) / 4u];
-            let y3 = rhs[(ib[3] + step) / 4u];
-            let y4 = rhs[(ib[4] + step) / 4u];
-            let y5 = rhs[(ib[5] + step) / 4u];
-            let y6 = rhs[(ib[6] + step) / 4u];
-            let y7 = rhs[(ib[7] + step) / 4u];
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                b0[j] = col(y0, y1, y2, y3, j);
-                b1[j] = col(y4, y5, y6, y7, j);
-            }
-        }
+        let a0 = quad_a(s, 0u, step);
+        let a1 = quad_a(s, 4u, step);
+        let b0 = quad_b(s, 0u, step);
+        let b1 = quad_b(s, 4u, step);
         for (var j = 0u; j < 4u; j = j + 1u) {
             rank1(&t, a0[j], a1[j], b0[j], b1[j]);
         }

@@ -14,6 +14,7 @@
 
 use super::codegen::Generated;
 use super::sync::lock;
+use super::variants::{matmul, matmul_f16, matmul_f16_acc, matmul_vec4};
 use crate::ops::ReduceOp;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -119,60 +120,6 @@ pub(crate) fn compose(body: &str) -> String {
 pub(crate) const ROW_TREE: &str = include_str!("../../shaders/row_tree.wgsl");
 #[allow(dead_code)]
 pub(crate) const ROW_SUBGROUP: &str = include_str!("../../shaders/row_subgroup.wgsl");
-
-/// matmul.wgsl with both operands bound as packed f16 pairs: the two bindings and the two
-/// element readers are replaced (the file marks them); everything else is the same source.
-fn matmul_f16() -> &'static str {
-    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| {
-        include_str!("../../shaders/matmul.wgsl")
-            .replace(
-                "var<storage, read> lhs: array<f32>;",
-                "var<storage, read> lhs: array<u32>;",
-            )
-            .replace(
-                "var<storage, read> rhs: array<f32>;",
-                "var<storage, read> rhs: array<u32>;",
-            )
-            .replace(
-                "return lhs[i];",
-                "return unpack2x16float(lhs[i >> 1u])[i & 1u];",
-            )
-            .replace(
-                "return rhs[i];",
-                "return unpack2x16float(rhs[i >> 1u])[i & 1u];",
-            )
-    })
-}
-
-/// matmul.wgsl with f16 everywhere it holds values: operands bound as `array<f16>` (read in
-/// place, any strides), accumulators, staged tiles and the output. The register tile and its
-/// rank-1 update come from common.wgsl's f32 ones, renamed. Validated with naga like every
-/// shader (tests/shaders.rs) and run against the CPU where an adapter has `SHADER_F16`.
-fn matmul_f16_acc() -> &'static str {
-    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| {
-        let start = COMMON
-            .find("struct Tile {")
-            .expect("common.wgsl has the register tile");
-        let end = COMMON[start..]
-            .find("// ----")
-            .map_or(COMMON.len(), |e| start + e);
-        let tile = COMMON[start..end]
-            .replace("Tile", "Tile16")
-            .replace("rank1", "rank1_16")
-            .replace("f32", "f16");
-        let body = include_str!("../../shaders/matmul.wgsl")
-            .replace("array<f32>", "array<f16>")
-            .replace("vec4<f32>", "vec4<f16>")
-            .replace("-> f32 {", "-> f16 {")
-            .replace("v: f32)", "v: f16)")
-            .replace("= 0.0;", "= f16(0.0);")
-            .replace("var t: Tile;", "var t: Tile16;")
-            .replace("rank1(&t,", "rank1_16(&t,");
-        format!("enable f16;\n{body}\n{tile}")
-    })
-}
 
 /// reduce.wgsl with the reduction table's part appended (its op codes and per-op cases,
 /// `ReduceOp::wgsl`), built on first use.
@@ -304,7 +251,9 @@ pub(crate) const SHADERS: [ShaderDef; 18] = [
     )
     .checked(wgsl!("ids.wgsl", "row_tree.wgsl", "cross_entropy.wgsl")),
     ShaderDef::new(Shader::Join, "join.wgsl", wgsl!("join.wgsl"), 1),
-    ShaderDef::new(Shader::Matmul, "matmul.wgsl", wgsl!("matmul.wgsl"), 2).unbounded(),
+    ShaderDef::new(Shader::Matmul, "matmul.wgsl", wgsl!("matmul.wgsl"), 2)
+        .body(Body::Built(matmul))
+        .unbounded(),
     ShaderDef::new(
         Shader::MatmulF16,
         "matmul.wgsl (f16 operands)",
@@ -327,6 +276,7 @@ pub(crate) const SHADERS: [ShaderDef; 18] = [
         wgsl!("matmul_vec4.wgsl"),
         2,
     )
+    .body(Body::Built(matmul_vec4))
     .unbounded(),
     // The table and the ids.
     ShaderDef::new(Shader::Gather, "gather.wgsl", wgsl!("gather.wgsl"), 2)
