@@ -314,7 +314,10 @@ fn rows_split_across_tasks_match_rows_alone() {
         let want = reference(&v, len, Some(&wv), Some(&bv), 1e-5);
         let ctx = format!("{rows}x{len} on {d}");
         for r in [3, 7] {
-            assert!(all[r * len..(r + 1) * len].iter().all(|x| x.is_nan()), "row {r}: {ctx}");
+            assert!(
+                all[r * len..(r + 1) * len].iter().all(|x| x.is_nan()),
+                "row {r}: {ctx}"
+            );
         }
         let ok: Vec<usize> = (0..rows * len)
             .filter(|i| ![3, 7].contains(&(i / len)))
