@@ -3,7 +3,6 @@
 //! one [`Source`] and one [`Names`] to [`build`].
 
 use super::config::ModelConfig;
-use super::load::rope_tables;
 use super::model::{Block, CausalLM, Linear, Norm};
 use super::weight::Weight;
 use crate::{DType, Device, Result, Tensor};
@@ -109,4 +108,27 @@ fn norm(src: &mut impl Source, name: &str, len: usize) -> Result<Norm> {
         w: src.vector(name, len)?,
         b: None,
     })
+}
+
+/// cos and sin of `position * inv_freq`, `[context, head_dim / 2]` each, on `device`.
+pub(crate) fn rope_tables(c: &ModelConfig, device: &Device) -> Result<(Tensor, Tensor)> {
+    let inv = c.inv_freq();
+    let half = inv.len();
+    let ctx = c.max_position_embeddings;
+    let (mut cos, mut sin) = (
+        Vec::with_capacity(ctx * half),
+        Vec::with_capacity(ctx * half),
+    );
+    for p in 0..ctx {
+        for &f in &inv {
+            // The angle rounded to f32 first, as transformers forms it.
+            let a = (p as f32 * f) as f64;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, &[ctx, half], device)?,
+        Tensor::from_vec(sin, &[ctx, half], device)?,
+    ))
 }

@@ -242,26 +242,3 @@ pub(crate) fn load_hf(
     };
     Ok(model)
 }
-
-/// cos and sin of `position * inv_freq`, `[context, head_dim / 2]` each, on `device`.
-pub(crate) fn rope_tables(c: &ModelConfig, device: &Device) -> Result<(Tensor, Tensor)> {
-    let inv = c.inv_freq();
-    let half = inv.len();
-    let ctx = c.max_position_embeddings;
-    let (mut cos, mut sin) = (
-        Vec::with_capacity(ctx * half),
-        Vec::with_capacity(ctx * half),
-    );
-    for p in 0..ctx {
-        for &f in &inv {
-            // The angle rounded to f32 first, as transformers forms it.
-            let a = (p as f32 * f) as f64;
-            cos.push(a.cos() as f32);
-            sin.push(a.sin() as f32);
-        }
-    }
-    Ok((
-        Tensor::from_vec(cos, &[ctx, half], device)?,
-        Tensor::from_vec(sin, &[ctx, half], device)?,
-    ))
-}
