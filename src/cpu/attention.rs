@@ -8,6 +8,7 @@
 //! written by one task in a fixed order: the same input gives the same bits on every run.
 
 use super::fast_exp::exp_neg;
+use super::matmul::mm;
 use rayon::prelude::*;
 
 /// Query rows per task.
@@ -109,62 +110,6 @@ impl Spec<'_> {
     }
 }
 
-/// `dst[m × n]` (row stride `ldd`) `= (accumulate ? dst : 0) + beta · A · B`, with A `m × k`
-/// read at strides `(a_rs, a_cs)` and B `k × n` at `(b_rs, b_cs)`; single-threaded (the caller
-/// runs tasks in parallel).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(crate) fn mm(
-    (m, n, k): (usize, usize, usize),
-    dst: &mut [f32],
-    ldd: usize,
-    accumulate: bool,
-    beta: f32,
-    (a, a_rs, a_cs): (&[f32], usize, usize),
-    (b, b_rs, b_cs): (&[f32], usize, usize),
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                dst[r * ldd..r * ldd + n].fill(0.0);
-            }
-        }
-        return;
-    }
-    // The bounds of every index gemm forms (internal invariants of the callers' blocking).
-    assert!((m - 1) * ldd + n <= dst.len());
-    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len());
-    assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len());
-    // SAFETY: the asserts above bound every element gemm reads or writes; `dst` is exclusively
-    // borrowed and does not alias `a` or `b`. With `accumulate = false` gemm never reads dst.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            ldd as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            1.0,
-            beta,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
-}
-
 /// Per-task scratch, allocated once per rayon work item (never per row).
 struct Scratch {
     s: Vec<f32>,
@@ -230,15 +175,8 @@ fn forward_block(
         let cols = BK.min(kend - j0);
         let st = &mut sc.s[..rows * cols];
         // S = Q_blk · K_blkᵀ: K's row j is column j of the product.
-        mm(
-            (rows, cols, e),
-            st,
-            cols,
-            false,
-            1.0,
-            (qb, e, 1),
-            (&kb[j0 * e..], 1, e),
-        );
+        let k_t = (&kb[j0 * e..], 1, e);
+        mm((rows, cols, e), st, cols, false, 1.0, (qb, e, 1), k_t);
         for r in 0..rows {
             let i = i0 + r;
             let row = &mut st[r * cols..(r + 1) * cols];
@@ -267,15 +205,8 @@ fn forward_block(
             }
         }
         // acc += P · V_blk.
-        mm(
-            (rows, ev, cols),
-            acc,
-            ev,
-            true,
-            1.0,
-            (st, cols, 1),
-            (&vb[j0 * ev..], ev, 1),
-        );
+        let v_blk = (&vb[j0 * ev..], ev, 1);
+        mm((rows, ev, cols), acc, ev, true, 1.0, (st, cols, 1), v_blk);
         j0 += cols;
     }
     for r in 0..rows {

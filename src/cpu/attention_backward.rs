@@ -7,8 +7,9 @@
 //! task per block of queries writes `dQ` (and `dS` when the mask needs it), one task per block
 //! of keys writes `dK` and `dV`.
 
-use super::attention::{mm, Spec, BK, BQ};
+use super::attention::{Spec, BK, BQ};
 use super::fast_exp::exp_le0;
+use super::matmul::mm;
 use rayon::prelude::*;
 
 /// Gradients of one attention: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, and
@@ -39,6 +40,7 @@ pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
     let Spec {
         batch, l, s, e, ev, ..
     } = *spec;
+    let pass = Pass { spec, t };
     let mut dq = super::alloc::zeros_f32(batch * l * e);
     let mut ds = want_ds.then(|| super::alloc::zeros_f32(batch * l * s));
     if !dq.is_empty() {
@@ -59,7 +61,7 @@ pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
         tasks
             .into_par_iter()
             .for_each_init(Work::default, |w, (b, i0, dqb, dsb)| {
-                dq_block(spec, t, b, i0, dqb, dsb, w)
+                pass.dq_block(b, i0, dqb, dsb, w)
             });
     }
     let mut dk = super::alloc::zeros_f32(batch * s * e);
@@ -73,7 +75,7 @@ pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
                     .zip(dvb.par_chunks_mut(BK * ev))
                     .enumerate()
                     .for_each_init(Work::default, |w, (kb, (dk, dv))| {
-                        dkv_block(spec, t, b, kb * BK, dk, dv, w)
+                        pass.dkv_block(b, kb * BK, dk, dv, w)
                     });
             });
     }
@@ -97,40 +99,14 @@ impl Work {
     }
 }
 
-/// Recomputes `P` (in `p`, `rows × cols`, query rows from `i0`, keys from `j0`) and turns `dp`
-/// (holding `dO Vᵀ` on entry) into `dS`; leaves `Pd = P ∘ Z` in `p` for `dV`. The `exp` is the
-/// forward's polynomial one (`fast_exp::exp_le0`, no libm call), so the loop vectorises; on
-/// x86-64 it is also compiled for AVX2 and picked at run time (explicit operations, no FMA
-/// contraction: the same bits either way).
-fn scores_grad(
-    spec: &Spec<'_>,
-    t: &Saved<'_>,
-    b: usize,
-    rows: (usize, usize),
-    cols: (usize, usize),
-    p: &mut [f32],
-    dp: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above).
-        return unsafe { scores_grad_avx2(spec, t, b, rows, cols, p, dp) };
-    }
-    scores_grad_rows(spec, t, b, rows, cols, p, dp)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn scores_grad_avx2(
-    spec: &Spec<'_>,
-    t: &Saved<'_>,
-    b: usize,
-    rows: (usize, usize),
-    cols: (usize, usize),
-    p: &mut [f32],
-    dp: &mut [f32],
-) {
-    scores_grad_rows(spec, t, b, rows, cols, p, dp)
+multiversion! {
+    /// Recomputes `P` (in `p`, `rows × cols`, query rows from `i0`, keys from `j0`) and turns `dp`
+    /// (holding `dO Vᵀ` on entry) into `dS`; leaves `Pd = P ∘ Z` in `p` for `dV`. The `exp` is the
+    /// forward's polynomial one (`fast_exp::exp_le0`, no libm call), so the loop vectorises; on
+    /// x86-64 it is also compiled for AVX2 and picked at run time (explicit operations, no FMA
+    /// contraction: the same bits either way).
+    fn scores_grad(spec: &Spec<'_>, t: &Saved<'_>, b: usize, rows: (usize, usize),
+        cols: (usize, usize), p: &mut [f32], dp: &mut [f32]) => scores_grad_rows, ["avx2"]
 }
 
 #[inline(always)]
@@ -172,139 +148,129 @@ fn scores_grad_rows(
     }
 }
 
-/// One `rows × cols` tile of both passes: `p = Q_blk · K_blkᵀ` and `dp = dO_blk · V_blkᵀ`, which
-/// `scores_grad` turns into the probabilities and dS. `q`, `g` start at the tile's first query
-/// row; `k`, `v` at its first key.
-#[allow(clippy::too_many_arguments)]
-fn tile(
-    spec: &Spec<'_>,
-    t: &Saved<'_>,
-    b: usize,
-    (i0, rows): (usize, usize),
-    (j0, cols): (usize, usize),
-    (q, g): (&[f32], &[f32]),
-    (k, v): (&[f32], &[f32]),
-    p: &mut [f32],
-    dp: &mut [f32],
-) {
-    let (e, ev) = (spec.e, spec.ev);
-    mm((rows, cols, e), p, cols, false, 1.0, (q, e, 1), (k, 1, e));
-    mm(
-        (rows, cols, ev),
-        dp,
-        cols,
-        false,
-        1.0,
-        (g, ev, 1),
-        (v, 1, ev),
-    );
-    scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
+/// One backward's sizes and saved inputs, shared by the tasks of both passes.
+#[derive(Clone, Copy)]
+struct Pass<'a> {
+    spec: &'a Spec<'a>,
+    t: &'a Saved<'a>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn dq_block(
-    spec: &Spec<'_>,
-    t: &Saved<'_>,
-    b: usize,
-    i0: usize,
-    dq: &mut [f32],
-    mut ds: Option<&mut [f32]>,
-    w: &mut Work,
-) {
-    let Spec { l, s, e, ev, .. } = *spec;
-    let rows = dq.len() / e;
-    let qb = &t.q[(b * l + i0) * e..];
-    let gb = &t.g[(b * l + i0) * ev..];
-    let kb = &t.k[b * s * e..(b + 1) * s * e];
-    let vb = &t.v[b * s * ev..(b + 1) * s * ev];
-    let kend = spec.key_end(i0 + rows - 1);
-    let mut j0 = 0;
-    let mut first = true;
-    while j0 < kend {
-        let cols = BK.min(kend - j0);
-        let (p, dp) = w.blocks(rows * cols);
-        let kv = (&kb[j0 * e..], &vb[j0 * ev..]);
-        tile(spec, t, b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
-        if let Some(dsb) = ds.as_deref_mut() {
-            for r in 0..rows {
-                dsb[r * s + j0..r * s + j0 + cols].copy_from_slice(&dp[r * cols..(r + 1) * cols]);
-            }
-        }
-        // dQ += scale · dS · K_blk.
+impl Pass<'_> {
+    /// One `rows × cols` tile of both passes: `p = Q_blk · K_blkᵀ` and `dp = dO_blk · V_blkᵀ`,
+    /// which `scores_grad` turns into the probabilities and dS. `q`, `g` start at the tile's
+    /// first query row; `k`, `v` at its first key.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        b: usize,
+        (i0, rows): (usize, usize),
+        (j0, cols): (usize, usize),
+        (q, g): (&[f32], &[f32]),
+        (k, v): (&[f32], &[f32]),
+        p: &mut [f32],
+        dp: &mut [f32],
+    ) {
+        let (e, ev) = (self.spec.e, self.spec.ev);
+        mm((rows, cols, e), p, cols, false, 1.0, (q, e, 1), (k, 1, e));
         mm(
-            (rows, e, cols),
-            dq,
-            e,
-            !first,
-            spec.scale,
-            (dp, cols, 1),
-            (&kb[j0 * e..], e, 1),
-        );
-        first = false;
-        j0 += cols;
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn dkv_block(
-    spec: &Spec<'_>,
-    t: &Saved<'_>,
-    b: usize,
-    j0: usize,
-    dk: &mut [f32],
-    dv: &mut [f32],
-    w: &mut Work,
-) {
-    let Spec { l, s, e, ev, .. } = *spec;
-    let cols = dk.len() / e;
-    let kb = &t.k[(b * s + j0) * e..];
-    let vb = &t.v[(b * s + j0) * ev..];
-    let qall = &t.q[b * l * e..(b + 1) * l * e];
-    let gall = &t.g[b * l * ev..(b + 1) * l * ev];
-    // Rows before j0 see none of these keys under a causal mask.
-    let mut i0 = if spec.causal { j0.min(l) } else { 0 };
-    let mut first = true;
-    while i0 < l {
-        let rows = BQ.min(l - i0);
-        let (p, dp) = w.blocks(rows * cols);
-        let qb = &qall[i0 * e..];
-        let gb = &gall[i0 * ev..];
-        tile(
-            spec,
-            t,
-            b,
-            (i0, rows),
-            (j0, cols),
-            (qb, gb),
-            (kb, vb),
-            p,
+            (rows, cols, ev),
             dp,
-        );
-        // dV += Pdᵀ · dO_blk, dK += scale · dSᵀ · Q_blk.
-        mm(
-            (cols, ev, rows),
-            dv,
-            ev,
-            !first,
+            cols,
+            false,
             1.0,
-            (p, 1, cols),
-            (gb, ev, 1),
+            (g, ev, 1),
+            (v, 1, ev),
         );
-        mm(
-            (cols, e, rows),
-            dk,
-            e,
-            !first,
-            spec.scale,
-            (dp, 1, cols),
-            (qb, e, 1),
-        );
-        first = false;
-        i0 += rows;
+        scores_grad(self.spec, self.t, b, (i0, rows), (j0, cols), p, dp);
     }
-    if first {
-        // No query attends these keys: zero gradients (the buffers start at 0).
-        dk.fill(0.0);
-        dv.fill(0.0);
+
+    /// The dQ rows `i0..` of batch `b` (and their dS rows), over every key block they attend.
+    fn dq_block(
+        &self,
+        b: usize,
+        i0: usize,
+        dq: &mut [f32],
+        mut ds: Option<&mut [f32]>,
+        w: &mut Work,
+    ) {
+        let (spec, t) = (self.spec, self.t);
+        let Spec { l, s, e, ev, .. } = *spec;
+        let rows = dq.len() / e;
+        let qb = &t.q[(b * l + i0) * e..];
+        let gb = &t.g[(b * l + i0) * ev..];
+        let kb = &t.k[b * s * e..(b + 1) * s * e];
+        let vb = &t.v[b * s * ev..(b + 1) * s * ev];
+        let kend = spec.key_end(i0 + rows - 1);
+        let mut j0 = 0;
+        while j0 < kend {
+            let cols = BK.min(kend - j0);
+            let (p, dp) = w.blocks(rows * cols);
+            let kv = (&kb[j0 * e..], &vb[j0 * ev..]);
+            self.tile(b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
+            if let Some(dsb) = ds.as_deref_mut() {
+                for r in 0..rows {
+                    let dst = &mut dsb[r * s + j0..r * s + j0 + cols];
+                    dst.copy_from_slice(&dp[r * cols..(r + 1) * cols]);
+                }
+            }
+            // dQ += scale · dS · K_blk (the first block overwrites).
+            let k_blk = (&kb[j0 * e..], e, 1);
+            mm(
+                (rows, e, cols),
+                dq,
+                e,
+                j0 > 0,
+                spec.scale,
+                (dp, cols, 1),
+                k_blk,
+            );
+            j0 += cols;
+        }
+    }
+
+    /// The dK and dV rows of keys `j0..` of batch `b`, over every query block that sees them.
+    fn dkv_block(&self, b: usize, j0: usize, dk: &mut [f32], dv: &mut [f32], w: &mut Work) {
+        let (spec, t) = (self.spec, self.t);
+        let Spec { l, s, e, ev, .. } = *spec;
+        let cols = dk.len() / e;
+        let kv = (&t.k[(b * s + j0) * e..], &t.v[(b * s + j0) * ev..]);
+        let qall = &t.q[b * l * e..(b + 1) * l * e];
+        let gall = &t.g[b * l * ev..(b + 1) * l * ev];
+        // Rows before j0 see none of these keys under a causal mask.
+        let start = if spec.causal { j0.min(l) } else { 0 };
+        let mut i0 = start;
+        while i0 < l {
+            let rows = BQ.min(l - i0);
+            let (p, dp) = w.blocks(rows * cols);
+            let (qb, gb) = (&qall[i0 * e..], &gall[i0 * ev..]);
+            self.tile(b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
+            // dV += Pdᵀ · dO_blk, dK += scale · dSᵀ · Q_blk (the first block overwrites).
+            let acc = i0 > start;
+            mm(
+                (cols, ev, rows),
+                dv,
+                ev,
+                acc,
+                1.0,
+                (p, 1, cols),
+                (gb, ev, 1),
+            );
+            let q_blk = (qb, e, 1);
+            mm(
+                (cols, e, rows),
+                dk,
+                e,
+                acc,
+                spec.scale,
+                (dp, 1, cols),
+                q_blk,
+            );
+            i0 += rows;
+        }
+        if start >= l {
+            // No query attends these keys: zero gradients (the buffers start at 0).
+            dk.fill(0.0);
+            dv.fill(0.0);
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! number of threads.
 
 use super::alloc::try_vec;
+use super::matmul::mm;
 use crate::Result;
 use rayon::prelude::*;
 
@@ -49,6 +50,14 @@ impl Geom {
     /// Output rows per block.
     fn rows_per_block(&self) -> usize {
         (BLOCK_ELEMS / (self.kk() * self.out[1]).max(1)).clamp(1, self.out[0])
+    }
+    /// Elements of one input image: `c * h * w`.
+    fn chw(&self) -> usize {
+        self.c * self.h * self.w
+    }
+    /// Elements of the largest unfolded block, the per-task buffer.
+    fn block_cap(&self) -> usize {
+        self.kk() * self.rows_per_block() * self.out[1]
     }
     /// The output columns `lo..hi` whose input column `ox * s + j * d - p` is inside the image.
     fn cols_in(&self, j: usize) -> (usize, usize) {
@@ -157,69 +166,13 @@ impl Geom {
     }
 }
 
-/// `c (m x n, row stride c_rs) (= or +=) A · B` with element strides for A (`a_rs`, `a_ks`)
-/// and B (`b_ks`, `b_cs`), single-threaded: the images are the parallel dimension.
-#[allow(clippy::too_many_arguments)]
-fn gemm(
-    [m, n, k]: [usize; 3],
-    c: &mut [f32],
-    c_rs: usize,
-    acc: bool,
-    a: &[f32],
-    [a_rs, a_ks]: [usize; 2],
-    b: &[f32],
-    [b_ks, b_cs]: [usize; 2],
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !acc {
-            for r in 0..m {
-                c[r * c_rs..r * c_rs + n].fill(0.0);
-            }
-        }
-        return;
-    }
-    assert!((m - 1) * c_rs + n <= c.len());
-    assert!((m - 1) * a_rs + (k - 1) * a_ks < a.len());
-    assert!((k - 1) * b_ks + (n - 1) * b_cs < b.len());
-    // SAFETY: every index gemm forms is within the bounds asserted above; `c` is exclusively
-    // borrowed and does not alias `a` or `b`.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            c_rs as isize,
-            acc,
-            a.as_ptr(),
-            a_ks as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_ks as isize,
-            if acc { 1.0 } else { 0.0 },
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
-}
-
 /// Convolution of packed `x` `[n, c, h, w]` with packed `wt` `[o, c / g, kh, kw]` (no bias):
 /// packed `[n, o, oh, ow]`.
 pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
     let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
-    let chw = geo.c * geo.h * geo.w;
+    let (chw, ow, cap) = (geo.chw(), geo.out[1], geo.block_cap());
     let mut out = try_vec::<f32>("conv2d", geo.n * geo.o * l)?;
     out.resize(geo.n * geo.o * l, 0.0);
-    let ow = geo.out[1];
-    let cap = kk * geo.rows_per_block() * ow;
     out.par_chunks_mut((geo.o * l).max(1))
         .enumerate()
         .for_each_init(
@@ -230,16 +183,9 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
                     for (oy0, oy1) in geo.blocks() {
                         let nb = (oy1 - oy0) * ow;
                         geo.unfold(img, gi, oy0, oy1, &mut cols[..kk * nb]);
-                        gemm(
-                            [og, nb, kk],
-                            &mut y[gi * og * l + oy0 * ow..],
-                            l,
-                            false,
-                            &wt[gi * og * kk..],
-                            [kk, 1],
-                            cols,
-                            [nb, 1],
-                        );
+                        let w = &wt[gi * og * kk..];
+                        let y = &mut y[gi * og * l + oy0 * ow..];
+                        mm((og, nb, kk), y, l, false, 1.0, (w, kk, 1), (cols, nb, 1));
                     }
                 }
             },
@@ -250,11 +196,9 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
 /// Gradient of the input: packed `[n, c, h, w]` from the output gradient `gy` `[n, o, oh, ow]`.
 pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
     let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
-    let chw = geo.c * geo.h * geo.w;
+    let (chw, ow, cap) = (geo.chw(), geo.out[1], geo.block_cap());
     let mut dx = try_vec::<f32>("conv2d backward", geo.n * chw)?;
     dx.resize(geo.n * chw, 0.0);
-    let ow = geo.out[1];
-    let cap = kk * geo.rows_per_block() * ow;
     dx.par_chunks_mut(chw.max(1)).enumerate().for_each_init(
         || vec![0f32; cap],
         |cols, (b, dimg)| {
@@ -263,16 +207,8 @@ pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Ve
                 for (oy0, oy1) in geo.blocks() {
                     let nb = (oy1 - oy0) * ow;
                     // cols[kk, nb] = W_g^T [kk, og] · gy block [og, nb]
-                    gemm(
-                        [kk, nb, og],
-                        cols,
-                        nb,
-                        false,
-                        &wt[gi * og * kk..],
-                        [1, kk],
-                        &g[gi * og * l + oy0 * ow..],
-                        [l, 1],
-                    );
+                    let (w, gb) = (&wt[gi * og * kk..], &g[gi * og * l + oy0 * ow..]);
+                    mm((kk, nb, og), cols, nb, false, 1.0, (w, 1, kk), (gb, l, 1));
                     geo.fold(&cols[..kk * nb], gi, oy0, oy1, dimg);
                 }
             }
@@ -284,9 +220,7 @@ pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Ve
 /// Gradient of the weight: packed `[o, c / g, kh, kw]`.
 pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Vec<f32>> {
     let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
-    let chw = geo.c * geo.h * geo.w;
-    let ow = geo.out[1];
-    let cap = kk * geo.rows_per_block() * ow;
+    let (chw, ow, cap) = (geo.chw(), geo.out[1], geo.block_cap());
     let wlen = geo.o * kk;
     let parts = geo.n.clamp(1, WGRAD_PARTS);
     let per = geo.n.div_ceil(parts);
@@ -305,16 +239,8 @@ pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Ve
                         let nb = (oy1 - oy0) * ow;
                         geo.unfold(img, gi, oy0, oy1, &mut cols[..kk * nb]);
                         // dW_g [og, kk] += gy block [og, nb] · cols^T [nb, kk]
-                        gemm(
-                            [og, kk, nb],
-                            &mut dw[gi * og * kk..],
-                            kk,
-                            true,
-                            &g[gi * og * l + oy0 * ow..],
-                            [l, 1],
-                            &cols,
-                            [1, nb],
-                        );
+                        let (gb, dwg) = (&g[gi * og * l + oy0 * ow..], &mut dw[gi * og * kk..]);
+                        mm((og, kk, nb), dwg, kk, true, 1.0, (gb, l, 1), (&cols, 1, nb));
                     }
                 }
             }

@@ -99,19 +99,10 @@ fn block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn block_avx2(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
-    block(src, rows, first, out, log)
-}
-
-fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-        return unsafe { block_avx2(src, rows, first, out, log) };
-    }
-    block(src, rows, first, out, log)
+multiversion! {
+    /// [`block`], compiled for AVX2 and FMA where the CPU has them.
+    fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool)
+        => block, ["avx2", "fma"]
 }
 
 /// Softmax of every row of `rows` (contiguous: `rows.stride == 1`), packed into `n` outputs.

@@ -150,3 +150,59 @@ impl Mat {
         }
     }
 }
+
+/// `dst[m × n]` (row stride `ldd`) `= (accumulate ? dst : 0) + beta · A · B`, with A `m × k`
+/// read at strides `(a_rs, a_cs)` and B `k × n` at `(b_rs, b_cs)`; single-threaded (the caller
+/// runs tasks in parallel): the tile product of the fused attention and of convolution.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn mm(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    ldd: usize,
+    accumulate: bool,
+    beta: f32,
+    (a, a_rs, a_cs): (&[f32], usize, usize),
+    (b, b_rs, b_cs): (&[f32], usize, usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * ldd..r * ldd + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    // The bounds of every index gemm forms (internal invariants of the callers' blocking).
+    assert!((m - 1) * ldd + n <= dst.len());
+    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len());
+    assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len());
+    // SAFETY: the asserts above bound every element gemm reads or writes; `dst` is exclusively
+    // borrowed and does not alias `a` or `b`. With `accumulate = false` gemm never reads dst.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            ldd as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            1.0,
+            beta,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}

@@ -1,6 +1,29 @@
 //! The native CPU backend: the fallback device when no GPU exists and the oracle every GPU kernel
 //! is tested against. One file per op family, mirroring `src/gpu/` and `shaders/`.
 
+/// `fn $name(args)` that runs `$body(args)` compiled for the listed x86-64 target features when
+/// the CPU has them (`is_x86_feature_detected!` caches its answer), else the portable build.
+/// `$body` must be `#[inline(always)]`, so the feature build gets its own vectorised copy; Rust
+/// never contracts a multiply and an add into an FMA on its own, so both builds give the same
+/// bits.
+macro_rules! multiversion {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) => $body:ident, [$($f:tt),+]) => {
+        $(#[$m])*
+        fn $name($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            if $(std::arch::is_x86_feature_detected!($f))&&+ {
+                $(#[target_feature(enable = $f)])+
+                fn with_features($($a: $t),*) {
+                    $body($($a),*)
+                }
+                // SAFETY: the CPU supports every feature enabled (checked just above).
+                return unsafe { with_features($($a),*) };
+            }
+            $body($($a),*)
+        }
+    };
+}
+
 pub(crate) mod alloc;
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
