@@ -25,24 +25,14 @@ macro_rules! compare_ops {
             wgsl: $wgsl:literal $(,)?
         }
     )*) => {
-        /// Elementwise comparisons into U8 masks (declared in `src/ops/compare.rs`).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub(crate) enum CmpOp { $($V,)* }
+        op_enum! {
+            /// Elementwise comparisons into U8 masks (declared in `src/ops/compare.rs`).
+            CmpOp { $($V $method $smethod),* }
+            /// Name of the tensor-with-scalar form, for error messages.
+            scalar_name
+        }
 
         impl CmpOp {
-            /// Every comparison, for the test sweeps.
-            #[allow(dead_code)]
-            pub(crate) const ALL: &'static [CmpOp] = &[$(CmpOp::$V,)*];
-
-            pub(crate) fn name(self) -> &'static str {
-                match self { $(CmpOp::$V => stringify!($method),)* }
-            }
-
-            /// Name of the tensor-with-scalar form, for error messages.
-            pub(crate) fn scalar_name(self) -> &'static str {
-                match self { $(CmpOp::$V => stringify!($smethod),)* }
-            }
-
             /// Whether the comparison holds for an ordering (`None`: unordered, NaN).
             #[inline(always)]
             pub(crate) fn holds(self, o: Option<Ordering>) -> bool {

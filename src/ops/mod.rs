@@ -20,6 +20,42 @@
 //! Float bodies of unary ops run after a NaN check (`NaN -> NaN`), as every unary op here
 //! propagates NaN.
 
+/// An op table's enum with its `ALL` list and `name()` (the tensor method), and, given a third
+/// name per op, one more accessor (`scalar_name`, `all_name`) for the op's other method. Every
+/// table below and in `compare.rs` / `reduce.rs` declares its enum through this.
+macro_rules! op_enum {
+    ($(#[$doc:meta])* $Enum:ident { $($V:ident $method:ident),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub(crate) enum $Enum { $($V,)* }
+
+        impl $Enum {
+            /// Every op of the table, for the test sweeps.
+            #[allow(dead_code)]
+            pub(crate) const ALL: &'static [$Enum] = &[$($Enum::$V,)*];
+
+            /// The tensor method's name (`"add"`), as errors report it.
+            pub(crate) fn name(self) -> &'static str {
+                match self { $($Enum::$V => stringify!($method),)* }
+            }
+        }
+    };
+    (
+        $(#[$doc:meta])* $Enum:ident { $($V:ident $method:ident $other:ident),* $(,)? }
+        $(#[$odoc:meta])* $accessor:ident
+    ) => {
+        op_enum!($(#[$doc])* $Enum { $($V $method),* });
+
+        impl $Enum {
+            $(#[$odoc])*
+            #[allow(dead_code)]
+            pub(crate) fn $accessor(self) -> &'static str {
+                match self { $($Enum::$V => stringify!($other),)* }
+            }
+        }
+    };
+}
+
 mod compare;
 mod host;
 mod reduce;
@@ -64,9 +100,10 @@ macro_rules! unary_ops {
             grad: |$gx:ident, $gy:ident, $gg:ident| $grad:expr $(,)?
         }
     )*) => {
-        /// One-input elementwise ops (declared in `src/ops/mod.rs`).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub(crate) enum UnaryOp { $($V,)* }
+        op_enum! {
+            /// One-input elementwise ops (declared in `src/ops/mod.rs`).
+            UnaryOp { $($V $method),* }
+        }
 
         #[allow(non_snake_case)]
         mod unary_fns {
@@ -88,14 +125,6 @@ macro_rules! unary_ops {
         }
 
         impl UnaryOp {
-            /// Every unary op, for tests that sweep the table.
-            #[allow(dead_code)]
-            pub(crate) const ALL: &'static [UnaryOp] = &[$(UnaryOp::$V,)*];
-
-            pub(crate) fn name(self) -> &'static str {
-                match self { $(UnaryOp::$V => stringify!($method),)* }
-            }
-
             /// Defined only for floats (integer tensors get `UnsupportedDType`).
             pub(crate) fn float_only(self) -> bool {
                 match self { $(UnaryOp::$V => true $(&& { let _ = $wgsl_int; false })?,)* }
@@ -166,9 +195,13 @@ macro_rules! binary_ops {
             grad_scalar: |$sx:ident, $ss:ident, $sfirst:ident, $so:ident, $sg:ident| $grad_s:expr $(,)?
         }
     )*) => {
-        /// Two-input elementwise ops (declared in `src/ops/mod.rs`), also used with a scalar side.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub(crate) enum BinaryOp { $($V,)* }
+        op_enum! {
+            /// Two-input elementwise ops (declared in `src/ops/mod.rs`), also used with a scalar
+            /// side.
+            BinaryOp { $($V $method $smethod),* }
+            /// Name of the tensor-with-scalar form, for error messages.
+            scalar_name
+        }
 
         #[allow(non_snake_case)]
         mod binary_fns {
@@ -190,18 +223,6 @@ macro_rules! binary_ops {
         }
 
         impl BinaryOp {
-            #[allow(dead_code)]
-            pub(crate) const ALL: &'static [BinaryOp] = &[$(BinaryOp::$V,)*];
-
-            pub(crate) fn name(self) -> &'static str {
-                match self { $(BinaryOp::$V => stringify!($method),)* }
-            }
-
-            /// Name of the tensor-with-scalar form, for error messages.
-            pub(crate) fn scalar_name(self) -> &'static str {
-                match self { $(BinaryOp::$V => stringify!($smethod),)* }
-            }
-
             pub(crate) fn float_only(self) -> bool {
                 match self { $(BinaryOp::$V => true $(&& { let _ = $wgsl_int; false })?,)* }
             }

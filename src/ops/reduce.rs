@@ -140,26 +140,14 @@ macro_rules! reduce_ops {
             grad: [$(|$gx:ident, $go:ident, $gg:ident, $gd:ident| $grad:expr)?] $(,)?
         }
     )*) => {
-        /// Reductions over one dim or every element (declared in `src/ops/reduce.rs`).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub(crate) enum ReduceOp { $($V,)* }
+        op_enum! {
+            /// Reductions over one dim or every element (declared in `src/ops/reduce.rs`).
+            ReduceOp { $($V $method $all),* }
+            /// The whole-tensor method's name (`"sum_all"`).
+            all_name
+        }
 
         impl ReduceOp {
-            /// Every reduction, for the test sweeps.
-            #[allow(dead_code)]
-            pub(crate) const ALL: &'static [ReduceOp] = &[$(ReduceOp::$V,)*];
-
-            /// The per-dim method's name (`"sum"`), as errors report it.
-            pub(crate) fn name(self) -> &'static str {
-                match self { $(ReduceOp::$V => stringify!($method),)* }
-            }
-
-            /// The whole-tensor method's name (`"sum_all"`).
-            #[allow(dead_code)]
-            pub(crate) fn all_name(self) -> &'static str {
-                match self { $(ReduceOp::$V => stringify!($all),)* }
-            }
-
             /// Whether the op returns indices (U32) rather than values.
             pub(crate) fn is_arg(self) -> bool {
                 match self { $(ReduceOp::$V => $arg,)* }
