@@ -274,10 +274,17 @@ fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
         st.push_str("    dst[w] = word;\n");
         st
     };
+    write_main(&mut s, &fns, "", &body, per, &store);
+    s
+}
+
+/// The kernel's tail: `fns`, `element(e{args})` with `body`, and `main`, whose invocation `w`
+/// covers elements `w * per..` of `n = params[0]`, returns past the end, then runs `store`.
+fn write_main(s: &mut String, fns: &str, args: &str, body: &str, per: usize, store: &str) {
     let _ = write!(
         s,
         "{fns}
-fn element(e: u32) -> u32 {{
+fn element(e: u32{args}) -> u32 {{
 {body}}}
 
 @compute @workgroup_size(256)
@@ -292,7 +299,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {store}}}
 "
     );
-    s
 }
 
 /// The `wide` variant of [`generate`]: inputs and output bound as `array<vec4<u32>>`, four
@@ -337,33 +343,18 @@ fn generate_wide(p: &Program) -> String {
     let loads: String = (0..k)
         .map(|i| format!("    let q{i} = in{i}[params[{}] / 4u + w];\n", 2 + i))
         .collect();
-    let _ = write!(
-        s,
-        "{fns}
-fn element(e: u32{args}) -> u32 {{
-{body}}}
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {{
-    let w = flat_index(wid, nwg, lid);
-    let n = params[0];
-    if (w >= (n + 3u) / 4u) {{
-        return;
-    }}
-    // The last vector is computed whole, also where it runs past n: its lanes past n read
-    // the inputs' buffers past the views (inside them: buffers are whole vectors) and land in
-    // the fresh output's buffer past the tensor, where nothing reads them. No tail branch:
-    // a divergent scalar path made llvmpipe run every vector 1.8x slower.
-    let e = w * 4u;
-{loads}    dst[w] = vec4<u32>({}, {}, {}, {});
-}}
-",
+    // The last vector is computed whole, also where it runs past n: its lanes past n read the
+    // inputs' buffers past the views (inside them: buffers are whole vectors) and land in the
+    // fresh output's buffer past the tensor, where nothing reads them. No tail branch: a
+    // divergent scalar path made llvmpipe run every vector 1.8x slower.
+    let store = format!(
+        "    let e = w * 4u;\n{loads}    dst[w] = vec4<u32>({}, {}, {}, {});\n",
         call(".x"),
         call(".y"),
         call(".z"),
         call(".w"),
     );
+    write_main(&mut s, &fns, &args, &body, 4, &store);
     s
 }
 

@@ -22,12 +22,43 @@ pub(crate) struct MemStats {
 
 /// Free buffers by bucket size, behind the pool's own lock (taken alone, never while waiting).
 #[derive(Default)]
-pub(crate) struct Pool(Mutex<Free>);
+pub(crate) struct Pool(Mutex<Buckets>);
 
+/// Buffers kept for reuse by their bucket size, and the bytes they hold: the body of this
+/// pool and of the readback staging pool (`staging.rs`).
 #[derive(Default)]
-struct Free {
+pub(crate) struct Buckets {
     by_size: HashMap<u64, Vec<wgpu::Buffer>>,
-    cached: u64,
+    bytes: u64,
+}
+
+impl Buckets {
+    /// A kept buffer of exactly `capacity` bytes, if there is one.
+    pub(crate) fn take(&mut self, capacity: u64) -> Option<wgpu::Buffer> {
+        let b = self.by_size.get_mut(&capacity)?.pop()?;
+        self.bytes -= capacity;
+        Some(b)
+    }
+
+    pub(crate) fn keep(&mut self, capacity: u64, buffer: wgpu::Buffer) {
+        self.bytes += capacity;
+        self.by_size.entry(capacity).or_default().push(buffer);
+    }
+
+    /// How many buffers of `capacity` bytes are kept.
+    pub(crate) fn count(&self, capacity: u64) -> usize {
+        self.by_size.get(&capacity).map_or(0, Vec::len)
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Drops every kept buffer; returns the bytes released.
+    pub(crate) fn clear(&mut self) -> u64 {
+        self.by_size.clear();
+        std::mem::take(&mut self.bytes)
+    }
 }
 
 /// Bucket sizes: powers of two up to 1 MiB (small tensors come in many shapes), then whole 2 MiB
@@ -53,10 +84,7 @@ pub(crate) fn bucket(size: u64, limits: &wgpu::Limits) -> u64 {
 impl Pool {
     /// A cached buffer of exactly `capacity` bytes, if one is free.
     pub(crate) fn take(&self, capacity: u64) -> Option<wgpu::Buffer> {
-        let mut f = lock(&self.0);
-        let b = f.by_size.get_mut(&capacity)?.pop()?;
-        f.cached -= capacity;
-        Some(b)
+        lock(&self.0).take(capacity)
     }
 
     /// Caches buffers whose last use has been submitted.
@@ -66,20 +94,17 @@ impl Pool {
         }
         let mut f = lock(&self.0);
         for (capacity, b) in buffers {
-            f.cached += capacity;
-            f.by_size.entry(capacity).or_default().push(b);
+            f.keep(capacity, b);
         }
     }
 
     /// Drops every cached buffer; returns the bytes released.
     pub(crate) fn clear(&self) -> u64 {
-        let mut f = lock(&self.0);
-        f.by_size.clear();
-        std::mem::take(&mut f.cached)
+        lock(&self.0).clear()
     }
 
     pub(crate) fn cached(&self) -> u64 {
-        lock(&self.0).cached
+        lock(&self.0).bytes()
     }
 }
 

@@ -1,8 +1,8 @@
 //! Leaf types of the transfer paths: the readback staging pool and the transfer counters, each
 //! with its own lock (taken alone, for a lookup or an insert).
 
+use super::memory::Buckets;
 use super::sync::lock;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 
@@ -32,36 +32,23 @@ pub(crate) struct TransferCounters {
 
 /// Reusable MAP_READ buffers by bucket size.
 #[derive(Default)]
-pub(crate) struct StagingPool(Mutex<Free>);
-
-#[derive(Default)]
-struct Free {
-    by_size: HashMap<u64, Vec<wgpu::Buffer>>,
-    bytes: u64,
-}
+pub(crate) struct StagingPool(Mutex<Buckets>);
 
 impl StagingPool {
     pub(crate) fn take(&self, capacity: u64) -> Option<wgpu::Buffer> {
-        let mut f = lock(&self.0);
-        let b = f.by_size.get_mut(&capacity).and_then(Vec::pop)?;
-        f.bytes -= capacity;
-        Some(b)
+        lock(&self.0).take(capacity)
     }
 
     /// Keeps `buffer` for reuse, within the per-bucket and total bounds.
     pub(crate) fn give(&self, capacity: u64, buffer: wgpu::Buffer) {
         let mut f = lock(&self.0);
-        let held = f.by_size.get(&capacity).map_or(0, Vec::len);
-        if held < STAGING_PER_BUCKET && f.bytes + capacity <= STAGING_MAX_BYTES {
-            f.by_size.entry(capacity).or_default().push(buffer);
-            f.bytes += capacity;
+        if f.count(capacity) < STAGING_PER_BUCKET && f.bytes() + capacity <= STAGING_MAX_BYTES {
+            f.keep(capacity, buffer);
         }
     }
 
     pub(crate) fn clear(&self) {
-        let mut f = lock(&self.0);
-        f.by_size.clear();
-        f.bytes = 0;
+        lock(&self.0).clear();
     }
 }
 
