@@ -14,45 +14,30 @@ use crate::Result;
 pub(crate) type Ids<'a> = (&'a GpuBuffer, usize, usize, bool);
 
 impl GpuDevice {
-    /// Rows of dim `d` of the f32 view `layout` of `src` picked by the ids (index_select).
-    pub(crate) fn index_select(
+    /// Elements of the f32 view `layout` of `src` picked along dim `d` by the ids. Without
+    /// `index_shape`, `index_select`: whole rows of dim `d`, the output the view's shape with
+    /// dim `d` the ids' count. With it, `torch.gather`: element `i` of the output (of that
+    /// shape) is the view's element at `i`'s coordinates with the one of dim `d` replaced by
+    /// `ids[i]`.
+    pub(crate) fn gather(
         &self,
         op: &'static str,
         src: &GpuBuffer,
         layout: &Layout,
         d: usize,
         ids: Ids<'_>,
+        index_shape: Option<&[usize]>,
     ) -> Result<GpuBuffer> {
-        let mut out_shape = layout.shape.clone();
-        out_shape[d] = ids.2;
-        self.gather_kernel(op, src, layout, d, ids, &out_shape, 0)
-    }
-
-    /// `torch.gather`: element `i` of the output (shape `index_shape`) is the view's element at
-    /// `i`'s coordinates with the one of dim `d` replaced by `ids[i]`.
-    pub(crate) fn gather_dim(
-        &self,
-        op: &'static str,
-        src: &GpuBuffer,
-        layout: &Layout,
-        d: usize,
-        ids: Ids<'_>,
-        index_shape: &[usize],
-    ) -> Result<GpuBuffer> {
-        self.gather_kernel(op, src, layout, d, ids, index_shape, 1)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn gather_kernel(
-        &self,
-        op: &'static str,
-        src: &GpuBuffer,
-        layout: &Layout,
-        d: usize,
-        (ids, ids_offset, _, signed): Ids<'_>,
-        out_shape: &[usize],
-        mode: u32,
-    ) -> Result<GpuBuffer> {
+        let (ids, ids_offset, count, signed) = ids;
+        let mut rows_shape = Vec::new();
+        let (out_shape, mode) = match index_shape {
+            Some(s) => (s, 1),
+            None => {
+                rows_shape.extend_from_slice(&layout.shape);
+                rows_shape[d] = count;
+                (&rows_shape[..], 0)
+            }
+        };
         check_u32(op, layout)?;
         check_u32(op, &Layout::contiguous(out_shape))?;
         let n: usize = out_shape.iter().product();

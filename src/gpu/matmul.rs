@@ -27,6 +27,18 @@ pub(crate) const K_CHUNK: usize = 16_384;
 const TUNE_BUDGET: u64 = 1 << 31;
 
 /// The matmul kernels, in the order the benchmarks report them.
+/// What a matmul's operands hold and what it accumulates in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Precision {
+    /// f32 operands, f32 accumulation and output.
+    F32,
+    /// f16 operands (packed pairs, read in place), f32 accumulation and output.
+    F16,
+    /// f16 operands accumulated in f16 into a packed f16 output (`SHADER_F16` devices; the
+    /// caller checks).
+    F16Acc,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MatmulKernel {
     /// One output per invocation: the baseline.
@@ -390,7 +402,12 @@ impl GpuDevice {
                 .filter(|&k| k != heuristic && fits(k)),
         );
         let found = self.time_candidates(op, &candidates, MatmulKernel::name, |k| {
-            self.matmul(a, la, b, lb, Some(k), p.half).map(drop)
+            let precision = if p.half {
+                Precision::F16
+            } else {
+                Precision::F32
+            };
+            self.matmul(a, la, b, lb, Some(k), precision).map(drop)
         })?;
         let (winner, timings) = found.unwrap_or((heuristic, Vec::new()));
         log::debug!(
@@ -403,9 +420,8 @@ impl GpuDevice {
     }
 
     /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b`
-    /// (`[..batch, K, N]`, same batch dims) into a new packed f32 `[..batch, M, N]` buffer,
-    /// with `kernel` or the adapter's choice ([`GpuDevice::matmul_kernel`]). With `half`, both
-    /// operands are f16 (packed pairs) and are read in place.
+    /// (`[..batch, K, N]`, same batch dims) into a new packed `[..batch, M, N]` buffer, with
+    /// `kernel` or the adapter's choice ([`GpuDevice::matmul_kernel`]), in `precision`.
     pub(crate) fn matmul(
         &self,
         a: &GpuBuffer,
@@ -413,37 +429,13 @@ impl GpuDevice {
         b: &GpuBuffer,
         lb: &Layout,
         kernel: Option<MatmulKernel>,
-        half: bool,
+        precision: Precision,
     ) -> Result<GpuBuffer> {
-        self.matmul_into(a, la, b, lb, kernel, half, false)
-    }
-
-    /// [`GpuDevice::matmul`] of f16 operands accumulated in f16 into a packed f16 output
-    /// (`SHADER_F16` devices; the caller checks). Split-K, whose partials are summed in f32,
-    /// gives way to the adapter's choice without it.
-    pub(crate) fn matmul_f16_acc(
-        &self,
-        a: &GpuBuffer,
-        la: &Layout,
-        b: &GpuBuffer,
-        lb: &Layout,
-        kernel: Option<MatmulKernel>,
-    ) -> Result<GpuBuffer> {
-        let kernel = kernel.filter(|&k| k != MatmulKernel::SplitK);
-        self.matmul_into(a, la, b, lb, kernel, true, true)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_into(
-        &self,
-        a: &GpuBuffer,
-        la: &Layout,
-        b: &GpuBuffer,
-        lb: &Layout,
-        kernel: Option<MatmulKernel>,
-        half: bool,
-        acc16: bool,
-    ) -> Result<GpuBuffer> {
+        let half = precision != Precision::F32;
+        let acc16 = precision == Precision::F16Acc;
+        // Split-K's partials are summed in f32: with f16 accumulation it gives way to the
+        // adapter's choice.
+        let kernel = kernel.filter(|&k| !acc16 || k != MatmulKernel::SplitK);
         let op = "matmul";
         let p = Problem::new(la, lb, half);
         let out_elems = p.batches() * p.m * p.n;
@@ -544,6 +536,24 @@ impl GpuDevice {
             params[15 + nd + d] = u(p.a_batch[d]);
             params[15 + 2 * nd + d] = u(p.b_batch[d]);
         }
+        // One dispatch over a block of output tiles: `at` sets the params' first row (2), first
+        // column (3), k range (4, 5), accumulate flag (6) and first batch or split-K slice (13).
+        let mut dispatch =
+            |at: [usize; 6], grid: [usize; 3], output: &GpuBuffer, threads: usize| {
+                for (i, v) in [2, 3, 4, 5, 6, 13].into_iter().zip(at) {
+                    params[i] = u(v);
+                }
+                let launch = Launch {
+                    shader: kernel.shader(p.half, acc16),
+                    entry: kernel.entry(),
+                    op_code,
+                    inputs: &[&a.buffer, &b.buffer],
+                    output: &output.buffer,
+                    meta: &params,
+                    threads: threads as u64,
+                };
+                self.launch_workgroups(op, launch, grid.map(u))
+            };
         if slices > 1 {
             // Slice s writes its [M, N] partial at s * M * N: with no batch dims the kernel
             // reads A and B at their base and stores at (first batch) * M * N, so slice s is
@@ -558,26 +568,9 @@ impl GpuDevice {
                     let rows = (p.m - row0).min(row_span);
                     for col0 in (0..p.n).step_by(col_span) {
                         let cols = (p.n - col0).min(col_span);
-                        params[2] = u(row0);
-                        params[3] = u(col0);
-                        params[4] = u(k0);
-                        params[5] = u(k1);
-                        params[6] = 0;
-                        params[13] = u(s);
-                        let grid = [u(cols.div_ceil(tile_cols)), u(rows.div_ceil(tile_rows)), 1];
-                        self.launch_workgroups(
-                            op,
-                            Launch {
-                                shader: kernel.shader(p.half, acc16),
-                                entry: kernel.entry(),
-                                op_code,
-                                inputs: &[&a.buffer, &b.buffer],
-                                output: &partials.buffer,
-                                meta: &params,
-                                threads: (rows * cols) as u64,
-                            },
-                            grid,
-                        )?;
+                        let grid = [cols.div_ceil(tile_cols), rows.div_ceil(tile_rows), 1];
+                        let at = [row0, col0, k0, k1, 0, s];
+                        dispatch(at, grid, &partials, rows * cols)?;
                     }
                 }
             }
@@ -600,30 +593,10 @@ impl GpuDevice {
                 for col0 in (0..p.n).step_by(col_span) {
                     let cols = (p.n - col0).min(col_span);
                     for k0 in (0..p.k).step_by(K_CHUNK) {
-                        params[2] = u(row0);
-                        params[3] = u(col0);
-                        params[4] = u(k0);
-                        params[5] = u((k0 + K_CHUNK).min(p.k));
-                        params[6] = u32::from(k0 > 0);
-                        params[13] = u(batch0);
-                        let grid = [
-                            u(cols.div_ceil(tile_cols)),
-                            u(rows.div_ceil(tile_rows)),
-                            u(nb),
-                        ];
-                        self.launch_workgroups(
-                            op,
-                            Launch {
-                                shader: kernel.shader(p.half, acc16),
-                                entry: kernel.entry(),
-                                op_code,
-                                inputs: &[&a.buffer, &b.buffer],
-                                output: &out.buffer,
-                                meta: &params,
-                                threads: (nb * rows * cols) as u64,
-                            },
-                            grid,
-                        )?;
+                        let k1 = (k0 + K_CHUNK).min(p.k);
+                        let grid = [cols.div_ceil(tile_cols), rows.div_ceil(tile_rows), nb];
+                        let at = [row0, col0, k0, k1, usize::from(k0 > 0), batch0];
+                        dispatch(at, grid, &out, nb * rows * cols)?;
                     }
                 }
             }

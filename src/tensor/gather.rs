@@ -115,7 +115,7 @@ impl Tensor {
                 let ids = device_ids(ids)?;
                 Storage::from(
                     b.device
-                        .index_select(OP, b, self.layout(), d, ids.parts()?)?,
+                        .gather(OP, b, self.layout(), d, ids.parts()?, None)?,
                 )
             }
         };
@@ -173,13 +173,13 @@ impl Tensor {
             }
             Data::Gpu(b) => {
                 let ids = device_ids(index)?;
-                Storage::from(b.device.gather_dim(
+                Storage::from(b.device.gather(
                     G,
                     b,
                     this.layout(),
                     d,
                     ids.parts()?,
-                    &shape_or_one(&shape),
+                    Some(&shape_or_one(&shape)),
                 )?)
             }
         };

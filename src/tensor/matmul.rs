@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use super::{data_n, Data, DataN};
-use crate::gpu::matmul::MatmulKernel;
+use crate::gpu::matmul::{MatmulKernel, Precision};
 use crate::shape::{broadcast_shapes, numel_checked, Layout};
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
@@ -230,7 +230,9 @@ impl Tensor {
                 let p = plan(self, rhs)?;
                 if let DataN::Gpu([a, b]) = data_n(op, [self, rhs])? {
                     if f16_accumulation() && a.device.native_f16() {
-                        let out = a.device.matmul_f16_acc(a, &p.la, b, &p.lb, kernel)?;
+                        let out = a
+                            .device
+                            .matmul(a, &p.la, b, &p.lb, kernel, Precision::F16Acc)?;
                         return Ok(Tensor::from_parts(
                             out,
                             &p.out_shape,
@@ -238,7 +240,9 @@ impl Tensor {
                             self.device().clone(),
                         ));
                     }
-                    let out = a.device.matmul(a, &p.la, b, &p.lb, kernel, true)?;
+                    let out = a
+                        .device
+                        .matmul(a, &p.la, b, &p.lb, kernel, Precision::F16)?;
                     let f32_out =
                         Tensor::from_parts(out, &p.out_shape, DType::F32, self.device().clone());
                     return f32_out.to_dtype(DType::F16);
@@ -279,7 +283,10 @@ impl Tensor {
                 &p.lb,
             )?)),
             DataN::Gpu([a, b]) => {
-                Storage::from(a.device.matmul(a, &p.la, b, &p.lb, kernel, false)?)
+                Storage::from(
+                    a.device
+                        .matmul(a, &p.la, b, &p.lb, kernel, Precision::F32)?,
+                )
             }
         };
         Ok(self.derived(storage, &p.out_shape))
