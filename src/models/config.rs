@@ -95,13 +95,8 @@ impl ModelConfig {
     /// not run.
     pub fn from_file(path: impl AsRef<Path>) -> Result<ModelConfig> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-            op: "ModelConfig",
-            path: shown.clone(),
-            message: e.to_string(),
-        })?;
-        Self::from_json_str(&text, &shown)
+        let text = std::fs::read_to_string(path).map_err(super::io_error("ModelConfig", path))?;
+        Self::from_json_str(&text, &path.display().to_string())
     }
 
     /// Parses the text of a `config.json`; `path` names it in errors.

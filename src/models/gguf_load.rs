@@ -4,51 +4,60 @@
 use super::config::{Architecture, ModelConfig, RopeScaling};
 use super::gguf::{GgufFile, GgufTensor};
 use super::llama::{self, Names, Source};
-use super::load::Progress;
+use super::load::{check_shape, format_error, Meter, Progress};
 use super::model::{CausalLM, Linear};
 use super::weight::Weight;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 use std::path::Path;
 
 struct Loader<'a> {
     file: &'a GgufFile,
     device: &'a Device,
     dtype: DType,
-    done: u64,
-    total: u64,
-    progress: Progress<'a>,
+    meter: Meter<'a>,
+    /// The head dim when the file stores q and k rows in llama.cpp's RoPE order.
+    permuted_head_dim: Option<usize>,
 }
 
 impl Loader<'_> {
-    fn format(&self, message: String) -> Error {
-        Error::Format {
-            op: "AutoModel::load",
-            path: self.file.path().to_string(),
-            message,
-        }
-    }
-
     fn tensor(&mut self, name: &str, dtype: DType, unpermute: Option<usize>) -> Result<GgufTensor> {
+        let path = self.file.path();
         let info = self
             .file
             .tensor_info(name)
-            .ok_or_else(|| self.format(format!("no tensor {name:?}")))?;
-        self.done += info.size_in_bytes() as u64;
+            .ok_or_else(|| format_error(path, format!("no tensor {name:?}")))?;
+        let bytes = info.size_in_bytes() as u64;
         let t = match unpermute {
             Some(heads) => self.file.load_unpermuted(name, self.device, dtype, heads)?,
             None => self.file.load(name, self.device, dtype)?,
         };
-        (self.progress)(self.done.min(self.total), self.total);
+        self.meter.advance(bytes);
         Ok(t)
     }
 
     fn check(&self, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
-        if got != want {
-            return Err(self.format(format!(
-                "tensor {name:?} has shape {got:?}, but the metadata implies {want:?}"
-            )));
-        }
-        Ok(())
+        check_shape(self.file.path(), name, got, want, "the metadata")
+    }
+
+    /// `{name}.weight` and, with `bias`, `{name}.bias`, rows restored as in [`Loader::weight`].
+    fn linear_in(
+        &mut self,
+        name: &str,
+        (rows, cols): (usize, usize),
+        bias: bool,
+        unpermute: Option<usize>,
+    ) -> Result<Linear> {
+        let w = self.weight(&format!("{name}.weight"), rows, cols, unpermute)?;
+        let b = if bias {
+            let b = self.tensor(&format!("{name}.bias"), DType::F32, unpermute)?;
+            match b {
+                GgufTensor::Dense(t) => Some(t),
+                GgufTensor::Quantized(q) => Some(q.dequantize()?.reshape(&[rows])?),
+            }
+        } else {
+            None
+        };
+        Ok(Linear { w, b })
     }
 
     /// A `[rows, cols]` matrix, its rows restored from llama.cpp's RoPE order over `unpermute`
@@ -88,25 +97,13 @@ impl Source for Loader<'_> {
         self.weight(name, rows, cols, None)
     }
 
-    fn linear(
-        &mut self,
-        name: &str,
-        rows: usize,
-        cols: usize,
-        bias: bool,
-        unpermute: Option<usize>,
-    ) -> Result<Linear> {
-        let w = self.weight(&format!("{name}.weight"), rows, cols, unpermute)?;
-        let b = if bias {
-            let b = self.tensor(&format!("{name}.bias"), DType::F32, unpermute)?;
-            match b {
-                GgufTensor::Dense(t) => Some(t),
-                GgufTensor::Quantized(q) => Some(q.dequantize()?.reshape(&[rows])?),
-            }
-        } else {
-            None
-        };
-        Ok(Linear { w, b })
+    fn linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+        self.linear_in(name, (rows, cols), bias, None)
+    }
+
+    fn rope_linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+        let heads = self.permuted_head_dim.map(|hd| rows / hd);
+        self.linear_in(name, (rows, cols), bias, heads)
     }
 }
 
@@ -129,11 +126,7 @@ const GGUF_LLAMA: Names = Names {
 
 /// The hyper-parameters of a llama.cpp file.
 fn config(file: &GgufFile) -> Result<ModelConfig> {
-    let fmt = |message: String| Error::Format {
-        op: "AutoModel::load",
-        path: file.path().to_string(),
-        message,
-    };
+    let fmt = |message: String| format_error(file.path(), message);
     let arch = file
         .architecture()
         .ok_or_else(|| fmt("no general.architecture in the metadata".into()))?
@@ -208,13 +201,15 @@ pub(crate) fn load_gguf(
         .iter()
         .map(|i| i.size_in_bytes() as u64)
         .sum();
+    // llama.cpp permutes q and k rows for its RoPE layout in `llama` files only (qwen2 files
+    // keep Hugging Face's order).
+    let permuted = config.model_type == "llama";
     let mut ld = Loader {
         file: &file,
         device,
         dtype,
-        done: 0,
-        total,
-        progress,
+        meter: Meter::new(total, progress),
+        permuted_head_dim: permuted.then_some(config.head_dim),
     };
     if file.tensor_info("rope_freqs.weight").is_some() {
         // Llama 3's scaling as llama.cpp stores it: one divisor per frequency.
@@ -223,8 +218,5 @@ pub(crate) fn load_gguf(
             .to_vec::<f32>()?;
         config.rope_scaling = Some(RopeScaling::Factors(f));
     }
-    // llama.cpp permutes q and k rows for its RoPE layout in `llama` files only (qwen2 files
-    // keep Hugging Face's order).
-    let permuted = config.model_type == "llama";
-    llama::build(&mut ld, &GGUF_LLAMA, &config, device, dtype, permuted)
+    llama::build(&mut ld, &GGUF_LLAMA, &config, device, dtype)
 }

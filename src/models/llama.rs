@@ -3,7 +3,7 @@
 //! one [`Source`] and one [`Names`] to [`build`].
 
 use super::config::ModelConfig;
-use super::model::{Block, CausalLM, Linear, Norm};
+use super::model::{Block, CausalLM, Linear, LlamaBlock, Norm};
 use super::weight::Weight;
 use crate::{DType, Device, Result, Tensor};
 
@@ -16,16 +16,14 @@ pub(super) trait Source {
     fn vector(&mut self, name: &str, len: usize) -> Result<Tensor>;
     /// A `[rows, cols]` matrix in the model's dtype.
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight>;
-    /// `{prefix}.weight` (`[rows, cols]`) and, with `bias`, `{prefix}.bias`. `rope_heads` is set
-    /// when the file stores the rows permuted for llama.cpp's RoPE layout over that many heads.
-    fn linear(
-        &mut self,
-        prefix: &str,
-        rows: usize,
-        cols: usize,
-        bias: bool,
-        rope_heads: Option<usize>,
-    ) -> Result<Linear>;
+    /// `{name}.weight` (`[rows, cols]`) and, with `bias`, `{name}.bias`.
+    fn linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear>;
+    /// A q or k projection, read as [`Source::linear`]. Its rows are the RoPE pairs of
+    /// `rows / head_dim` heads, which a file may store in its own order (llama.cpp's `llama`
+    /// files do); they load in Hugging Face's, the order [`build`] and the model use.
+    fn rope_linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+        self.linear(name, rows, cols, bias)
+    }
 }
 
 /// A format's tensor names: `{layer}.{i}.{suffix}` within block `i`.
@@ -54,32 +52,26 @@ pub(super) fn build(
     config: &ModelConfig,
     device: &Device,
     dtype: DType,
-    permuted: bool,
 ) -> Result<CausalLM> {
     let c = config;
     let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
     let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-    let (pq, pk) = if permuted {
-        (Some(c.num_heads), Some(c.num_kv_heads))
-    } else {
-        (None, None)
-    };
     let embed = src.matrix(n.embed, voc, hid)?;
     let mut blocks = Vec::with_capacity(c.num_layers);
     for i in 0..c.num_layers {
         let p = format!("{}.{i}", n.layer);
         let b = c.qkv_bias;
-        blocks.push(Block::Llama {
+        blocks.push(Block::Llama(LlamaBlock {
             attn_norm: norm(src, &format!("{p}.{}.weight", n.attn_norm), hid)?,
-            q: src.linear(&format!("{p}.{}", n.q), qd, hid, b, pq)?,
-            k: src.linear(&format!("{p}.{}", n.k), kvd, hid, b, pk)?,
-            v: src.linear(&format!("{p}.{}", n.v), kvd, hid, b, None)?,
-            o: src.linear(&format!("{p}.{}", n.o), hid, qd, false, None)?,
+            q: src.rope_linear(&format!("{p}.{}", n.q), qd, hid, b)?,
+            k: src.rope_linear(&format!("{p}.{}", n.k), kvd, hid, b)?,
+            v: src.linear(&format!("{p}.{}", n.v), kvd, hid, b)?,
+            o: src.linear(&format!("{p}.{}", n.o), hid, qd, false)?,
             mlp_norm: norm(src, &format!("{p}.{}.weight", n.mlp_norm), hid)?,
-            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, false, None)?,
-            up: src.linear(&format!("{p}.{}", n.up), inter, hid, false, None)?,
-            down: src.linear(&format!("{p}.{}", n.down), hid, inter, false, None)?,
-        });
+            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, false)?,
+            up: src.linear(&format!("{p}.{}", n.up), inter, hid, false)?,
+            down: src.linear(&format!("{p}.{}", n.down), hid, inter, false)?,
+        }));
     }
     let final_norm = norm(src, n.final_norm, hid)?;
     // Tied embeddings serve as the head unless the file still carries its own copy.

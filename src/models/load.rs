@@ -3,7 +3,7 @@
 
 use super::config::{Architecture, ModelConfig};
 use super::llama::{self, Names, Source};
-use super::model::{Block, CausalLM, Linear, Norm};
+use super::model::{Block, CausalLM, Gpt2Block, Linear, Norm};
 use super::weight::Weight;
 use crate::nn::load::Checkpoint;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -12,6 +12,54 @@ use std::path::Path;
 /// Called while loading with (bytes of weights loaded, total bytes).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
+/// An `AutoModel::load` format error about the file at `path`.
+pub(super) fn format_error(path: &str, message: String) -> Error {
+    Error::Format {
+        op: "AutoModel::load",
+        path: path.to_string(),
+        message,
+    }
+}
+
+/// `Ok` when tensor `name` has the shape `want` that `source` (`config.json`, the metadata)
+/// implies; else a format error about the file at `path`.
+pub(super) fn check_shape(
+    path: &str,
+    name: &str,
+    got: &[usize],
+    want: &[usize],
+    source: &str,
+) -> Result<()> {
+    if got != want {
+        let message = format!("tensor {name:?} has shape {got:?}, but {source} implies {want:?}");
+        return Err(format_error(path, message));
+    }
+    Ok(())
+}
+
+/// Bytes of weights loaded so far, reported to the caller's [`Progress`] after each tensor.
+pub(super) struct Meter<'a> {
+    done: u64,
+    total: u64,
+    progress: Progress<'a>,
+}
+
+impl<'a> Meter<'a> {
+    pub(super) fn new(total: u64, progress: Progress<'a>) -> Self {
+        Meter {
+            done: 0,
+            total,
+            progress,
+        }
+    }
+
+    /// Counts `bytes` more as loaded and reports (never past the total).
+    pub(super) fn advance(&mut self, bytes: u64) {
+        self.done += bytes;
+        (self.progress)(self.done.min(self.total), self.total);
+    }
+}
+
 /// Reads tensors by name from a checkpoint, converts each on the host and uploads it before
 /// reading the next, so the host holds one tensor at a time beyond the mapped files.
 struct Loader<'a> {
@@ -19,23 +67,15 @@ struct Loader<'a> {
     path: String,
     device: &'a Device,
     dtype: DType,
-    done: u64,
-    total: u64,
-    progress: Progress<'a>,
+    meter: Meter<'a>,
 }
 
 impl Loader<'_> {
     fn host(&mut self, name: &str, dtype: DType) -> Result<Tensor> {
-        let t = self
-            .ckpt
-            .load(name, Some(dtype))?
-            .ok_or_else(|| Error::Format {
-                op: "AutoModel::load",
-                path: self.path.clone(),
-                message: format!("the checkpoint has no tensor {name:?}"),
-            })?;
-        self.done += (t.numel() * t.dtype().size_in_bytes()) as u64;
-        (self.progress)(self.done.min(self.total), self.total);
+        let missing = || format_error(&self.path, format!("the checkpoint has no tensor {name:?}"));
+        let t = self.ckpt.load(name, Some(dtype))?.ok_or_else(missing)?;
+        self.meter
+            .advance((t.numel() * t.dtype().size_in_bytes()) as u64);
         Ok(t)
     }
 
@@ -78,17 +118,7 @@ impl Loader<'_> {
     }
 
     fn check(&self, name: &str, t: &Tensor, want: &[usize]) -> Result<()> {
-        if t.shape() != want {
-            return Err(Error::Format {
-                op: "AutoModel::load",
-                path: self.path.clone(),
-                message: format!(
-                    "tensor {name:?} has shape {:?}, but config.json implies {want:?}",
-                    t.shape()
-                ),
-            });
-        }
-        Ok(())
+        check_shape(&self.path, name, t.shape(), want, "config.json")
     }
 }
 
@@ -107,26 +137,10 @@ impl Source for Loader<'_> {
         self.matrix_t(name, rows, cols, false)
     }
 
-    fn linear(
-        &mut self,
-        prefix: &str,
-        rows: usize,
-        cols: usize,
-        bias: bool,
-        rope_heads: Option<usize>,
-    ) -> Result<Linear> {
-        if let Some(heads) = rope_heads {
-            // Only llama.cpp files store permuted rows; a Hugging Face checkpoint never does.
-            return Err(Error::Format {
-                op: "AutoModel::load",
-                path: self.path.clone(),
-                message: format!(
-                    "{prefix}: Hugging Face checkpoints keep q and k rows in their own order, \
-                     so there are no rows permuted over {heads} heads to restore"
-                ),
-            });
-        }
-        self.linear_t(prefix, rows, cols, bias, false)
+    /// Hugging Face checkpoints keep q and k rows in their own order: the default
+    /// [`Source::rope_linear`] reads them as they are.
+    fn linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
+        self.linear_t(name, rows, cols, bias, false)
     }
 }
 
@@ -173,20 +187,19 @@ pub(crate) fn load_hf(
     let file = checkpoint_path(dir)?;
     let ckpt = Checkpoint::open(&file)?;
     super::fit::check(device, super::fit::hf_bytes(&ckpt, dtype))?;
+    let total = ckpt.data_bytes();
     let mut ld = Loader {
-        total: ckpt.data_bytes(),
         ckpt: &ckpt,
         path: file.display().to_string(),
         device,
         dtype,
-        done: 0,
-        progress,
+        meter: Meter::new(total, progress),
     };
     let c = &config;
     let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
     let qd = c.num_heads * c.head_dim;
     let model = match c.architecture {
-        Architecture::Llama => llama::build(&mut ld, &HF_LLAMA, c, device, dtype, false)?,
+        Architecture::Llama => llama::build(&mut ld, &HF_LLAMA, c, device, dtype)?,
         Architecture::Gpt2 => {
             // Hub checkpoints of GPT-2 name tensors with or without the `transformer.` prefix.
             let pre = if ld.has("transformer.wte.weight") {
@@ -209,14 +222,14 @@ pub(crate) fn load_hf(
                 };
                 let ln1 = norm("ln_1")?;
                 let ln2 = norm("ln_2")?;
-                blocks.push(Block::Gpt2 {
+                blocks.push(Block::Gpt2(Gpt2Block {
                     ln1,
                     qkv: ld.linear_t(&format!("{p}.attn.c_attn"), 3 * qd, hid, true, true)?,
                     proj: ld.linear_t(&format!("{p}.attn.c_proj"), hid, qd, true, true)?,
                     ln2,
                     fc: ld.linear_t(&format!("{p}.mlp.c_fc"), inter, hid, true, true)?,
                     fc_proj: ld.linear_t(&format!("{p}.mlp.c_proj"), hid, inter, true, true)?,
-                });
+                }));
             }
             let final_norm = Norm {
                 w: ld.vector(&format!("{pre}ln_f.weight"), hid)?,

@@ -31,26 +31,45 @@ pub(crate) struct Norm {
 /// One decoder block.
 pub(crate) enum Block {
     /// Pre-norm attention + SwiGLU MLP.
-    Llama {
-        attn_norm: Norm,
-        q: Linear,
-        k: Linear,
-        v: Linear,
-        o: Linear,
-        mlp_norm: Norm,
-        gate: Linear,
-        up: Linear,
-        down: Linear,
-    },
+    Llama(LlamaBlock),
     /// Pre-norm attention (fused QKV) + GELU MLP.
-    Gpt2 {
-        ln1: Norm,
-        qkv: Linear,
-        proj: Linear,
-        ln2: Norm,
-        fc: Linear,
-        fc_proj: Linear,
-    },
+    Gpt2(Gpt2Block),
+}
+
+/// The weights of a Llama-family block.
+pub(crate) struct LlamaBlock {
+    pub attn_norm: Norm,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    pub mlp_norm: Norm,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+/// The weights of a GPT-2 block.
+pub(crate) struct Gpt2Block {
+    pub ln1: Norm,
+    pub qkv: Linear,
+    pub proj: Linear,
+    pub ln2: Norm,
+    pub fc: Linear,
+    pub fc_proj: Linear,
+}
+
+impl Block {
+    /// The block's two norms and its linear layers.
+    fn weights(&self) -> ([&Norm; 2], Vec<&Linear>) {
+        match self {
+            Block::Llama(b) => (
+                [&b.attn_norm, &b.mlp_norm],
+                vec![&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down],
+            ),
+            Block::Gpt2(b) => ([&b.ln1, &b.ln2], vec![&b.qkv, &b.proj, &b.fc, &b.fc_proj]),
+        }
+    }
 }
 
 /// A pretrained causal language model on a device (see [`super::AutoModel::load`]).
@@ -100,8 +119,8 @@ impl CausalLM {
     /// `Q4_0`, ...) for quantized files (read from the first layer's q projection).
     pub fn weight_type(&self) -> String {
         let w = match self.blocks.first() {
-            Some(Block::Llama { q, .. }) => &q.w,
-            Some(Block::Gpt2 { qkv, .. }) => &qkv.w,
+            Some(Block::Llama(b)) => &b.q.w,
+            Some(Block::Gpt2(b)) => &b.qkv.w,
             None => &self.embed,
         };
         match w {
@@ -143,40 +162,10 @@ impl CausalLM {
         let blocks: usize = self
             .blocks
             .iter()
-            .map(|b| match b {
-                Block::Llama {
-                    attn_norm,
-                    q,
-                    k,
-                    v,
-                    o,
-                    mlp_norm,
-                    gate,
-                    up,
-                    down,
-                } => {
-                    norm(attn_norm)
-                        + norm(mlp_norm)
-                        + [q, k, v, o, gate, up, down]
-                            .iter()
-                            .map(|l| lin(l))
-                            .sum::<usize>()
-                }
-                Block::Gpt2 {
-                    ln1,
-                    qkv,
-                    proj,
-                    ln2,
-                    fc,
-                    fc_proj,
-                } => {
-                    norm(ln1)
-                        + norm(ln2)
-                        + [qkv, proj, fc, fc_proj]
-                            .iter()
-                            .map(|l| lin(l))
-                            .sum::<usize>()
-                }
+            .map(|b| {
+                let (norms, linears) = b.weights();
+                norms.into_iter().map(norm).sum::<usize>()
+                    + linears.into_iter().map(lin).sum::<usize>()
             })
             .sum();
         self.embed.size_in_bytes()
@@ -344,47 +333,30 @@ impl CausalLM {
         let c = &self.config;
         let (n, h, kvh, hd) = (x.shape()[0], c.num_heads, c.num_kv_heads, c.head_dim);
         match block {
-            Block::Llama {
-                attn_norm,
-                q,
-                k,
-                v,
-                o,
-                mlp_norm,
-                gate,
-                up,
-                down,
-            } => {
-                let a = self.norm(attn_norm, x)?;
-                let qs = self.rope(&q.apply(&a)?.reshape(&[n, h, hd])?, start)?;
-                let ks = self.rope(&k.apply(&a)?.reshape(&[n, kvh, hd])?, start)?;
-                let vs = v.apply(&a)?.reshape(&[n, kvh, hd])?;
+            Block::Llama(b) => {
+                let a = self.norm(&b.attn_norm, x)?;
+                let qs = self.rope(&b.q.apply(&a)?.reshape(&[n, h, hd])?, start)?;
+                let ks = self.rope(&b.k.apply(&a)?.reshape(&[n, kvh, hd])?, start)?;
+                let vs = b.v.apply(&a)?.reshape(&[n, kvh, hd])?;
                 cache.write(l, &ks, &vs)?;
                 let att = self.attend(l, &qs, start, cache, mask)?;
-                let x = x.add(&o.apply(&att)?)?;
-                let m = self.norm(mlp_norm, &x)?;
-                let g = gate.apply(&m)?.silu()?.mul(&up.apply(&m)?)?;
-                x.add(&down.apply(&g)?)
+                let x = x.add(&b.o.apply(&att)?)?;
+                let m = self.norm(&b.mlp_norm, &x)?;
+                let g = b.gate.apply(&m)?.silu()?.mul(&b.up.apply(&m)?)?;
+                x.add(&b.down.apply(&g)?)
             }
-            Block::Gpt2 {
-                ln1,
-                qkv,
-                proj,
-                ln2,
-                fc,
-                fc_proj,
-            } => {
-                let a = self.norm(ln1, x)?;
-                let t = qkv.apply(&a)?;
+            Block::Gpt2(b) => {
+                let a = self.norm(&b.ln1, x)?;
+                let t = b.qkv.apply(&a)?;
                 let d = h * hd;
                 let qs = t.narrow(1, 0, d)?.reshape(&[n, h, hd])?;
                 let ks = t.narrow(1, d, d)?.reshape(&[n, h, hd])?;
                 let vs = t.narrow(1, 2 * d, d)?.reshape(&[n, h, hd])?;
                 cache.write(l, &ks, &vs)?;
                 let att = self.attend(l, &qs, start, cache, mask)?;
-                let x = x.add(&proj.apply(&att)?)?;
-                let m = self.norm(ln2, &x)?;
-                x.add(&fc_proj.apply(&gelu_tanh(&fc.apply(&m)?)?)?)
+                let x = x.add(&b.proj.apply(&att)?)?;
+                let m = self.norm(&b.ln2, &x)?;
+                x.add(&b.fc_proj.apply(&gelu_tanh(&b.fc.apply(&m)?)?)?)
             }
         }
     }

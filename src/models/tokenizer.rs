@@ -32,15 +32,11 @@ impl Tokenizer {
     /// tokenizer the `tokenizers` crate understands.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            op: "Tokenizer::from_file",
-            path: shown.clone(),
-            message: e.to_string(),
-        })?;
+        let op = "Tokenizer::from_file";
+        let bytes = std::fs::read(path).map_err(super::io_error(op, path))?;
         let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| Error::Format {
-            op: "Tokenizer::from_file",
-            path: shown,
+            op,
+            path: path.display().to_string(),
             message: e.to_string(),
         })?;
         Ok(Tokenizer { inner })
