@@ -78,6 +78,22 @@ struct Pending {
     _counts: Vec<Vec<c_int>>,
 }
 
+impl Pending {
+    fn new(
+        request: ffi::MPI_Request,
+        send: SendBuf,
+        recv: Option<HostBuf>,
+        counts: Vec<Vec<c_int>>,
+    ) -> Pending {
+        Pending {
+            request,
+            _send: send,
+            recv,
+            _counts: counts,
+        }
+    }
+}
+
 // SAFETY: the request handle and buffers are only touched under the group's lock.
 unsafe impl Send for Pending {}
 
@@ -430,29 +446,31 @@ impl ProcessGroup {
                 req,
             )
         })?;
-        let (dtype, shape, device, world) = (
-            t.dtype(),
-            t.shape().to_vec(),
-            t.device().clone(),
-            self.world_size,
-        );
-        let pending = Pending {
-            request,
-            _send: send,
-            recv: Some(recv),
-            _counts: Vec::new(),
-        };
-        Ok(self.work(
-            name,
-            pending,
-            Box::new(move |h| {
-                let mut h = h.expect("all_reduce receives");
-                if op == ReduceOp::Mean {
-                    h.divide(world);
-                }
-                h.into_tensor(dtype, &shape, &device)
-            }),
-        ))
+        let pending = Pending::new(request, send, Some(recv), Vec::new());
+        Ok(self.reduction(name, op, pending, t, t.shape().to_vec()))
+    }
+
+    /// The [`Work`] of a started reduction (`all_reduce`, `reduce_scatter`): the received
+    /// buffer, divided by the world size for `Mean`, as a tensor of `shape` in `t`'s dtype on
+    /// `t`'s device.
+    fn reduction(
+        &self,
+        name: &'static str,
+        op: ReduceOp,
+        pending: Pending,
+        t: &Tensor,
+        shape: Vec<usize>,
+    ) -> Work<'_, Tensor> {
+        let (dtype, device, world) = (t.dtype(), t.device().clone(), self.world_size);
+        let finish: Finish<'_, Tensor> = Box::new(move |h| {
+            // A reduction's request always has a receive buffer.
+            let mut h = h.expect("a reduction receives into its buffer");
+            if op == ReduceOp::Mean {
+                h.divide(world);
+            }
+            h.into_tensor(dtype, &shape, &device)
+        });
+        self.work(name, pending, finish)
     }
 
     /// [`ProcessGroup::all_reduce_async`], waited for.
@@ -507,12 +525,7 @@ impl ProcessGroup {
         })?;
         let (dtype, shape, device) = (t.dtype(), t.shape().to_vec(), t.device().clone());
         let own = t.detach();
-        let pending = Pending {
-            request,
-            _send: send,
-            recv,
-            _counts: Vec::new(),
-        };
+        let pending = Pending::new(request, send, recv, Vec::new());
         Ok(self.work(
             name,
             pending,
@@ -594,12 +607,7 @@ impl ProcessGroup {
         let (dtype, device) = (t.dtype(), t.device().clone());
         // Both arrays move (their heap blocks stay put) into the Pending, which lives until
         // the request completes: MPI may read them at any point before then.
-        let pending = Pending {
-            request,
-            _send: send,
-            recv: Some(recv),
-            _counts: vec![counts, displs],
-        };
+        let pending = Pending::new(request, send, Some(recv), vec![counts, displs]);
         Ok(self.work(
             name,
             pending,
@@ -677,24 +685,8 @@ impl ProcessGroup {
         })?;
         let mut shape = t.shape().to_vec();
         shape[0] = rows[self.rank];
-        let (dtype, device, world) = (t.dtype(), t.device().clone(), self.world_size);
-        let pending = Pending {
-            request,
-            _send: send,
-            recv: Some(recv),
-            _counts: vec![counts],
-        };
-        Ok(self.work(
-            name,
-            pending,
-            Box::new(move |h| {
-                let mut h = h.expect("reduce_scatter receives");
-                if op == ReduceOp::Mean {
-                    h.divide(world);
-                }
-                h.into_tensor(dtype, &shape, &device)
-            }),
-        ))
+        let pending = Pending::new(request, send, Some(recv), vec![counts]);
+        Ok(self.reduction(name, op, pending, t, shape))
     }
 
     /// [`ProcessGroup::reduce_scatter_async`], waited for.
@@ -722,12 +714,7 @@ impl ProcessGroup {
         let request = self.start(name, "MPI_Ibarrier", false, |req| unsafe {
             ffi::MPI_Ibarrier(self.world.as_raw(), req)
         })?;
-        let pending = Pending {
-            request,
-            _send: SendBuf::None,
-            recv: None,
-            _counts: Vec::new(),
-        };
+        let pending = Pending::new(request, SendBuf::None, None, Vec::new());
         Ok(self.work(name, pending, Box::new(|_| Ok(()))))
     }
 
