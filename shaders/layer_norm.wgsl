@@ -1,7 +1,9 @@
-// layer_norm.wgsl: layer normalisation over the last dim of a packed [nrows, len] tensor in ONE
-// dispatch, one workgroup per row, f32 accumulation.
+// layer_norm.wgsl: the norms of the row-op table (src/ops/rows.rs) over the last dim of a packed
+// [nrows, len] tensor in ONE dispatch, one workgroup per row, f32 accumulation.
 //
-// Computes   dst = (x - mean) / sqrt(var + eps) * weight + bias   (var biased: divides by len)
+// Computes   OP_LAYER_NORM: dst = (x - mean) / sqrt(var + eps) * weight + bias (var biased)
+//            OP_RMS_NORM:   dst = x / sqrt(mean(x²) + eps) * weight, mean(x²) = var + mean²
+//            (the table appends the OP_* constants and `centered()`, true for layer_norm).
 //            Each thread folds its elements k = lid, lid + 256, ... with Welford's update into
 //            (count, mean, M2); the 256 triples are merged by row_tree.wgsl's fixed binary tree
 //            in workgroup memory with Chan's formula (deterministic, no cancellation of a one-pass sum of
@@ -13,6 +15,8 @@
 //            @group(0) @binding(4) params : array<u32>, read-only: [nrows, len, eps bits, flags]
 // Dispatch   256 threads per workgroup, nrows workgroups on the 2-D grid (row = wid.y * nwg.x +
 //            wid.x); workgroups past nrows do nothing (but still reach every barrier).
+
+override OP: u32 = 0u;
 
 @group(0) @binding(0) var<storage, read> src: array<f32>;
 @group(0) @binding(1) var<storage, read> weight: array<f32>;
@@ -47,10 +51,17 @@ fn push(st: RowStat, x: f32) -> RowStat {
 
 // Writes the normalised row of `count` elements at base, given its statistics.
 fn write_row(base: u32, count: u32, first: u32, step: u32, st: RowStat) {
-    let rstd = 1.0 / sqrt(st.m2 / f32(params[1]) + bitcast<f32>(params[2]));
+    var centre = st.mean;
+    var sq = st.m2 / f32(params[1]);
+    if (!centered()) {
+        // The mean square about 0 from the statistics about the mean.
+        sq = sq + st.mean * st.mean;
+        centre = 0.0;
+    }
+    let rstd = 1.0 / sqrt(sq + bitcast<f32>(params[2]));
     let flags = params[3];
     for (var k = first; k < count; k = k + step) {
-        var y = (src[base + k] - st.mean) * rstd;
+        var y = (src[base + k] - centre) * rstd;
         if ((flags & 1u) != 0u) {
             y = y * weight[k];
         }

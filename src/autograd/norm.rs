@@ -1,12 +1,16 @@
-//! Backward of `Tensor::layer_norm`, composed of existing ops (each a kernel of its own; the
-//! forward is the fused one). With `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
-//! `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))`, `dweight = Σ_rows g * x̂`,
-//! `dbias = Σ_rows g` (PyTorch's formulas).
+//! Backward of the norms (`Tensor::layer_norm`, `Tensor::rms_norm`: the norm family of the
+//! row-op table), by the CPU kernel on f32 CPU tensors, else composed of existing ops (each a
+//! kernel of its own; the forward is the fused one). With `x̂ = (x - mean) * rstd` and
+//! `ĝ = g * weight`: `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))`, `dweight = Σ_rows g * x̂`,
+//! `dbias = Σ_rows g` (PyTorch's formulas). A norm that is not centred (rms_norm) has mean 0
+//! and no `mean(ĝ)` term.
 
 use super::record;
+use crate::ops::RowOp;
 use crate::Tensor;
 
-pub(crate) fn layer_norm(
+pub(crate) fn norm(
+    row: RowOp,
     x: &Tensor,
     weight: Option<&Tensor>,
     bias: Option<&Tensor>,
@@ -18,10 +22,10 @@ pub(crate) fn layer_norm(
     inputs.extend(bias);
     let (xs, w) = (x.clone(), weight.cloned());
     let has_bias = bias.is_some();
-    record("layer_norm", out, &inputs, move |g, _| {
+    record(row.name(), out, &inputs, move |g, _| {
         // On the CPU one kernel computes every gradient (two passes over each row).
         let want_wb = w.is_some() || has_bias;
-        if let Some((dx, wb)) = Tensor::layer_norm_cpu_grads(&xs, w.as_ref(), g, eps, want_wb)? {
+        if let Some((dx, wb)) = Tensor::norm_cpu_grads(row, &xs, w.as_ref(), g, eps, want_wb)? {
             let mut grads = vec![Some(dx)];
             if let Some((dw, db)) = wb {
                 if w.is_some() {
@@ -35,9 +39,16 @@ pub(crate) fn layer_norm(
         }
         let len = *xs.shape().last().unwrap_or(&1);
         let rows = xs.numel() / len.max(1);
-        // x̂ by the forward kernel itself; rstd from the row variance.
-        let xhat = xs.layer_norm(None, None, eps)?;
-        let centered = xs.sub(&xs.mean(-1, true)?)?;
+        // x̂ by the forward kernel itself (no weight, no bias); rstd from the row variance
+        // about the centre.
+        let (xhat, centered) = if row.centered() {
+            (
+                xs.layer_norm(None, None, eps)?,
+                xs.sub(&xs.mean(-1, true)?)?,
+            )
+        } else {
+            (xs.rms_norm(None, eps)?, xs.clone())
+        };
         let std = centered
             .mul(&centered)?
             .mean(-1, true)?
@@ -47,8 +58,12 @@ pub(crate) fn layer_norm(
             Some(w) => g.mul(w)?,
             None => g.clone(),
         };
-        let dx = gh
-            .sub(&gh.mean(-1, true)?)?
+        let gh_c = if row.centered() {
+            gh.sub(&gh.mean(-1, true)?)?
+        } else {
+            gh.clone()
+        };
+        let dx = gh_c
             .sub(&xhat.mul(&gh.mul(&xhat)?.mean(-1, true)?)?)?
             .div(&std)?;
         let mut grads = vec![Some(dx)];

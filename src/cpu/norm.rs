@@ -1,11 +1,14 @@
-//! CPU layer_norm over the last dim, forward and backward: the fallback device and the oracle
-//! for `shaders/layer_norm.wgsl`. One read of a row computes its statistics (8 f64 lanes the
+//! CPU norms over the last dim (the norm family of the row-op table, `src/ops/rows.rs`:
+//! layer_norm and rms_norm), forward and backward: the fallback device and the oracle for
+//! `shaders/layer_norm.wgsl`. An op that is not `centered` (rms_norm) takes 0 for the row's
+//! centre, so its variance is the mean square. One read of a row computes its statistics (8 f64 lanes the
 //! compiler vectorises: the row stays in cache for the second, centred pass), one more writes
 //! the output; no allocation per row, rayon over blocks of rows. A row's result never depends
 //! on how rows are split across threads.
 
 use super::alloc::{fill_chunks, try_vec};
 use super::strided::PAR_THRESHOLD;
+use crate::ops::RowOp;
 use crate::Result;
 use rayon::prelude::*;
 
@@ -31,11 +34,16 @@ fn lane_sum(xs: &[f32], f: impl Fn(f64) -> f64) -> f64 {
     acc.iter().sum()
 }
 
-/// Mean and `1 / sqrt(var + eps)` of one row (biased variance, two passes over the cached row).
+/// The centre (the mean; 0 for a norm that is not centred) and `1 / sqrt(var + eps)` of one
+/// row, the variance taken about the centre (biased; two passes over the cached row).
 #[inline(always)]
-fn stats(xs: &[f32], eps: f32) -> (f32, f32) {
+fn stats(xs: &[f32], eps: f32, centered: bool) -> (f32, f32) {
     let n = xs.len() as f64;
-    let mean = lane_sum(xs, |v| v) / n;
+    let mean = if centered {
+        lane_sum(xs, |v| v) / n
+    } else {
+        0.0
+    };
     let var = lane_sum(xs, |v| (v - mean) * (v - mean)) / n;
     (mean as f32, (1.0 / (var + eps as f64).sqrt()) as f32)
 }
@@ -52,11 +60,11 @@ fn by_blocks(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) 
     }
 }
 
-/// layer_norm of the rows `first..` of the packed `[rows, len]` data `x`, into `out` (whole rows).
+/// The norm of the rows `first..` of the packed `[rows, len]` data `x`, into `out` (whole rows).
 #[inline(always)]
 fn forward_rows(
     x: &[f32],
-    len: usize,
+    (len, centered): (usize, bool),
     (weight, bias): (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
     first: usize,
@@ -64,7 +72,8 @@ fn forward_rows(
 ) {
     for (r, o) in out.chunks_mut(len).enumerate() {
         let xs = &x[(first + r) * len..][..len];
-        let (mean, rstd) = stats(xs, eps);
+        // x - 0.0 is x, bit for bit: rms_norm shares the loops below.
+        let (mean, rstd) = stats(xs, eps, centered);
         match (weight, bias) {
             (Some(w), Some(b)) => {
                 for (((o, &v), &w), &b) in o.iter_mut().zip(xs).zip(w).zip(b) {
@@ -97,7 +106,7 @@ fn forward_rows(
 #[target_feature(enable = "avx2")]
 fn forward_rows_avx2(
     x: &[f32],
-    len: usize,
+    len: (usize, bool),
     wb: (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
     first: usize,
@@ -106,15 +115,17 @@ fn forward_rows_avx2(
     forward_rows(x, len, wb, eps, first, out)
 }
 
-/// layer_norm of the packed `[rows, len]` data `x` (`len > 0`).
-pub(crate) fn layer_norm(
+/// The norm `op` (layer_norm or rms_norm) of the packed `[rows, len]` data `x` (`len > 0`).
+pub(crate) fn norm(
+    op: RowOp,
     x: &[f32],
     len: usize,
     weight: Option<&[f32]>,
     bias: Option<&[f32]>,
     eps: f32,
 ) -> Result<Vec<f32>> {
-    let out = try_vec::<f32>("layer_norm", x.len())?;
+    let out = try_vec::<f32>(op.name(), x.len())?;
+    let shape = (len, op.centered());
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let par = x.len() >= PAR_THRESHOLD;
@@ -128,9 +139,9 @@ pub(crate) fn layer_norm(
             #[cfg(target_arch = "x86_64")]
             if avx2 {
                 // SAFETY: the CPU supports AVX2 (checked above).
-                return unsafe { forward_rows_avx2(x, len, (weight, bias), eps, first, o) };
+                return unsafe { forward_rows_avx2(x, shape, (weight, bias), eps, first, o) };
             }
-            forward_rows(x, len, (weight, bias), eps, first, o)
+            forward_rows(x, shape, (weight, bias), eps, first, o)
         },
     ))
 }
@@ -138,11 +149,13 @@ pub(crate) fn layer_norm(
 /// `dx`, and the weight and bias gradients when asked for.
 pub(crate) type LayerNormGrads = (Vec<f32>, Option<(Vec<f32>, Vec<f32>)>);
 
-/// The gradients of [`layer_norm`] from the output gradient `g` (same shape as `x`): `dx`, and
-/// when `want_wb` the `[len]` sums over rows of `g * x̂` (weight) and `g` (bias). With
-/// `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
-/// `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))` (PyTorch's formulas).
-pub(crate) fn layer_norm_backward(
+/// The gradients of the norm `op` ([`norm`]) from the output gradient `g` (same shape as
+/// `x`): `dx`, and when `want_wb` the `[len]` sums over rows of `g * x̂` (weight) and `g`
+/// (bias). With `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
+/// `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))` (PyTorch's formulas); a norm that is not
+/// centred has mean 0 and no `mean(ĝ)` term.
+pub(crate) fn norm_backward(
+    op: RowOp,
     x: &[f32],
     g: &[f32],
     len: usize,
@@ -150,7 +163,8 @@ pub(crate) fn layer_norm_backward(
     eps: f32,
     want_wb: bool,
 ) -> Result<LayerNormGrads> {
-    let op = "layer_norm backward";
+    let centered = op.centered();
+    let op = op.name();
     let rows = x.len() / len;
     let tasks = rows.div_ceil(ROWS_PER_TASK);
     let mut dx = try_vec::<f32>(op, x.len())?;
@@ -163,7 +177,7 @@ pub(crate) fn layer_norm_backward(
         for (r, d) in dxs.chunks_mut(len).enumerate() {
             let at = (t * ROWS_PER_TASK + r) * len;
             let (xs, gs) = (&x[at..at + len], &g[at..at + len]);
-            let (mean, rstd) = stats(xs, eps);
+            let (mean, rstd) = stats(xs, eps, centered);
             match weight {
                 Some(w) => gh
                     .iter_mut()
@@ -173,7 +187,12 @@ pub(crate) fn layer_norm_backward(
                 None => gh.copy_from_slice(gs),
             }
             let n = len as f64;
-            let a = (lane_sum(&gh, |v| v) / n) as f32;
+            // h - 0.0 is h, bit for bit.
+            let a = if centered {
+                (lane_sum(&gh, |v| v) / n) as f32
+            } else {
+                0.0
+            };
             // mean(ĝ · x̂), x̂ recomputed from the cached row.
             let mut acc = [0f64; LANES];
             for (k, (&h, &v)) in gh.iter().zip(xs).enumerate() {

@@ -5,6 +5,7 @@
 
 use super::reduce::{add, fold, fold_adjacent, max_nan, Rows, SUM_ID};
 use super::strided::PAR_THRESHOLD;
+use crate::ops::RowOp;
 use crate::shape::Layout;
 use rayon::prelude::*;
 
@@ -13,7 +14,8 @@ const PAR_CHUNK: usize = 1 << 14;
 
 /// `softmax` (or `log_softmax` when `log`) over dim `d` of the view `layout` of `src`, packed
 /// row-major. Subtracting the row max keeps `exp` finite; NaN anywhere in a row makes the row NaN.
-pub(crate) fn softmax(src: &[f32], layout: &Layout, d: usize, log: bool) -> Vec<f32> {
+pub(crate) fn softmax(op: RowOp, src: &[f32], layout: &Layout, d: usize) -> Vec<f32> {
+    let log = op == RowOp::LogSoftmax;
     let rows = Rows::along(layout, d);
     let inner: usize = layout.shape[d + 1..].iter().product();
     let n = layout.numel();

@@ -15,7 +15,7 @@
 use super::codegen::Generated;
 use super::sync::lock;
 use super::variants::{matmul, matmul_f16, matmul_f16_acc, matmul_vec4};
-use crate::ops::ReduceOp;
+use crate::ops::{ReduceOp, RowOp};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,6 +211,16 @@ macro_rules! wgsl {
     ($($file:literal),+) => { concat!($(include_str!(concat!("../../shaders/", $file))),+) };
 }
 
+/// layer_norm.wgsl after the row merge, with the row-op table's part appended (the norms' op
+/// codes and `centered()`, `RowOp::norm_wgsl`), built on first use.
+fn norm() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let file = wgsl!("row_tree.wgsl", "layer_norm.wgsl");
+        format!("{file}{}", RowOp::norm_wgsl())
+    })
+}
+
 /// Every hand-written kernel. Row shaders start with a row merge (`row_tree.wgsl`, or
 /// `row_subgroup.wgsl` on adapters with `SUBGROUP`); shaders that read ids with `ids.wgsl`;
 /// the fused attention's entry points come before their shared helpers.
@@ -241,7 +251,7 @@ pub(crate) const SHADERS: [ShaderDef; 18] = [
         wgsl!("layer_norm.wgsl"),
         3,
     )
-    .body(Body::Text(wgsl!("row_tree.wgsl", "layer_norm.wgsl"))),
+    .body(Body::Built(norm)),
     // Logits, targets, per-row log-sum-exp and per-row gradient scale.
     ShaderDef::new(
         Shader::CrossEntropy,

@@ -1,5 +1,7 @@
-//! The GPU row kernels: softmax / log_softmax (`shaders/softmax.wgsl`), layer_norm
-//! (`layer_norm.wgsl`) and cross-entropy (`cross_entropy.wgsl`). Each is one dispatch per op,
+//! The GPU row kernels of the row-op table (`src/ops/rows.rs`), one shader per family:
+//! softmax / log_softmax (`shaders/softmax.wgsl`), layer_norm / rms_norm (`layer_norm.wgsl`)
+//! and cross-entropy (`cross_entropy.wgsl`); an op is its family's shader run with the op's
+//! code as its `OP` override. Each is one dispatch per op,
 //! any row length, in one of two autotuned variants: one workgroup per row (per-thread
 //! statistics merged across the workgroup by `row_tree.wgsl`, or `row_subgroup.wgsl` where the
 //! adapter has SUBGROUP, then a write pass) or one invocation per row (for many short rows).
@@ -13,6 +15,7 @@ use super::gather::Ids;
 use super::ids;
 use super::kernels::{Launch, Shader, WORKGROUP};
 use super::params::{check_u32, extend, w};
+use crate::ops::{RowFamily, RowOp};
 use crate::shape::Layout;
 use crate::Result;
 use std::cell::Cell;
@@ -102,10 +105,20 @@ pub(crate) const CROSS_ENTROPY: RowShader = RowShader {
     per_row: "ce_forward_per_row",
 };
 
-/// Every row kernel (a new one: its shader in `kernels::SHADERS`, an entry here, and the op
-/// that fills its params and calls [`GpuDevice::row_dispatch`]).
+/// Every row kernel (a new family: its shader in `kernels::SHADERS`, an entry here, and the
+/// launch that fills its params and calls [`GpuDevice::row_dispatch`]; a new op of a family
+/// needs none of these).
 #[allow(dead_code)]
 pub(crate) const ROW_SHADERS: [&RowShader; 3] = [&SOFTMAX, &LAYER_NORM, &CROSS_ENTROPY];
+
+/// The kernel of a row-op family.
+pub(crate) fn row_shader(family: RowFamily) -> &'static RowShader {
+    match family {
+        RowFamily::Softmax => &SOFTMAX,
+        RowFamily::Norm => &LAYER_NORM,
+        RowFamily::CrossEntropy => &CROSS_ENTROPY,
+    }
+}
 
 /// One row dispatch: the kernel, its `OP` override, buffers and params, and the rows.
 pub(crate) struct RowLaunch<'a> {
@@ -167,15 +180,16 @@ impl GpuDevice {
         Ok(())
     }
 
-    /// softmax (`log` false) or log_softmax over dim `d` of the non-empty view `layout` of `src`.
+    /// The softmax-family `row` (softmax or log_softmax) over dim `d` of the non-empty view
+    /// `layout` of `src`.
     pub(crate) fn softmax(
         &self,
-        op: &'static str,
+        row: RowOp,
         src: &GpuBuffer,
         layout: &Layout,
         d: usize,
-        log: bool,
     ) -> Result<GpuBuffer> {
+        let op = row.name();
         check_u32(op, layout)?;
         let n = layout.numel();
         let len = layout.shape[d];
@@ -196,8 +210,8 @@ impl GpuDevice {
         self.row_dispatch(
             op,
             RowLaunch {
-                kernel: &SOFTMAX,
-                op_code: Some(u32::from(log)),
+                kernel: row_shader(row.family()),
+                op_code: Some(row.code()),
                 inputs: &[&src.buffer],
                 output: &out.buffer,
                 meta: &params,
@@ -208,10 +222,12 @@ impl GpuDevice {
         Ok(out)
     }
 
-    /// layer_norm of the packed `[nrows, len]` f32 data `src` (`len > 0`); `weight` and `bias`
-    /// hold `len` f32 each when given.
-    pub(crate) fn layer_norm(
+    /// The norm `row` (layer_norm or rms_norm) of the packed `[nrows, len]` f32 data `src`
+    /// (`len > 0`); `weight` and `bias` hold `len` f32 each when given.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn norm(
         &self,
+        row: RowOp,
         src: &GpuBuffer,
         nrows: usize,
         len: usize,
@@ -219,7 +235,7 @@ impl GpuDevice {
         bias: Option<&GpuBuffer>,
         eps: f32,
     ) -> Result<GpuBuffer> {
-        let op = "layer_norm";
+        let op = row.name();
         let out = self.alloc(op, (nrows * len) as u64 * 4)?;
         let flags = u32::from(weight.is_some()) | u32::from(bias.is_some()) << 1;
         // An absent weight or bias binds the input instead (never read: the flag is off).
@@ -228,8 +244,8 @@ impl GpuDevice {
         self.row_dispatch(
             op,
             RowLaunch {
-                kernel: &LAYER_NORM,
-                op_code: None,
+                kernel: row_shader(row.family()),
+                op_code: Some(row.code()),
                 inputs: &[&src.buffer, &wb.buffer, &bb.buffer],
                 output: &out.buffer,
                 meta: &[w(nrows), w(len), eps.to_bits(), flags],
@@ -238,6 +254,27 @@ impl GpuDevice {
             },
         )?;
         Ok(out)
+    }
+
+    /// The output and params of the two cross-entropy kernels over logits `[n, c]`: the params
+    /// `[lead, c, x_offset, targets' offset, the options' words, tail]`, the output `out_len`
+    /// f32 uninitialised (the kernels write every element).
+    fn ce_setup(
+        &self,
+        op: &'static str,
+        (n, c): (usize, usize),
+        (lead, out_len): (usize, usize),
+        (x_offset, targets): (usize, Ids<'_>),
+        opts: &CeWords,
+        tail: [u32; 2],
+    ) -> Result<(GpuBuffer, Vec<u32>)> {
+        check_u32(op, &Layout::contiguous(&[n, c]))?;
+        let out = self.alloc_uninit(op, out_len as u64 * 4)?;
+        let (_, t_offset, _, signed) = targets;
+        let mut params = vec![w(lead), w(c), w(x_offset), w(t_offset)];
+        params.extend(opts.words(op, signed));
+        params.extend(tail);
+        Ok((out, params))
     }
 
     /// Per-row `[loss[N], valid[N], lse[N]]` of the packed logits `[n, c]` (from element
@@ -250,12 +287,9 @@ impl GpuDevice {
         targets: Ids<'_>,
         opts: &CeWords,
     ) -> Result<GpuBuffer> {
-        check_u32(op, &Layout::contiguous(&[n, c]))?;
-        let out = self.alloc_uninit(op, 3 * n as u64 * 4)?;
-        let (t, t_offset, _, signed) = targets;
-        let mut params = vec![w(n), w(c), w(x_offset), w(t_offset)];
-        params.extend(opts.words(op, signed));
-        params.extend([0, 0]);
+        let (out, params) =
+            self.ce_setup(op, (n, c), (n, 3 * n), (x_offset, targets), opts, [0, 0])?;
+        let t = targets.0;
         let dummy = &self.0.errors.dummy;
         self.row_dispatch(
             op,
@@ -285,13 +319,11 @@ impl GpuDevice {
         stats: &GpuBuffer,
         (g, g_offset): (&GpuBuffer, usize),
     ) -> Result<GpuBuffer> {
-        check_u32(op, &Layout::contiguous(&[n, c]))?;
         let total = n * c;
-        let out = self.alloc_uninit(op, total as u64 * 4)?;
-        let (t, t_offset, _, signed) = targets;
-        let mut params = vec![w(total), w(c), w(x_offset), w(t_offset)];
-        params.extend(opts.words(op, signed));
-        params.extend([w(2 * n), w(g_offset)]);
+        let tail = [w(2 * n), w(g_offset)];
+        let (out, params) =
+            self.ce_setup(op, (n, c), (total, total), (x_offset, targets), opts, tail)?;
+        let t = targets.0;
         self.launch(
             op,
             Launch {

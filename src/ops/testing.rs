@@ -4,9 +4,11 @@
 //! the tests.
 
 use super::{
-    BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, ReduceOp, UnaryFn, UnaryOp, UnaryVisitor,
+    BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, ReduceOp, RowOp, UnaryFn, UnaryOp,
+    UnaryVisitor,
 };
-use crate::{Result, Tensor};
+use crate::cpu::cross_entropy::CeSpec;
+use crate::{DType, Result, Tensor};
 
 /// One unary op of the table (`src/ops/mod.rs`).
 ///
@@ -224,5 +226,80 @@ impl CompareOpInfo {
     /// Whether it holds for one pair of integers (any integer dtype, widened to i64).
     pub fn reference_int(self, a: i64, b: i64) -> bool {
         self.0.holds(a.partial_cmp(&b))
+    }
+}
+
+/// One row op of the table (`src/ops/rows.rs`): softmax, layer_norm, rms_norm, cross-entropy.
+///
+/// ```
+/// use wgtensor::{Device, Tensor};
+/// let x = Tensor::randn(&[3, 5], &Device::cpu())?;
+/// for op in wgtensor::testing::row_ops() {
+///     let (got, want) = (op.call(&x)?.to_vec::<f32>()?, op.composed(&x)?.to_vec::<f32>()?);
+///     let tol = op.tolerance();
+///     assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= tol * (1.0 + b.abs())));
+/// }
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowOpInfo(RowOp);
+
+/// Every row op, in table order.
+pub fn row_ops() -> Vec<RowOpInfo> {
+    RowOp::ALL.iter().map(|&o| RowOpInfo(o)).collect()
+}
+
+super::row_test_half!();
+
+/// The weight and bias the sweeps give a norm of `x`'s last dim: `1 + k/len` and `k/len - 0.5`
+/// (in `x`'s float dtype, on its device).
+fn sweep_weight_bias(x: &Tensor) -> Result<(Tensor, Tensor)> {
+    let len = x.shape().last().copied().unwrap_or(1);
+    let k: Vec<f32> = (0..len).map(|k| k as f32 / len.max(1) as f32).collect();
+    let w: Vec<f32> = k.iter().map(|k| 1.0 + k).collect();
+    let b: Vec<f32> = k.iter().map(|k| k - 0.5).collect();
+    let dt = if x.dtype() == DType::F16 {
+        DType::F16
+    } else {
+        DType::F32
+    };
+    Ok((
+        Tensor::from_vec(w, &[len], x.device())?.to_dtype(dt)?,
+        Tensor::from_vec(b, &[len], x.device())?.to_dtype(dt)?,
+    ))
+}
+
+/// `x` as packed f32 logits `[rows, last dim]` and the targets `r % c` (I32) of its rows.
+fn sweep_targets(x: &Tensor) -> Result<(Tensor, Tensor)> {
+    let c = x.shape().last().copied().unwrap_or(1);
+    let n = x.numel() / c.max(1);
+    let logits = x.to_dtype(DType::F32)?.contiguous()?.reshape(&[n, c])?;
+    let t: Vec<i32> = (0..n).map(|r| (r % c.max(1)) as i32).collect();
+    Ok((logits, Tensor::from_vec(t, &[n], x.device())?))
+}
+
+impl RowOpInfo {
+    /// The op's name (`"rms_norm"`), as errors report it.
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    /// The op on the rows of `x`'s last dim, with operands derived from its shape: norms get
+    /// the weight `1 + k/len` (and layer_norm the bias `k/len - 0.5`) and eps 1e-5;
+    /// cross-entropy gives the per-row losses against the targets `row % classes`. The result
+    /// has `x`'s dtype.
+    pub fn call(self, x: &Tensor) -> Result<Tensor> {
+        self.0.sweep(x)
+    }
+
+    /// The same result composed of elementwise ops and reductions (the reference).
+    pub fn composed(self, x: &Tensor) -> Result<Tensor> {
+        self.0.composed(x)
+    }
+
+    /// The tolerance, absolute and relative (`|got - want| <= tol * (1 + |want|)`), of
+    /// [`call`](Self::call) against [`composed`](Self::composed) in f32.
+    pub fn tolerance(self) -> f32 {
+        self.0.tolerance()
     }
 }

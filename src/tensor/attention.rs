@@ -1,6 +1,6 @@
 //! The ops transformer code needs beyond matmul and softmax: triangular masks, `masked_fill`,
 //! `logsumexp`, `var`/`std`, `cumsum`, `topk`, multi-dim reductions, slice assignment,
-//! `rms_norm` and `scaled_dot_product_attention`.
+//! and `scaled_dot_product_attention`.
 //!
 //! Each is composed from recorded ops, so it runs forward and backward on every device and
 //! never reads back or uploads: masks come from `arange` and comparisons on the device.
@@ -370,39 +370,6 @@ impl Tensor {
         let before = self.narrow(di, 0, start)?;
         let after = self.narrow(di, start + len, n - start - len)?;
         Tensor::cat(&[&before, src, &after], di)
-    }
-
-    /// Root-mean-square normalisation over the last dim (PyTorch's `F.rms_norm`):
-    /// `x / sqrt(mean(x²) + eps) * weight`.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let x = Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &Device::best())?;
-    /// let y = x.rms_norm(None, 0.0)?.to_vec::<f32>()?;
-    /// let r = (12.5f32).sqrt();
-    /// assert!((y[0] - 3.0 / r).abs() < 1e-6 && (y[1] - 4.0 / r).abs() < 1e-6);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`] when `weight` is not `[last dim]`; the errors of the ops used.
-    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f32) -> Result<Tensor> {
-        let last = *self.shape().last().unwrap_or(&1);
-        if let Some(w) = weight {
-            if w.shape() != [last] {
-                return Err(Error::ShapeMismatch {
-                    op: "rms_norm",
-                    lhs: vec![last],
-                    rhs: w.shape().to_vec(),
-                });
-            }
-        }
-        let ms = self.mul(self)?.mean(-1, true)?.add_scalar(eps)?;
-        let y = self.div(&ms.sqrt()?)?;
-        match weight {
-            Some(w) => y.mul(w),
-            None => Ok(y),
-        }
     }
 
     /// `softmax(q kᵀ · scale + mask) v`, PyTorch's `F.scaled_dot_product_attention(q, k, v,

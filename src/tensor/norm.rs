@@ -1,7 +1,9 @@
-//! layer_norm: validate, then dispatch to `cpu/norm.rs` or `gpu/rows.rs` (one kernel per call).
+//! layer_norm and rms_norm (the norm family of the row-op table, `src/ops/rows.rs`): validate,
+//! then dispatch to `cpu/norm.rs` or `gpu/rows.rs` (one kernel per call).
 
 use super::Data;
 use super::Tensor;
+use crate::ops::RowOp;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, DType, Error, Result};
 
@@ -36,7 +38,45 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f32,
     ) -> Result<Tensor> {
-        let op = "layer_norm";
+        self.norm(RowOp::LayerNorm, weight, bias, eps)
+    }
+
+    /// Root-mean-square normalisation over the last dim (PyTorch's `F.rms_norm(x,
+    /// (x.shape[-1],), weight, eps)`): each row becomes `x / sqrt(mean(x²) + eps) * weight`,
+    /// in one kernel (one workgroup per row on a GPU, as [`layer_norm`](Self::layer_norm)).
+    /// f16 inputs are computed in f32 and returned in f16. A 0-d tensor is one row of one
+    /// element. Non-contiguous inputs are copied to a packed layout first. Differentiable in
+    /// `self` and `weight`.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &Device::best())?;
+    /// let y = x.rms_norm(None, 0.0)?.to_vec::<f32>()?;
+    /// let r = (12.5f32).sqrt();
+    /// assert!((y[0] - 3.0 / r).abs() < 1e-6 && (y[1] - 4.0 / r).abs() < 1e-6);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::ShapeMismatch`] when `weight` is not `[last dim]`; [`Error::InvalidArgument`]
+    /// for an `eps` that is negative or not finite; [`Error::DeviceMismatch`];
+    /// [`Error::UnsupportedDType`] for integer tensors.
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+        if self.ndim() == 0 {
+            return self.reshape(&[1])?.rms_norm(weight, eps)?.reshape(&[]);
+        }
+        self.norm(RowOp::RmsNorm, weight, None, eps)
+    }
+
+    /// The norm `op` of the rows of the last dim, tracked.
+    fn norm(
+        &self,
+        row: RowOp,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let op = row.name();
         if !(eps >= 0.0 && eps.is_finite()) {
             return Err(Error::InvalidArgument {
                 op,
@@ -75,7 +115,7 @@ impl Tensor {
             let (w, b) = (f32_of(weight)?, f32_of(bias)?);
             let y = self
                 .to_dtype(DType::F32)?
-                .layer_norm(w.as_ref(), b.as_ref(), eps)?;
+                .norm(row, w.as_ref(), b.as_ref(), eps)?;
             return if self.dtype() == DType::F16 {
                 y.to_dtype(DType::F16)
             } else {
@@ -86,16 +126,17 @@ impl Tensor {
         let out = if self.numel() == 0 {
             Tensor::zeros(self.shape(), DType::F32, self.device())?
         } else {
-            self.layer_norm_forward(weight, bias, eps, len)?
+            self.norm_forward(row, weight, bias, eps, len)?
         };
-        Ok(crate::autograd::norm::layer_norm(
-            self, weight, bias, eps, out,
+        Ok(crate::autograd::norm::norm(
+            row, self, weight, bias, eps, out,
         ))
     }
 
     /// The kernel call, untracked: packed copies of the operands, one CPU or GPU kernel.
-    fn layer_norm_forward(
+    fn norm_forward(
         &self,
+        row: RowOp,
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
         eps: f32,
@@ -110,12 +151,13 @@ impl Tensor {
             Data::Cpu(_) => {
                 let slice = |p: &Option<Tensor>| -> Result<Option<Vec<f32>>> {
                     p.as_ref()
-                        .map(|p| Ok(p.host_f32("layer_norm")?.to_vec()))
+                        .map(|p| Ok(p.host_f32(row.name())?.to_vec()))
                         .transpose()
                 };
                 let (w, b) = (slice(&weight)?, slice(&bias)?);
-                Storage::from(CpuStorage::F32(cpu::norm::layer_norm(
-                    x.host_f32("layer_norm")?,
+                Storage::from(CpuStorage::F32(cpu::norm::norm(
+                    row,
+                    x.host_f32(row.name())?,
                     len,
                     w.as_deref(),
                     b.as_deref(),
@@ -123,22 +165,26 @@ impl Tensor {
                 )?))
             }
             Data::Gpu(buf) => {
-                fn gpu(p: &Option<Tensor>) -> Result<Option<&crate::gpu::buffer::GpuBuffer>> {
+                fn gpu<'a>(
+                    p: &'a Option<Tensor>,
+                    op: &'static str,
+                ) -> Result<Option<&'a crate::gpu::buffer::GpuBuffer>> {
                     p.as_ref()
-                        .map(|p| p.gpu_data()?.ok_or_else(|| p.unsupported("layer_norm")))
+                        .map(|p| p.gpu_data()?.ok_or_else(|| p.unsupported(op)))
                         .transpose()
                 }
-                let (w, b) = (gpu(&weight)?, gpu(&bias)?);
-                Storage::from(buf.device.layer_norm(buf, nrows, len, w, b, eps)?)
+                let (w, b) = (gpu(&weight, row.name())?, gpu(&bias, row.name())?);
+                Storage::from(buf.device.norm(row, buf, nrows, len, w, b, eps)?)
             }
         };
         Ok(self.derived(storage, self.shape()))
     }
 
-    /// layer_norm's gradients by the CPU kernel when `x` is an f32 CPU tensor (else `None`,
-    /// and the caller composes them from ops): `dx`, and with `want_wb` the weight and bias
-    /// gradients `[len]`.
-    pub(crate) fn layer_norm_cpu_grads(
+    /// The norm `row`'s gradients by the CPU kernel when `x` is an f32 CPU tensor (else
+    /// `None`, and the caller composes them from ops): `dx`, and with `want_wb` the weight and
+    /// bias gradients `[len]`.
+    pub(crate) fn norm_cpu_grads(
+        row: RowOp,
         x: &Tensor,
         weight: Option<&Tensor>,
         g: &Tensor,
@@ -149,12 +195,13 @@ impl Tensor {
         if !f32_cpu(x) || !f32_cpu(g) || !weight.is_none_or(f32_cpu) || x.numel() == 0 {
             return Ok(None);
         }
-        let op = "layer_norm backward";
+        let op = row.name();
         let len = *x.shape().last().unwrap_or(&1);
         let (xc, gc) = (x.contiguous()?, g.contiguous()?);
         let wc = weight.map(Tensor::contiguous).transpose()?;
         let w = wc.as_ref().map(|w| w.host_f32(op)).transpose()?;
-        let (dx, wb) = cpu::norm::layer_norm_backward(
+        let (dx, wb) = cpu::norm::norm_backward(
+            row,
             xc.host_f32(op)?,
             gc.host_f32(op)?,
             len,

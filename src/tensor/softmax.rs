@@ -1,24 +1,27 @@
-//! softmax and log_softmax: validate, then dispatch to `cpu/softmax.rs` or `gpu/softmax.rs`.
+//! softmax and log_softmax (the softmax family of the row-op table, `src/ops/rows.rs`):
+//! validate, then dispatch to `cpu/softmax.rs` or `gpu/rows.rs`.
 
 use super::Data;
 use super::Tensor;
+use crate::ops::RowOp;
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
 use crate::{cpu, Result};
 
 impl Tensor {
-    fn softmax_op(&self, dim: isize, log: bool) -> Result<Tensor> {
-        let name = if log { "log_softmax" } else { "softmax" };
+    /// The softmax-family row op `op` (softmax or log_softmax) over `dim`, untracked.
+    fn softmax_op(&self, dim: isize, op: RowOp) -> Result<Tensor> {
+        let name = op.name();
         if self.dtype() == crate::DType::F16 {
             // Computed in f32 (a convert kernel each way) and rounded once to f16.
-            return self.via_f32(true, |t| t.softmax_op(dim, log));
+            return self.via_f32(true, |t| t.softmax_op(dim, op));
         }
         self.require_f32(name)?;
         if self.ndim() == 0 {
             // One element over a dim of size 1, as PyTorch treats 0-d tensors: softmax is 1.
             // Dims 0 and -1 are valid (checked as one dim: `normalize_dim(_, -1, 0)` rejects -1).
             normalize_dim(name, dim, 1)?;
-            return self.reshape(&[1])?.softmax_op(0, log)?.reshape(&[]);
+            return self.reshape(&[1])?.softmax_op(0, op)?.reshape(&[]);
         }
         let d = normalize_dim(name, dim, self.ndim())?;
         if self.numel() == 0 {
@@ -28,18 +31,18 @@ impl Tensor {
         if d != 0 {
             if let Some(g) = super::chunked::blocks_needed(&[self], self.numel()) {
                 return super::chunked::map_dim0_blocks(name, g, self, &|b| {
-                    b.softmax_op(d as isize, log)
+                    b.softmax_op(d as isize, op)
                 });
             }
         }
         let storage = match self.data()? {
             Data::Cpu(_) => Storage::from(CpuStorage::F32(cpu::softmax::softmax(
+                op,
                 self.host_f32(name)?,
                 self.layout(),
                 d,
-                log,
             ))),
-            Data::Gpu(b) => Storage::from(b.device.softmax(name, b, self.layout(), d, log)?),
+            Data::Gpu(b) => Storage::from(b.device.softmax(op, b, self.layout(), d)?),
         };
         Ok(self.derived(storage, self.shape()))
     }
@@ -60,7 +63,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        let out = self.softmax_op(dim, false)?;
+        let out = self.softmax_op(dim, RowOp::Softmax)?;
         Ok(crate::autograd::reduce::softmax(self, dim, false, out))
     }
 
@@ -79,7 +82,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
-        let out = self.softmax_op(dim, true)?;
+        let out = self.softmax_op(dim, RowOp::LogSoftmax)?;
         Ok(crate::autograd::reduce::softmax(self, dim, true, out))
     }
 }
