@@ -1,10 +1,12 @@
 //! A tensor's data cell: materialised storage, or the pending fused program that produces it
-//! (see `fuse.rs`, which builds those programs), and the registry of pending cells that
+//! (see `fuse.rs`, which builds those programs; a GPU runs one as a generated kernel, the host
+//! as one blocked pass), and the registry of pending cells that
 //! `Device::synchronize` runs. Apart from `fuse.rs` because `Tensor` holds a cell: this file
 //! must not need the tensor type back.
 
+use crate::cpu::program::Program;
+use crate::cpu::storage::CpuStorage;
 use crate::device::DeviceInner;
-use crate::gpu::codegen::Program;
 use crate::gpu::{GpuBuffer, GpuDevice};
 use crate::shape::Layout;
 use crate::storage::Storage;
@@ -16,7 +18,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// layouts broadcast to the output shape.
 pub(crate) struct Pending {
     pub(crate) name: &'static str,
-    pub(crate) device: GpuDevice,
+    /// The GPU that runs it as one generated kernel; `None`: the host runs it in one blocked
+    /// pass (`cpu/fused.rs`).
+    pub(crate) device: Option<GpuDevice>,
     pub(crate) program: Program,
     pub(crate) inputs: Vec<(Arc<StorageCell>, Layout)>,
     pub(crate) scalars: Vec<u32>,
@@ -74,22 +78,31 @@ impl StorageCell {
                 message: "a tensor has neither data nor a pending program (a wgtensor bug)".into(),
             });
         };
+        let Some(device) = &p.device else {
+            let mut views: Vec<(&CpuStorage, &Layout)> = Vec::with_capacity(p.inputs.len());
+            for (cell, layout) in &p.inputs {
+                match cell.value.get() {
+                    Some(Storage::Cpu(s)) => views.push((s, layout)),
+                    _ => return Err(not_ready(p.name, "on the host")),
+                }
+            }
+            let out = crate::cpu::fused::run(p.name, &p.program, &views, &p.scalars, &p.shape)?;
+            drop(views);
+            let _ = self.value.set(Storage::from(out));
+            *pending = None;
+            return Ok(self.value.get().expect("set just above"));
+        };
         let mut views: Vec<(&GpuBuffer, &Layout)> = Vec::with_capacity(p.inputs.len());
         for (cell, layout) in &p.inputs {
             match cell.value.get().and_then(Storage::gpu) {
                 Some(b) => views.push((b, layout)),
-                _ => {
-                    return Err(Error::InvalidArgument {
-                        op: p.name,
-                        message: "a fused kernel's input is not on the GPU (a wgtensor bug)".into(),
-                    })
-                }
+                _ => return Err(not_ready(p.name, "on the GPU")),
             }
         }
         // An output past one binding runs in blocks of rows (`cell_blocks.rs`).
         let job = super::cell_blocks::Job {
             name: p.name,
-            device: &p.device,
+            device,
             program: &p.program,
             scalars: &p.scalars,
             n: p.n,
@@ -98,8 +111,7 @@ impl StorageCell {
         let out = if super::cell_blocks::needed(&job) {
             super::cell_blocks::run(&job, &views)?
         } else {
-            p.device
-                .run_program(p.name, &p.program, &views, &p.scalars, p.n)?
+            device.run_program(p.name, &p.program, &views, &p.scalars, p.n)?
         };
         drop(views);
         let _ = self.value.set(Storage::from(out));
@@ -114,8 +126,10 @@ impl StorageCell {
         match self.value.get() {
             Some(s) => s.gpu().map(|b| b.size),
             None => {
-                let n = lock(&self.pending).as_ref().map_or(0, |p| p.n);
-                Some((n as u64 * dtype.size_in_bytes() as u64).div_ceil(4) * 4)
+                let pending = lock(&self.pending);
+                let p = pending.as_ref()?;
+                p.device.as_ref()?;
+                Some((p.n as u64 * dtype.size_in_bytes() as u64).div_ceil(4) * 4)
             }
         }
     }
@@ -126,6 +140,14 @@ impl StorageCell {
             return None;
         }
         lock(&self.pending).clone()
+    }
+}
+
+/// The error for a fused program whose input is not materialised `where` it runs.
+fn not_ready(op: &'static str, place: &str) -> Error {
+    Error::InvalidArgument {
+        op,
+        message: format!("a fused program's input is not materialised {place} (a wgtensor bug)"),
     }
 }
 
@@ -155,7 +177,7 @@ pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
             Some(c) => {
                 let same = lock(&c.pending)
                     .as_ref()
-                    .is_some_and(|p| &p.device == device);
+                    .is_some_and(|p| p.device.as_ref() == Some(device));
                 if same {
                     mine.push(c);
                 }

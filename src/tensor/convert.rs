@@ -6,8 +6,8 @@ use super::chunked::{blocks_needed, map_row_blocks};
 use super::fuse::Fuser;
 use super::Tensor;
 use super::{data_n, Data, DataN};
+use crate::cpu::program::Expr;
 use crate::cpu::typed::Scalar;
-use crate::gpu::codegen::Expr;
 use crate::ops::CmpOp;
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
@@ -60,13 +60,12 @@ impl Tensor {
                 b[1].convert_to(dtype)
             });
         }
-        if let Some(g) = self.device().as_gpu() {
-            let name = if dtype == self.dtype() {
-                "contiguous"
-            } else {
-                "to_dtype"
-            };
-            let mut f = Fuser::new(name, g, self.shape())?;
+        let name = if dtype == self.dtype() {
+            "contiguous"
+        } else {
+            "to_dtype"
+        };
+        if let Some(mut f) = Fuser::on(name, self.device(), self.shape())? {
             let x = f.operand(self, self.layout())?;
             let out = f.push(Expr::Cast(x), dtype);
             return f.finish(name, out, self.device());
@@ -155,13 +154,12 @@ impl Tensor {
             Err(s) => Some(self.scalar_for(op.scalar_name(), s, false)?),
         };
         let shape = la.shape.clone();
-        if let Some(g) = self.device().as_gpu() {
-            let name = if rhs.is_ok() {
-                op.name()
-            } else {
-                op.scalar_name()
-            };
-            let mut f = Fuser::new(name, g, &shape)?;
+        let name = if rhs.is_ok() {
+            op.name()
+        } else {
+            op.scalar_name()
+        };
+        if let Some(mut f) = Fuser::on(name, self.device(), &shape)? {
             let x = f.operand(self, la)?;
             let (name, y) = match (rhs, scalar) {
                 (Ok((r, lb)), _) => (op.name(), f.operand(r, lb)?),
@@ -197,8 +195,7 @@ impl Tensor {
     pub(super) fn typed_clamp(&self, min: f32, max: f32) -> Result<Tensor> {
         let lo = self.scalar_for("clamp", min, true)?;
         let hi = self.scalar_for("clamp", max, true)?;
-        if let Some(g) = self.device().as_gpu() {
-            let mut f = Fuser::new("clamp", g, self.shape())?;
+        if let Some(mut f) = Fuser::on("clamp", self.device(), self.shape())? {
             let x = f.operand(self, self.layout())?;
             let sd = scalar_dtype(self.dtype());
             let (a, b) = (f.scalar(lo.bits(), sd), f.scalar(hi.bits(), sd));
@@ -220,8 +217,7 @@ impl Tensor {
         lm: &Layout,
     ) -> Result<Tensor> {
         let name = "where_cond";
-        if let Some(g) = self.device().as_gpu() {
-            let mut f = Fuser::new(name, g, &lm.shape)?;
+        if let Some(mut f) = Fuser::on(name, self.device(), &lm.shape)? {
             let m = f.operand(self, lm)?;
             let a = f.operand(on_true, lt)?;
             let b = f.operand(on_false, lf)?;

@@ -7,7 +7,7 @@ use super::convert::scalar_dtype;
 use super::fuse::Fuser;
 use super::Tensor;
 use super::{data_n, Data, DataN};
-use crate::gpu::codegen::Expr;
+use crate::cpu::program::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::storage::Storage;
 use crate::{cpu, Result};
@@ -40,8 +40,7 @@ impl Tensor {
                 b[0].unary_untracked(op)
             });
         }
-        if let Some(g) = self.device().as_gpu() {
-            let mut f = Fuser::new(op.name(), g, self.shape())?;
+        if let Some(mut f) = Fuser::on(op.name(), self.device(), self.shape())? {
             let x = f.operand(self, self.layout())?;
             let out = f.push(Expr::Unary(op, x), self.dtype());
             return f.finish(op.name(), out, self.device());
@@ -62,8 +61,7 @@ impl Tensor {
                 Broadcast::Done(out) => return Ok(out),
                 Broadcast::Layouts(shape, la, lb) => (shape, la, lb),
             };
-        if let Some(g) = self.device().as_gpu() {
-            let mut f = Fuser::new(name, g, &shape)?;
+        if let Some(mut f) = Fuser::on(name, self.device(), &shape)? {
             let (x, y) = (f.operand(self, &la)?, f.operand(rhs, &lb)?);
             let out = f.push(Expr::Binary(op, x, y), self.dtype());
             return f.finish(name, out, self.device());
@@ -84,8 +82,7 @@ impl Tensor {
             });
         }
         let sv = self.scalar_for(name, s, false)?;
-        if let Some(g) = self.device().as_gpu() {
-            let mut f = Fuser::new(name, g, self.shape())?;
+        if let Some(mut f) = Fuser::on(name, self.device(), self.shape())? {
             let x = f.operand(self, self.layout())?;
             let c = f.scalar(sv.bits(), scalar_dtype(self.dtype()));
             let (l, r) = if first { (c, x) } else { (x, c) };

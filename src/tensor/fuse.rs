@@ -1,4 +1,4 @@
-//! Lazy elementwise fusion on GPU tensors.
+//! Lazy elementwise fusion on GPU tensors, and on CPU tensors with `WGTENSOR_CPU_FUSION=1`.
 //!
 //! An elementwise op on GPU tensors (unary, binary, scalar, comparison, `where_cond`, `clamp`,
 //! `to_dtype`) does not dispatch: it returns a tensor whose storage cell holds a *pending*
@@ -15,16 +15,27 @@
 //!
 //! A pending tensor that is inlined into a consumer and later materialised as well is computed
 //! twice: fusion trades that recomputation (cheap, elementwise) for memory passes and launches.
+//!
+//! On the CPU the same programs run in one pass over memory, block by block, calling the
+//! op-by-op kernels' scalar functions (`cpu/fused.rs`): same bits, no intermediate tensors.
 
 use super::cell::{register, Pending, StorageCell};
 use super::{Tensor, TensorInner};
-use crate::gpu::codegen::{Expr, NodeId, Program};
+use crate::cpu::program::{Expr, NodeId, Program};
 use crate::gpu::GpuDevice;
 use crate::shape::Layout;
-use crate::{DType, Error, Result};
+use crate::{DType, Device, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// Whether elementwise ops on CPU tensors record programs too (run in one blocked pass when
+/// read, `cpu/fused.rs`) instead of running one by one: `WGTENSOR_CPU_FUSION=1` turns it on,
+/// read once per process.
+pub(crate) fn cpu_fusion() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("WGTENSOR_CPU_FUSION").as_deref() == Ok("1"))
+}
 
 /// Nodes at most in one fused kernel.
 pub(crate) const MAX_NODES: usize = 48;
@@ -35,7 +46,8 @@ pub(crate) const MAX_INPUTS: usize = 6;
 
 /// Builds one fused program for an op whose output has `shape`, inlining pending operands.
 pub(crate) struct Fuser {
-    device: GpuDevice,
+    /// `None`: the host runs the program (`cpu/fused.rs`).
+    device: Option<GpuDevice>,
     shape: Vec<usize>,
     program: Program,
     inputs: Vec<(Arc<StorageCell>, Layout)>,
@@ -53,8 +65,22 @@ impl Fuser {
     /// errors that escaped wgpu's scopes at once, though it records nothing yet.
     pub(crate) fn new(op: &'static str, device: &GpuDevice, shape: &[usize]) -> Result<Fuser> {
         device.check(op)?;
-        Ok(Fuser {
-            device: device.clone(),
+        Ok(Fuser::with(Some(device.clone()), shape))
+    }
+
+    /// A builder for `op` on `device` when its elementwise ops record: always on a GPU, on the
+    /// CPU when [`cpu_fusion`] is on; `None` runs the op at once.
+    pub(crate) fn on(op: &'static str, device: &Device, shape: &[usize]) -> Result<Option<Fuser>> {
+        match device.as_gpu() {
+            Some(g) => Fuser::new(op, g, shape).map(Some),
+            None if cpu_fusion() => Ok(Some(Fuser::with(None, shape))),
+            None => Ok(None),
+        }
+    }
+
+    fn with(device: Option<GpuDevice>, shape: &[usize]) -> Fuser {
+        Fuser {
+            device,
             shape: shape.to_vec(),
             program: Program::default(),
             inputs: Vec::new(),
@@ -62,7 +88,7 @@ impl Fuser {
             scalars: Vec::new(),
             inlined: HashMap::new(),
             eager: false,
-        })
+        }
     }
 
     /// The node reading `t` through `layout` (its layout broadcast to the output shape).
@@ -118,16 +144,18 @@ impl Fuser {
         // Sizes are checked when the op is made, as for an eager allocation: a result that can
         // never fit one buffer is an error now, not when it runs.
         let bytes = (n as u64).saturating_mul(dtype.size_in_bytes() as u64);
-        let max = self.device.0.limits.max_buffer_size;
-        if bytes > max {
-            return Err(Error::BufferTooLarge {
-                op: name,
-                device: self.device.label().to_string(),
-                adapter: self.device.adapter_name(),
-                bytes,
-                limit: max,
-                limit_name: "max_buffer_size",
-            });
+        if let Some(g) = &self.device {
+            let max = g.0.limits.max_buffer_size;
+            if bytes > max {
+                return Err(Error::BufferTooLarge {
+                    op: name,
+                    device: g.label().to_string(),
+                    adapter: g.adapter_name(),
+                    bytes,
+                    limit: max,
+                    limit_name: "max_buffer_size",
+                });
+            }
         }
         let (eager, gpu) = (self.eager, self.device.clone());
         let pending = Pending {
@@ -144,11 +172,15 @@ impl Fuser {
             pending: Mutex::new(Some(Arc::new(pending))),
             exported: AtomicBool::new(false),
         });
-        if eager {
-            cell.get()?;
-            gpu.flush(name)?;
-        } else {
-            register(&cell);
+        match gpu {
+            Some(g) if eager => {
+                cell.get()?;
+                g.flush(name)?;
+            }
+            // `Device::synchronize` runs what is queued on a GPU.
+            Some(_) => register(&cell),
+            // The host has no queue: a pending CPU tensor runs when it is read.
+            None => {}
         }
         Ok(Tensor(Arc::new(TensorInner {
             storage: cell,
