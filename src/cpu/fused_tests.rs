@@ -3,12 +3,12 @@
 //! inputs holding NaN, infinities, signed zeros and integer extremes; the fused output must have
 //! the op-by-op output's bits, at sizes around the block edges.
 
-use super::super::elementwise as ew;
-use super::super::normal::{sample_host, Dist};
-use super::super::program::{Expr, NodeId, Program};
-use super::super::storage::CpuStorage;
-use super::super::typed::{self, dtype_of, Scalar};
-use super::run;
+use crate::cpu::elementwise as ew;
+use crate::cpu::fused::{run, BLOCK};
+use crate::cpu::normal::{sample_host, Dist};
+use crate::cpu::program::{Expr, NodeId, Program};
+use crate::cpu::storage::CpuStorage;
+use crate::cpu::typed::{self, dtype_of, Scalar};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::shape::Layout;
 use crate::DType;
@@ -264,7 +264,7 @@ fn a_million_elements_match_op_by_op_bits() {
 
 #[test]
 fn random_and_index_nodes_match_their_host_twins() {
-    let n = 3 * super::BLOCK + 17;
+    let n = 3 * BLOCK + 17;
     for dist in [Dist::Uniform, Dist::Normal] {
         let mut p = Program::default();
         let (seed, offset) = (0x1234_5678_9abc_def0_u64, 40_000_u64);
