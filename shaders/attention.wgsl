@@ -25,6 +25,12 @@
 //            The streamed loop steps 16 keys (or queries) at a time: S / 16 < 65,535
 //            iterations (the host checks), the inner loops are at most 64.
 
+// The operands both passes read (their outputs and params follow in each entry's file).
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> mask: array<f32>;
+
 const P_B: u32 = 0u;
 const P_L: u32 = 1u;
 const P_S: u32 = 2u;
@@ -96,7 +102,7 @@ struct Work {
 }
 
 fn work_item(group: Group) -> Work {
-    let w = group.wid.y * group.nwg.x + group.wid.x;
+    let w = group_index(group.wid, group.nwg);
     let tiles = params[P_TILES];
     let chunks = params[P_CHUNKS];
     let rest = w / tiles;

@@ -1,13 +1,10 @@
 // attention_backward.wgsl: the backward of the fused attention (helpers in attention.wgsl,
 // composed after this file; see its header for the whole contract). Scores are recomputed tile
 // by tile from the forward's lse; D = rowsum(dO ∘ out) comes in with it.
-// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one), (4) g = dO [B, L, Ev],
-//            (5) stats = [lse (B L), D (B L)] from P_SOFF, (6) dst, (7) params.
+// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one; these four declared in
+//            attention.wgsl), (4) g = dO [B, L, Ev], (5) stats = [lse (B L), D (B L)] from
+//            P_SOFF, (6) dst, (7) params.
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> mask: array<f32>;
 @group(0) @binding(4) var<storage, read> g: array<f32>;
 @group(0) @binding(5) var<storage, read> stats: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dst: array<f32>;
@@ -15,6 +12,12 @@
 
 fn read_g(at: u32) -> f32 {
     return g[at];
+}
+
+// Query row i's (lse, D) from the forward, in `stats`.
+fn row_stats(w: Work, i: u32) -> vec2<f32> {
+    let at = params[P_SOFF] + w.b * w.l + i;
+    return vec2<f32>(stats[at], stats[at + w.nb * w.l]);
 }
 
 // P = exp(S - lse) of a finished score (0 at -inf; a NaN lse or score stays NaN).
@@ -39,8 +42,9 @@ fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
     let grow = params[P_GOFF] + (w.b * w.l + ic) * w.ev;
     let kbase = params[P_KOFF] + w.b * w.s * w.e;
     let vbase = params[P_VOFF] + w.b * w.s * w.ev;
-    let lse = stats[params[P_SOFF] + w.b * w.l + ic];
-    let dd = stats[params[P_SOFF] + w.nb * w.l + w.b * w.l + ic];
+    let st = row_stats(w, ic);
+    let lse = st.x;
+    let dd = st.y;
     let write_ds = (flags & 16u) != 0u && w.chunk == 0u && i < w.l;
     var kend = w.s;
     if ((flags & 1u) != 0u) {
@@ -110,8 +114,9 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
         for (var ii = 0u; ii < STEP; ii = ii + 1u) {
             let i = i0 + ii;
             let ic = min(i, w.l - 1u);
-            let lse = stats[params[P_SOFF] + w.b * w.l + ic];
-            let dd = stats[params[P_SOFF] + w.nb * w.l + w.b * w.l + ic];
+            let st = row_stats(w, ic);
+            let lse = st.x;
+            let dd = st.y;
             let p = prob(finish_score(s[ii], ic, j, mb), lse);
             let z = drop_factor(w.b, ic, jc);
             let live = i < w.l && j < w.s;

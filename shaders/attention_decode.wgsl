@@ -34,7 +34,7 @@ var<workgroup> scores: array<f32, 64>;
 @compute @workgroup_size(64)
 fn attention_decode(inv: Invocation) {
     let t = inv.lid;
-    let h = inv.wid.y * inv.nwg.x + inv.wid.x;
+    let h = group_index(inv.wid, inv.nwg);
     let heads = params[0];
     let kv_heads = params[1];
     let hd = params[2];

@@ -1,12 +1,8 @@
 // attention_forward.wgsl: the forward of the fused attention (helpers in attention.wgsl, composed
 // after this file; see its header for the whole contract).
-// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one), (4) dst = [out (B L Ev),
-//            lse (B L)], (5) params.
+// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one; these four declared in
+//            attention.wgsl), (4) dst = [out (B L Ev), lse (B L)], (5) params.
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> mask: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(5) var<storage, read> params: array<u32>;
 

@@ -4,7 +4,7 @@
 //
 // Defines   NAN_BITS, INF_BITS; is_nan / is_inf (tested on the bits: WGSL lets compilers assume
 //           floats are never NaN, so `x != x` may fold away); flat_index (the 2-D dispatch grid
-//           flattened as (wid.y * nwg.x + wid.x) * 256 + lid, and the Invocation struct whose
+//           flattened as group_index(wid, nwg) * 256 + lid, and the Invocation struct whose
 //           `item` it is); f32 <-> f16 bits with the CPU's
 //           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
 //           integer division guards; conversions between dtypes with Rust `as` semantics; the
@@ -26,8 +26,13 @@ fn nan_f32() -> f32 {
     return bitcast<f32>(NAN_BITS);
 }
 
+// The index of a workgroup on the 2-D dispatch grid (row-major over x <= 65,535 columns).
+fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
+}
+
 fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return (wid.y * nwg.x + wid.x) * 256u + lid;
+    return group_index(wid, nwg) * 256u + lid;
 }
 
 // The builtins of a 256-invocation entry point on the 2-D grid, as one parameter.
@@ -51,6 +56,12 @@ fn lse_merge(m: f32, s: f32, m2: f32, s2: f32) -> vec2<f32> {
     return vec2<f32>(mm, s * exp(m - mm) + s2 * exp(m2 - mm));
 }
 
+// The elements a workgroup-per-row entry folds of its row: len, or none in the workgroups past
+// the params[0] rows (the grid is rounded up), which must still reach every barrier.
+fn row_count(row: u32, len: u32) -> u32 {
+    return select(0u, len, row < params[0]);
+}
+
 // The flat element index of an invocation.
 fn item(inv: Invocation) -> u32 {
     return flat_index(inv.wid, inv.nwg, inv.lid);
@@ -70,6 +81,26 @@ fn strided_offset(i: u32, base: u32, nd: u32, shape_at: u32, strides_at: u32) ->
         rem = rem / size;
     }
     return at;
+}
+
+// strided_offset without dim d: x = base + sum over the dims k != d of idx_k * strides[k], and
+// y = idx_d. Gather and scatter put an id in place of idx_d (x + id * strides[d]).
+fn strided_offset_but(i: u32, base: u32, nd: u32, shape_at: u32, strides_at: u32, d: u32) -> vec2<u32> {
+    var rem = i;
+    var at = base;
+    var idx_d = 0u;
+    for (var k = nd; k > 0u; k = k - 1u) {
+        let j = k - 1u;
+        let size = params[shape_at + j];
+        let c = rem % size;
+        rem = rem / size;
+        if (j == d) {
+            idx_d = c;
+        } else {
+            at = at + c * params[strides_at + j];
+        }
+    }
+    return vec2<u32>(at, idx_d);
 }
 
 // f32 -> f16 bits, round to nearest even, overflow to inf, NaN stays a quiet NaN (as `half`).

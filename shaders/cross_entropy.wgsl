@@ -70,23 +70,23 @@ fn target_kind(id: u32, classes: u32) -> u32 {
     return 0u;
 }
 
+// What row_fold.wgsl's fold_row starts from and reads.
+fn empty_stat() -> RowStat {
+    return RowStat(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
+}
+
+fn element(at: u32) -> f32 {
+    return x[at];
+}
+
 @compute @workgroup_size(256)
 fn ce_forward(inv: RowInv) {
-    let lid = inv.lid;
-    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
+    let row = group_index(inv.wid, inv.nwg);
     let nrows = params[0];
     let classes = params[1];
-    var count = 0u;
-    if (row < nrows) {
-        count = classes;
-    }
     let base = params[2] + row * classes;
-    var a = RowStat(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
-    for (var k = lid; k < count; k = k + 256u) {
-        a = push(a, x[base + k]);
-    }
-    let st = row_merge(inv, a);
-    if (lid != 0u || row >= nrows) {
+    let st = row_merge(inv, fold_row(base, 1u, row_count(row, classes), inv.lid, 256u));
+    if (inv.lid != 0u || row >= nrows) {
         return;
     }
     finish_row(row, nrows, classes, base, st);
@@ -97,18 +97,14 @@ fn ce_forward(inv: RowInv) {
 // + lid).
 @compute @workgroup_size(256)
 fn ce_forward_per_row(inv: Invocation) {
-    let row = (inv.wid.y * inv.nwg.x + inv.wid.x) * 256u + inv.lid;
+    let row = item(inv);
     let nrows = params[0];
     if (row >= nrows) {
         return;
     }
     let classes = params[1];
     let base = params[2] + row * classes;
-    var a = RowStat(bitcast<f32>(NEG_INF), 0.0, 0.0, 0u);
-    for (var k = 0u; k < classes; k = k + 1u) {
-        a = push(a, x[base + k]);
-    }
-    finish_row(row, nrows, classes, base, a);
+    finish_row(row, nrows, classes, base, fold_row(base, 1u, classes, 0u, 1u));
 }
 
 // Writes row `row`'s loss, validity and log-sum-exp from its merged statistics.

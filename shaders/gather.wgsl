@@ -29,31 +29,15 @@ fn gather(inv: Invocation) {
     }
     let nd = params[1];
     let d = params[3];
-    let ids_offset = params[4];
     let dim_size = params[5];
     let code = params[6];
-    let mode = params[7];
-    var at = params[2];
-    var rem = i;
-    // At most ndim iterations.
-    for (var k = nd; k > 0u; k = k - 1u) {
-        let j = k - 1u;
-        let size = params[8u + j];
-        var c = rem % size;
-        rem = rem / size;
-        if (j == d) {
-            if (mode == 0u) {
-                c = ids[ids_offset + c];
-            } else {
-                c = ids[ids_offset + i];
-            }
-            if (bad_id(code, c, dim_size)) {
-                report_bad_id(code, c, dim_size);
-                dst[i] = 0.0;
-                return;
-            }
-        }
-        at = at + c * params[8u + nd + j];
+    let walk = strided_offset_but(i, params[2], nd, 8u, 8u + nd, d);
+    // index_select takes the id at the output's coordinate along d, gather the element's own.
+    let id = ids[params[4] + select(i, walk.y, params[7] == 0u)];
+    if (bad_id(code, id, dim_size)) {
+        report_bad_id(code, id, dim_size);
+        dst[i] = 0.0;
+        return;
     }
-    dst[i] = src[at];
+    dst[i] = src[walk.x + id * params[8u + nd + d]];
 }

@@ -72,21 +72,21 @@ fn write_row(base: u32, count: u32, first: u32, step: u32, st: RowStat) {
     }
 }
 
+// What row_fold.wgsl's fold_row starts from and reads.
+fn empty_stat() -> RowStat {
+    return RowStat(0.0, 0.0, 0.0);
+}
+
+fn element(at: u32) -> f32 {
+    return src[at];
+}
+
 @compute @workgroup_size(256)
 fn layer_norm(inv: RowInv) {
-    let lid = inv.lid;
-    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
-    let len = params[1];
-    var count = 0u;
-    if (row < params[0]) {
-        count = len;
-    }
-    let base = row * len;
-    var st = RowStat(0.0, 0.0, 0.0);
-    for (var k = lid; k < count; k = k + 256u) {
-        st = push(st, src[base + k]);
-    }
-    write_row(base, count, lid, 256u, row_merge(inv, st));
+    let row = group_index(inv.wid, inv.nwg);
+    let count = row_count(row, params[1]);
+    let base = row * params[1];
+    write_row(base, count, inv.lid, 256u, row_merge(inv, fold_row(base, 1u, count, inv.lid, 256u)));
 }
 
 // One invocation per row: the autotuned variant for many rows (no workgroup merge, no barrier;
@@ -99,10 +99,5 @@ fn layer_norm_per_row(inv: Invocation) {
         return;
     }
     let len = params[1];
-    let base = row * len;
-    var st = RowStat(0.0, 0.0, 0.0);
-    for (var k = 0u; k < len; k = k + 1u) {
-        st = push(st, src[base + k]);
-    }
-    write_row(base, len, 0u, 1u, st);
+    write_row(row * len, len, 0u, 1u, fold_row(row * len, 1u, len, 0u, 1u));
 }

@@ -119,13 +119,32 @@ fn store4(p: Problem, row: u32, col: u32, v: vec4<f32>) {
     store(p, row, col + 3u, v.w);
 }
 
+// A 4×4 block of outputs of the tiled entries: r[i] holds row i's 4 columns.
+struct Acc4 {
+    r: array<vec4<f32>, 4>,
+}
+
+// acc += a ⊗ b for one k: a = the block's 4 rows, b = its 4 columns.
+fn acc_rank1(acc: ptr<function, Acc4>, a: vec4<f32>, b: vec4<f32>) {
+    (*acc).r[0] = fma(vec4<f32>(a.x), b, (*acc).r[0]);
+    (*acc).r[1] = fma(vec4<f32>(a.y), b, (*acc).r[1]);
+    (*acc).r[2] = fma(vec4<f32>(a.z), b, (*acc).r[2]);
+    (*acc).r[3] = fma(vec4<f32>(a.w), b, (*acc).r[3]);
+}
+
 // Rows r0..r0+3 of a 4×4 block of outputs from column c0 (the tiled entries' epilogue).
-fn store_4x4(p: Problem, r0: u32, c0: u32, a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>,
-             a3: vec4<f32>) {
-    store4(p, r0, c0, a0);
-    store4(p, r0 + 1u, c0, a1);
-    store4(p, r0 + 2u, c0, a2);
-    store4(p, r0 + 3u, c0, a3);
+// Constant indices only: a dynamically indexed accumulator can spill out of registers.
+fn store_4x4(p: Problem, r0: u32, c0: u32, acc: Acc4) {
+    store4(p, r0, c0, acc.r[0]);
+    store4(p, r0 + 1u, c0, acc.r[1]);
+    store4(p, r0 + 2u, c0, acc.r[2]);
+    store4(p, r0 + 3u, c0, acc.r[3]);
+}
+
+// The first output (row, column) of block (y, x) of `per` × `per` outputs: the grid counts
+// from the dispatch's row and column origin (params[2], params[3]).
+fn block_origin(y: u32, x: u32, per: u32) -> vec2<u32> {
+    return vec2<u32>(params[2] + y * per, params[3] + x * per);
 }
 
 // Σ over this chunk of A[row, k] * B[k, col], one k at a time (k1 - k0 <= 16,384 iterations).
@@ -146,12 +165,11 @@ fn dot(p: Problem, row: u32, col: u32) -> f32 {
 // as gemv_m1 (256, 1) and gemv_n1 (1, 256)).
 fn one_output(gid: vec3<u32>) {
     let p = problem(gid.z);
-    let row = params[2] + gid.y;
-    let col = params[3] + gid.x;
-    if (row >= p.m || col >= p.n) {
+    let at = block_origin(gid.y, gid.x, 1u);
+    if (at.x >= p.m || at.y >= p.n) {
         return;
     }
-    store(p, row, col, dot(p, row, col));
+    store(p, at.x, at.y, dot(p, at.x, at.y));
 }
 
 @compute @workgroup_size(16, 16)
@@ -162,8 +180,9 @@ fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
 @compute @workgroup_size(8, 8)
 fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     let p = problem(gid.z);
-    let r0 = params[2] + gid.y * 8u;
-    let c0 = params[3] + gid.x * 8u;
+    let at = block_origin(gid.y, gid.x, 8u);
+    let r0 = at.x;
+    let c0 = at.y;
     // No barrier follows, so whole-tile-outside invocations may leave early.
     if (r0 >= p.m || c0 >= p.n) {
         return;
@@ -218,12 +237,11 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
          @builtin(local_invocation_index) li: u32) {
     let p = problem(wid.z);
     let a_stride = select(16u, 17u, OP == 1u);
-    let tr = params[2] + wid.y * TILE;
-    let tc = params[3] + wid.x * TILE;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    let at = block_origin(wid.y, wid.x, TILE);
+    let tr = at.x;
+    let tc = at.y;
+    // Zeros: WGSL initializes function variables.
+    var acc: Acc4;
     // No early return: every invocation must reach every barrier. At most 16,384 / 16 = 1,024
     // slices per dispatch.
     for (var ks = p.k0; ks < p.k1; ks = ks + DEPTH) {
@@ -249,17 +267,12 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
         for (var k = 0u; k < DEPTH; k = k + 1u) {
-            let a = tile_a[k * a_stride + lid.y];
-            let b = tile_b[k * 16u + lid.x];
-            acc0 = fma(vec4<f32>(a.x), b, acc0);
-            acc1 = fma(vec4<f32>(a.y), b, acc1);
-            acc2 = fma(vec4<f32>(a.z), b, acc2);
-            acc3 = fma(vec4<f32>(a.w), b, acc3);
+            acc_rank1(&acc, tile_a[k * a_stride + lid.y], tile_b[k * 16u + lid.x]);
         }
         // The next slice overwrites the tiles: everyone must be done reading them.
         workgroupBarrier();
     }
-    store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc0, acc1, acc2, acc3);
+    store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc);
 }
 
 
@@ -310,12 +323,11 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_id) lid: vec3<u32>,
                 @builtin(local_invocation_index) li: u32) {
     let p = problem(wid.z);
-    let tr = params[2] + wid.y * TILE;
-    let tc = params[3] + wid.x * TILE;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    let at = block_origin(wid.y, wid.x, TILE);
+    let tr = at.x;
+    let tc = at.y;
+    // Zeros: WGSL initializes function variables.
+    var acc: Acc4;
     put_slice(0u, fetch_slice(p, tr, tc, p.k0, li), li);
     workgroupBarrier();
     var cur = 0u;
@@ -328,12 +340,7 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
         }
         let base = cur * 256u;
         for (var k = 0u; k < DEPTH; k = k + 1u) {
-            let a = dbl_a[base + k * 16u + lid.y];
-            let b = dbl_b[base + k * 16u + lid.x];
-            acc0 = fma(vec4<f32>(a.x), b, acc0);
-            acc1 = fma(vec4<f32>(a.y), b, acc1);
-            acc2 = fma(vec4<f32>(a.z), b, acc2);
-            acc3 = fma(vec4<f32>(a.w), b, acc3);
+            acc_rank1(&acc, dbl_a[base + k * 16u + lid.y], dbl_b[base + k * 16u + lid.x]);
         }
         // The other buffer was last read in the previous slice, before the barrier that ended
         // it: writing it now races with no reader.
@@ -343,5 +350,5 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
         cur = 1u - cur;
     }
-    store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc0, acc1, acc2, acc3);
+    store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc);
 }

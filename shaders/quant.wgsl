@@ -93,6 +93,17 @@ fn value(q: u32, b: u32, j: u32) -> f32 {
     return (scale(b) * f32(sc)) * f32(i32(nib | (qh << 4u)) - 32);
 }
 
+// Elements per block: 32 in Q8_0 and Q4_0, 256 in the K-quants.
+fn block_len(q: u32) -> u32 {
+    return select(256u, 32u, q < 2u);
+}
+
+// Element k of row r (numbered within the part) of a matrix of type q.
+fn weight(q: u32, r: u32, k: u32) -> f32 {
+    let bl = block_len(q);
+    return value(q, r * params[2] + k / bl, k % bl);
+}
+
 fn xv(i: u32) -> f32 {
     return bitcast<f32>(aux[i]);
 }
@@ -115,14 +126,14 @@ fn matvec(
     let q = params[6];
     let xoff = params[7];
     // Uniform per workgroup, so the early exit keeps the barriers below in uniform control flow.
-    let r = wid.y * nwg.x + wid.x;
+    let r = group_index(wid, nwg);
     if (r >= rows) {
         return;
     }
     let i0 = wid.z * MT;
     let mt = min(MT, m - i0);
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    let bl = select(256u, 32u, q < 2u);
+    let bl = block_len(q);
     // At most nb / 64 iterations (a row of 65,536 * 64 * 32 values would be needed to pass
     // lavapipe's loop cap).
     for (var b = lid; b < nb; b = b + WG) {
@@ -188,11 +199,9 @@ fn dequant(inv: Invocation) {
     if (i >= params[0] * cols) {
         return;
     }
-    let q = params[6];
-    let bl = select(256u, 32u, q < 2u);
     let r = i / cols;
     let k = i % cols;
-    dst[(params[4] + r) * cols + k] = value(q, r * params[2] + k / bl, k % bl);
+    dst[(params[4] + r) * cols + k] = weight(params[6], r, k);
 }
 
 @compute @workgroup_size(256)
@@ -217,7 +226,5 @@ fn gather(inv: Invocation) {
     if (id < row0 || id >= row0 + params[0]) {
         return;
     }
-    let q = params[6];
-    let bl = select(256u, 32u, q < 2u);
-    dst[i] = value(q, (id - row0) * params[2] + k / bl, k % bl);
+    dst[i] = weight(params[6], id - row0, k);
 }

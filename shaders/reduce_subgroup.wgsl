@@ -1,6 +1,7 @@
 // reduce_subgroup.wgsl: first passes of reduce.wgsl's reductions with subgroup operations
 // (adapters with the SUBGROUP feature); composed after reduce.wgsl, whose params, loads, stores
-// and `combine` it shares, so every op keeps its NaN, tie and wrap-around rules.
+// and `combine` it shares, so every op keeps its NaN, tie and wrap-around rules (subgroup.wgsl,
+// prepended, defines SubgroupInv).
 //
 // Lanes merge through butterflies of subgroupShuffleXor and `combine` (not subgroupAdd or
 // subgroupMax, whose NaN handling WGSL leaves to the driver). At each level the lane holding
@@ -31,16 +32,6 @@ fn subgroup_merge(acc: Acc, lane: u32, size: u32) -> Acc {
         }
     }
     return a;
-}
-
-struct SubgroupInv {
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_size) size: u32,
-    @builtin(subgroup_id) sg: u32,
-    @builtin(num_subgroups) nsg: u32,
 }
 
 @compute @workgroup_size(256)

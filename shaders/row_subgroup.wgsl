@@ -3,15 +3,9 @@
 // subgroup publishes one statistic, thread 0 folds those with the row shader's `stat_merge`, and
 // a second barrier shares the row's: 2 barriers where the tree takes 9. stat_subgroup merges
 // the (max, sum of exp, bad) statistics of softmax.wgsl, the one row shader run this way.
+// subgroup.wgsl (prepended) defines SubgroupInv.
 
-struct RowInv {
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_id) sg: u32,
-    @builtin(num_subgroups) nsg: u32,
-}
+alias RowInv = SubgroupInv;
 
 // The merge of a subgroup's lanes: subgroupMax / subgroupAdd / subgroupOr.
 fn stat_subgroup(st: RowStat) -> RowStat {

@@ -56,18 +56,10 @@ fn scatter_keys(inv: Invocation) {
         if (bad_id(code, id, bound)) {
             report_bad_id(code, id, bound);
         } else {
-            key = 0u;
-            var rem = k;
-            // At most ndim iterations.
-            for (var q = nd; q > 0u; q = q - 1u) {
-                let j = q - 1u;
-                let size = params[8u + j];
-                var c = rem % size;
-                rem = rem / size;
-                if (j == d) {
-                    c = id;
-                }
-                key = key + c * params[8u + nd + j];
+            key = strided_offset_but(k, 0u, nd, 8u, 8u + nd, d).x;
+            // A 0-d target has no dim d (and its one id is 0).
+            if (d < nd) {
+                key = key + id * params[8u + nd + d];
             }
         }
     }
@@ -118,36 +110,36 @@ fn low_of(t: u32, j: u32) -> u32 {
     return (t / j) * 2u * j + (t % j);
 }
 
+// Steps j = j0, j0 / 2, ..., 1 of stage k on the block at base in workgroup memory, thread t
+// exchanging one pair per step (uniform control flow: every thread reaches every barrier).
+fn block_steps(base: u32, t: u32, k: u32, j0: u32) {
+    for (var j = j0; j > 0u; j = j >> 1u) {
+        let i = low_of(t, j);
+        exchange_local(i, i + j, ((base + i) & k) == 0u);
+        workgroupBarrier();
+    }
+}
+
 @compute @workgroup_size(256)
 fn sort_block(inv: Invocation) {
-    let base = (inv.wid.y * inv.nwg.x + inv.wid.x) * 512u;
+    let base = group_index(inv.wid, inv.nwg) * 512u;
     let t = inv.lid;
     load_block(base, t, params[1]);
     workgroupBarrier();
     let kmax = min(params[0], 512u);
     for (var k = 2u; k <= kmax; k = k << 1u) {
-        for (var j = k >> 1u; j > 0u; j = j >> 1u) {
-            let i = low_of(t, j);
-            exchange_local(i, i + j, ((base + i) & k) == 0u);
-            workgroupBarrier();
-        }
+        block_steps(base, t, k, k >> 1u);
     }
     store_block(base, t, params[1]);
 }
 
 @compute @workgroup_size(256)
 fn sort_merge(inv: Invocation) {
-    let base = (inv.wid.y * inv.nwg.x + inv.wid.x) * 512u;
-    let t = inv.lid;
-    load_block(base, t, params[1]);
+    let base = group_index(inv.wid, inv.nwg) * 512u;
+    load_block(base, inv.lid, params[1]);
     workgroupBarrier();
-    let k = params[0];
-    for (var j = 256u; j > 0u; j = j >> 1u) {
-        let i = low_of(t, j);
-        exchange_local(i, i + j, ((base + i) & k) == 0u);
-        workgroupBarrier();
-    }
-    store_block(base, t, params[1]);
+    block_steps(base, inv.lid, params[0], 256u);
+    store_block(base, inv.lid, params[1]);
 }
 
 @compute @workgroup_size(256)

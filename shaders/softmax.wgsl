@@ -69,44 +69,44 @@ fn value(x: f32, rm: f32, rs: f32, ls: f32, nan_row: bool) -> f32 {
     return exp(d) / rs;
 }
 
-// Address in src of packed index p of the view (params from index 3 on).
-fn address(p: u32) -> u32 {
+// Where row r starts: x = its packed index o * len * inner + i in dst, y = the address of that
+// index in src (the view's offset, shape and strides from params[3] on).
+fn row_start(row: u32) -> vec2<u32> {
+    let len = params[1];
+    let inner = params[2];
+    let out = (row / inner) * len * inner + row % inner;
     let nd = params[5];
-    return strided_offset(p, params[3], nd, 6u, 6u + nd);
+    return vec2<u32>(out, strided_offset(out, params[3], nd, 6u, 6u + nd));
+}
+
+// What row_fold.wgsl's fold_row starts from and reads.
+fn empty_stat() -> RowStat {
+    return RowStat(bitcast<f32>(0xff800000u), 0.0, 0u);
+}
+
+fn element(at: u32) -> f32 {
+    return src[at];
+}
+
+// Writes elements k = first, first + step, ... < count of the row given its merged statistics.
+fn write_row(at: vec2<u32>, count: u32, first: u32, step: u32, st: RowStat) {
+    let inner = params[2];
+    let rstride = params[4];
+    // NaN / +inf anywhere, or nothing but -inf (s = 0): the whole row is NaN.
+    let nan_row = st.bad != 0u || st.s == 0.0;
+    let ls = log(st.s);
+    for (var k = first; k < count; k = k + step) {
+        dst[at.x + k * inner] = value(src[at.y + k * rstride], st.m, st.s, ls, nan_row);
+    }
 }
 
 @compute @workgroup_size(256)
 fn softmax(inv: RowInv) {
-    let lid = inv.lid;
-    let row = inv.wid.y * inv.nwg.x + inv.wid.x;
-    let nrows = params[0];
-    let len = params[1];
-    let inner = params[2];
-    let rstride = params[4];
-    // Workgroups past the last row run no iterations (count 0) but reach every barrier.
-    var count = 0u;
-    var base = 0u;
-    var out = 0u;
-    if (row < nrows) {
-        count = len;
-        let o = row / inner;
-        let i = row % inner;
-        out = o * len * inner + i;
-        base = address(out);
-    }
-    var acc = RowStat(bitcast<f32>(0xff800000u), 0.0, 0u);
-    for (var k = lid; k < count; k = k + 256u) {
-        acc = push(acc, src[base + k * rstride]);
-    }
-    let st = row_merge(inv, acc);
-    let rm = st.m;
-    let rs = st.s;
-    // NaN / +inf anywhere, or nothing but -inf (s = 0): the whole row is NaN.
-    let nan_row = st.bad != 0u || rs == 0.0;
-    let ls = log(rs);
-    for (var k = lid; k < count; k = k + 256u) {
-        dst[out + k * inner] = value(src[base + k * rstride], rm, rs, ls, nan_row);
-    }
+    let row = group_index(inv.wid, inv.nwg);
+    let count = row_count(row, params[1]);
+    let at = row_start(row);
+    let st = row_merge(inv, fold_row(at.y, params[4], count, inv.lid, 256u));
+    write_row(at, count, inv.lid, 256u, st);
 }
 
 // One invocation per row: the autotuned variant for many short rows (the workgroup-per-row
@@ -116,23 +116,11 @@ fn softmax(inv: RowInv) {
 // + lid); invocations past nrows return.
 @compute @workgroup_size(256)
 fn softmax_per_row(inv: RowInv) {
-    let row = (inv.wid.y * inv.nwg.x + inv.wid.x) * 256u + inv.lid;
-    let nrows = params[0];
-    if (row >= nrows) {
+    let row = flat_index(inv.wid, inv.nwg, inv.lid);
+    if (row >= params[0]) {
         return;
     }
+    let at = row_start(row);
     let len = params[1];
-    let inner = params[2];
-    let rstride = params[4];
-    let out = (row / inner) * len * inner + row % inner;
-    let base = address(out);
-    var st = RowStat(bitcast<f32>(0xff800000u), 0.0, 0u);
-    for (var k = 0u; k < len; k = k + 1u) {
-        st = push(st, src[base + k * rstride]);
-    }
-    let nan_row = st.bad != 0u || st.s == 0.0;
-    let ls = log(st.s);
-    for (var k = 0u; k < len; k = k + 1u) {
-        dst[out + k * inner] = value(src[base + k * rstride], st.m, st.s, ls, nan_row);
-    }
+    write_row(at, len, 0u, 1u, fold_row(at.y, params[4], len, 0u, 1u));
 }

@@ -254,6 +254,8 @@ pub mod testing {
         v.push(("row_tree.wgsl", crate::gpu::kernels::ROW_TREE));
         v.push(("row_subgroup.wgsl", crate::gpu::kernels::ROW_SUBGROUP));
         v.push(("reduce_subgroup.wgsl", crate::gpu::kernels::REDUCE_SUBGROUP));
+        v.push(("subgroup.wgsl", crate::gpu::kernels::SUBGROUP));
+        v.push(("row_fold.wgsl", crate::gpu::kernels::ROW_FOLD));
         v.push(("common.wgsl", crate::gpu::kernels::COMMON));
         v.push(("ids.wgsl", crate::gpu::kernels::IDS));
         v.push(("normal.wgsl", crate::gpu::kernels::NORMAL));

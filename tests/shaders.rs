@@ -119,6 +119,8 @@ fn shader_files_on_disk_validate() {
             "row_tree.wgsl",
             "row_subgroup.wgsl",
             "reduce_subgroup.wgsl",
+            "subgroup.wgsl",
+            "row_fold.wgsl",
             "attention.wgsl",
             // The reduction table's part is appended by the library (src/ops/reduce.rs); the
             // embedded list holds the composed shader.
@@ -130,6 +132,9 @@ fn shader_files_on_disk_validate() {
         let mut full = String::new();
         if source.contains("row_merge(") {
             full.push_str(&shaders["row_tree.wgsl"]);
+        }
+        if source.contains("fold_row(") {
+            full.push_str(&shaders["row_fold.wgsl"]);
         }
         if source.contains("report_bad_id(") {
             full.push_str(ids);

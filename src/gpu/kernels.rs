@@ -115,6 +115,10 @@ pub(crate) fn compose(body: &str) -> String {
     format!("{enables}{COMMON}\n{normal}\n{rest}")
 }
 
+/// A thread's pass over its elements of a row, composed into every row shader.
+#[allow(dead_code)]
+pub(crate) const ROW_FOLD: &str = include_str!("../../shaders/row_fold.wgsl");
+
 /// The row merge snippets of softmax (without and with subgroup operations).
 #[allow(dead_code)]
 pub(crate) const ROW_TREE: &str = include_str!("../../shaders/row_tree.wgsl");
@@ -134,14 +138,17 @@ fn reduce() -> &'static str {
 /// [`reduce`] followed by reduce_subgroup.wgsl's first passes.
 fn reduce_subgroup() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SOURCE.get_or_init(|| format!("{}{REDUCE_SUBGROUP}", reduce()))
+    SOURCE.get_or_init(|| format!("{}{SUBGROUP}{REDUCE_SUBGROUP}", reduce()))
 }
 
 /// The fused attention's helpers (composed after attention_forward/backward.wgsl).
 #[allow(dead_code)]
 pub(crate) const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
 
-/// The subgroup first passes of reductions (composed after reduce.wgsl).
+/// `SubgroupInv`, the entry parameter of the kernels that use subgroup operations.
+pub(crate) const SUBGROUP: &str = include_str!("../../shaders/subgroup.wgsl");
+
+/// The subgroup first passes of reductions (composed after reduce.wgsl and subgroup.wgsl).
 pub(crate) const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce_subgroup.wgsl");
 
 /// `normal_of`: standard normals from Philox words in integer fixed point.
@@ -216,13 +223,14 @@ macro_rules! wgsl {
 fn norm() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SOURCE.get_or_init(|| {
-        let file = wgsl!("row_tree.wgsl", "layer_norm.wgsl");
+        let file = wgsl!("row_tree.wgsl", "row_fold.wgsl", "layer_norm.wgsl");
         format!("{file}{}", RowOp::norm_wgsl())
     })
 }
 
 /// Every hand-written kernel. Row shaders start with a row merge (`row_tree.wgsl`, or
-/// `row_subgroup.wgsl` on adapters with `SUBGROUP`); shaders that read ids with `ids.wgsl`;
+/// `subgroup.wgsl` and `row_subgroup.wgsl` on adapters with `SUBGROUP`) and the row pass
+/// (`row_fold.wgsl`); shaders that read ids with `ids.wgsl`;
 /// the fused attention's entry points come before their shared helpers.
 pub(crate) const SHADERS: [ShaderDef; 18] = [
     // reduce binds an auxiliary input (softmax's row maxima) beside the data.
@@ -235,15 +243,21 @@ pub(crate) const SHADERS: [ShaderDef; 18] = [
         2,
     )
     .body(Body::Built(reduce_subgroup)),
-    ShaderDef::new(Shader::Softmax, "softmax.wgsl", wgsl!("softmax.wgsl"), 1)
-        .body(Body::Text(wgsl!("row_tree.wgsl", "softmax.wgsl"))),
+    ShaderDef::new(Shader::Softmax, "softmax.wgsl", wgsl!("softmax.wgsl"), 1).body(Body::Text(
+        wgsl!("row_tree.wgsl", "row_fold.wgsl", "softmax.wgsl"),
+    )),
     ShaderDef::new(
         Shader::SoftmaxSubgroup,
         "softmax.wgsl (subgroups)",
         wgsl!("softmax.wgsl"),
         1,
     )
-    .body(Body::Text(wgsl!("row_subgroup.wgsl", "softmax.wgsl"))),
+    .body(Body::Text(wgsl!(
+        "subgroup.wgsl",
+        "row_subgroup.wgsl",
+        "row_fold.wgsl",
+        "softmax.wgsl"
+    ))),
     // The input, weight and bias.
     ShaderDef::new(
         Shader::LayerNorm,
@@ -259,7 +273,12 @@ pub(crate) const SHADERS: [ShaderDef; 18] = [
         wgsl!("cross_entropy.wgsl"),
         4,
     )
-    .checked(wgsl!("ids.wgsl", "row_tree.wgsl", "cross_entropy.wgsl")),
+    .checked(wgsl!(
+        "ids.wgsl",
+        "row_tree.wgsl",
+        "row_fold.wgsl",
+        "cross_entropy.wgsl"
+    )),
     ShaderDef::new(Shader::Join, "join.wgsl", wgsl!("join.wgsl"), 1),
     ShaderDef::new(Shader::Matmul, "matmul.wgsl", wgsl!("matmul.wgsl"), 2)
         .body(Body::Built(matmul))
