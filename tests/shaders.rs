@@ -125,6 +125,8 @@ fn shader_files_on_disk_validate() {
             // The reduction table's part is appended by the library (src/ops/reduce.rs); the
             // embedded list holds the composed shader.
             "reduce.wgsl",
+            // Likewise the row-op table's part (`centered()`, src/ops/rows.rs).
+            "layer_norm.wgsl",
         ];
         if snippets.contains(&name.as_str()) {
             continue;
