@@ -416,3 +416,48 @@ fn f16_reductions_softmax_matmul_accumulate_in_f32() {
         assert_eq!(s, 3000.0, "f32 accumulation on {d}");
     }
 }
+
+/// `x · Wᵀ` with f16 operands and `W`'s rows contiguous (a layer's weight): one row, a few
+/// rows, and prefill-sized row counts (widened panels of `W` on the CPU, a tail panel), with a
+/// NaN in one row: the f32 product rounded once, on every device.
+#[test]
+fn f16_linear_layer_shapes_match_the_f32_product() {
+    let (k, n) = (40usize, 130usize);
+    let cpu = Device::cpu();
+    let w = h(&data(n * k, 41, 1.0));
+    let w32: Vec<f32> = w.iter().map(|x| x.to_f32()).collect();
+    let cw = Tensor::from_slice(&w32, &[n, k], &cpu).unwrap();
+    for m in [1usize, 3, 16, 70] {
+        let mut x = h(&data(m * k, 42 + m as u64, 2.0));
+        x[(k + 3) % (m * k)] = f16::NAN;
+        let x32: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+        let want = common::values(
+            &Tensor::from_slice(&x32, &[m, k], &cpu)
+                .unwrap()
+                .matmul(&cw.t().unwrap())
+                .unwrap(),
+        );
+        for d in devices() {
+            let y = ht(&x, &[m, k], &d)
+                .matmul(&ht(&w, &[n, k], &d).t().unwrap())
+                .unwrap();
+            assert_eq!((y.dtype(), y.shape()), (DType::F16, &[m, n][..]));
+            let got = f32s(&y);
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.is_nan(), e.is_nan(), "NaN at {i} m={m} on {d}");
+            }
+            let finite = |v: &[f32]| {
+                v.iter()
+                    .map(|x| if x.is_nan() { 0.0 } else { *x })
+                    .collect::<Vec<_>>()
+            };
+            assert_close(
+                &finite(&got),
+                &finite(&want),
+                1e-3,
+                1e-3,
+                &format!("m={m} on {d}"),
+            );
+        }
+    }
+}

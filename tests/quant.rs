@@ -416,6 +416,62 @@ fn f16_activations_and_batched_shapes() {
     assert_close(&values(&y16), &values(&y32), 2e-2, 2e-2, "f16 activations");
 }
 
+/// `matmul_t_many` gives each matrix's `matmul_t`, bit for bit, on the CPU (the grouped decode
+/// kernel for one activation row, one by one otherwise) and on every adapter, for every type,
+/// with matrices of different row counts and a NaN activation.
+#[test]
+fn grouped_matmul_is_the_separate_products_bit_for_bit() {
+    let _mode = mode(true);
+    for integer in [true, false] {
+        wgtensor::set_quantized_activations(integer);
+        for dev in common::devices() {
+            for q in [QType::Q8_0, QType::Q4_0, QType::Q4_K] {
+                let cols = 2 * q.block_len();
+                let ts: Vec<QTensor> = [7usize, 1, 66]
+                    .iter()
+                    .map(|&r| {
+                        let b = random_blocks(q, r, cols, 31 + r as u64);
+                        QTensor::from_ggml(q, [r, cols], &b, &dev).unwrap()
+                    })
+                    .collect();
+                let refs: Vec<&QTensor> = ts.iter().collect();
+                for m in [1, 3] {
+                    let mut xv = data(m * cols, 33, 2.0);
+                    for nan in [false, true] {
+                        if nan {
+                            xv[5] = f32::NAN;
+                        }
+                        let x = Tensor::from_vec(xv.clone(), &[m, cols], &dev).unwrap();
+                        let ys = QTensor::matmul_t_many(&refs, &x).unwrap();
+                        assert_eq!(ys.len(), 3);
+                        for (t, y) in ts.iter().zip(&ys) {
+                            let want = t.matmul_t(&x).unwrap();
+                            assert_eq!(y.shape(), want.shape());
+                            let bits = |v: Vec<f32>| -> Vec<u32> {
+                                v.iter().map(|f| f.to_bits()).collect()
+                            };
+                            assert_eq!(
+                                bits(values(y)),
+                                bits(values(&want)),
+                                "{q} on {dev} m={m} integer={integer} nan={nan}"
+                            );
+                            if nan && m == 1 {
+                                assert!(values(y).iter().all(|v| v.is_nan()), "{q} NaN row");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(QTensor::matmul_t_many(
+        &[],
+        &Tensor::ones(&[1, 32], DType::F32, &Device::cpu()).unwrap()
+    )
+    .unwrap()
+    .is_empty());
+}
+
 /// Child body of `cpu_paths_give_the_same_bits_at_any_thread_count_and_isa`: one line per
 /// product, `BITS` and a hash of every output's bits, in both modes.
 #[test]
@@ -441,6 +497,25 @@ fn cpu_quant_bits_child() {
                 });
                 println!("BITS {q} m={m} integer={integer} {h:016x}");
             }
+            // A grouped decode product: this matrix with two others, rows 4k+1 and 4k+3, so
+            // four-row groups straddle the matrices.
+            let others: Vec<QTensor> = [5usize, 39]
+                .iter()
+                .map(|&r| {
+                    let b = random_blocks(q, r, shape[1], 24 + r as u64);
+                    QTensor::from_ggml(q, [r, shape[1]], &b, &Device::cpu()).unwrap()
+                })
+                .collect();
+            let x =
+                Tensor::from_vec(data(shape[1], 25, 3.0), &[1, shape[1]], &Device::cpu()).unwrap();
+            let ys = QTensor::matmul_t_many(&[&t, &others[0], &others[1]], &x).unwrap();
+            let h = ys
+                .iter()
+                .flat_map(values)
+                .fold(0xcbf29ce484222325u64, |h, v| {
+                    (h ^ v.to_bits() as u64).wrapping_mul(0x100000001b3)
+                });
+            println!("BITS {q} grouped integer={integer} {h:016x}");
         }
     }
     common::child_done("cpu_quant_bits_child");
@@ -457,7 +532,7 @@ fn cpu_paths_give_the_same_bits_at_any_thread_count_and_isa() {
             .lines()
             .filter_map(|l| l.find("BITS ").map(|i| l[i..].to_string()))
             .collect();
-        assert_eq!(v.len(), 30, "{out}");
+        assert_eq!(v.len(), 36, "{out}");
         v
     };
     let one = lines(&[("RAYON_NUM_THREADS", "1")]);

@@ -24,6 +24,24 @@ pub(crate) struct DecodeDims {
     pub scale: f32,
 }
 
+/// `q · k` over 8 lanes (element `i` to lane `i % 8`), the lanes added in a fixed tree: the
+/// lanes vectorize, where one running sum is a chain of dependent additions.
+#[inline]
+fn dot8(q: &[f32], k: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (qc, kc) = (q.chunks_exact(8), k.chunks_exact(8));
+    let (qr, kr) = (qc.remainder(), kc.remainder());
+    for (a, b) in qc.zip(kc) {
+        for l in 0..8 {
+            acc[l] += a[l] * b[l];
+        }
+    }
+    for (l, (a, b)) in qr.iter().zip(kr).enumerate() {
+        acc[l] += a * b;
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
+
 /// `q` packed `[heads, head_dim]`; `k`, `v` packed `[capacity, kv_heads, head_dim]` (only the
 /// first `len` positions are read). Returns `[heads, head_dim]`.
 pub(crate) fn attention_decode(q: &[f32], k: &[f32], v: &[f32], d: DecodeDims) -> Vec<f32> {
@@ -40,7 +58,7 @@ pub(crate) fn attention_decode(q: &[f32], k: &[f32], v: &[f32], d: DecodeDims) -
             let mut tile_max = f32::NEG_INFINITY;
             for (j, s) in scores[..n].iter_mut().enumerate() {
                 let kr = &k[(start + j) * row + kvh * hd..][..hd];
-                *s = qh.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>() * d.scale;
+                *s = dot8(qh, kr) * d.scale;
                 tile_max = tile_max.max(*s);
             }
             let m_new = m.max(tile_max);

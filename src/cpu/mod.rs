@@ -39,6 +39,7 @@ pub(crate) mod matmul;
 pub(crate) mod matvec;
 pub(crate) mod norm;
 pub(crate) mod normal;
+pub(crate) mod panels;
 pub(crate) mod pool;
 pub(crate) mod program;
 pub(crate) mod quant;

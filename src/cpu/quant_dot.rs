@@ -14,11 +14,15 @@
 //!
 //! - **Panels** (any type, from 16 activation rows on: prefill): weight rows are dequantized
 //!   64 at a time into a reused buffer and multiplied with all of `x` by gemm in f32, in either
-//!   mode (dequantizing once per panel beats a dot product per output at that size).
+//!   mode (`panels.rs`; dequantizing once per panel beats a dot product per output there).
+//!
+//! One activation row (decode) may run against several matrices at once ([`matvec_group`]):
+//! one quantization of `x` and one parallel loop for a layer's q, k and v projections.
 //!
 //! Every output element is computed by one thread in one order, so results do not depend on
 //! the thread count.
 
+use super::panels::transpose;
 use super::quant::{body_bytes, dequantize, scale_halfs};
 use crate::QType;
 use half::f16;
@@ -137,6 +141,28 @@ mod avx2 {
         out
     }
 
+    /// Block `b` of a Q8_0 or Q4_0 weight row as 32 bytes in element order: Q8_0's signed
+    /// values, or Q4_0's unsigned nibbles (0..=15, the 8 not yet subtracted).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `wb` holds at least `b + 1` blocks' bodies.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn block(q: QType, wb: &[u8], b: usize) -> __m256i {
+        // SAFETY: the caller guarantees block b is inside `wb` (32 or 16 bytes at b * body).
+        unsafe {
+            if q == QType::Q8_0 {
+                _mm256_loadu_si256(wb.as_ptr().add(32 * b) as *const __m256i)
+            } else {
+                let low = _mm_set1_epi8(0xF);
+                let raw = _mm_loadu_si128(wb.as_ptr().add(16 * b) as *const __m128i);
+                let lo = _mm_and_si128(raw, low);
+                let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+                _mm256_set_m128i(hi, lo)
+            }
+        }
+    }
+
     /// AVX2 twin of `dot_int_scalar` for `ROWS` activation rows at once (the weight block is
     /// loaded and unpacked once for all of them).
     ///
@@ -154,7 +180,6 @@ mod avx2 {
         let nb = ws.len();
         let mut acc = [_mm256_setzero_ps(); ROWS];
         let ones = _mm256_set1_epi16(1);
-        let low = _mm_set1_epi8(0xF);
         let eight = _mm256_set1_epi8(8);
         let mut sc = [0f32; 8];
         for b in 0..nb {
@@ -163,15 +188,11 @@ mod avx2 {
             }
             // SAFETY (whole block): b < nb, so every load below stays inside the block's body
             // (32 or 16 bytes at b * body) and activation row (32 bytes at 32 * (i * nb + b)).
-            let w = unsafe {
-                if q == QType::Q8_0 {
-                    _mm256_loadu_si256(wb.as_ptr().add(32 * b) as *const __m256i)
-                } else {
-                    let raw = _mm_loadu_si128(wb.as_ptr().add(16 * b) as *const __m128i);
-                    let lo = _mm_and_si128(raw, low);
-                    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-                    _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight)
-                }
+            let w = unsafe { block(q, wb, b) };
+            let w = if q == QType::Q8_0 {
+                w
+            } else {
+                _mm256_sub_epi8(w, eight)
             };
             let aw = _mm256_sign_epi8(w, w);
             let dw = sc[b % 8];
@@ -185,18 +206,24 @@ mod avx2 {
                 acc[i] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[i]);
             }
         }
-        for i in 0..ROWS {
+        finish(acc, out);
+    }
+
+    /// Each accumulator's 8 lanes added in `tree`'s order, into `out`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn finish<const N: usize>(acc: [__m256; N], out: &mut [f32]) {
+        for (o, v) in out.iter_mut().zip(acc) {
             let mut a = [0f32; 8];
             // SAFETY: `a` is 8 f32s, the size of one __m256.
-            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), acc[i]) };
-            out[i] = tree(a);
+            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
+            *o = tree(a);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2_rows {
-    use super::tree;
     use crate::QType;
     use half::f16;
     use std::arch::x86_64::*;
@@ -206,21 +233,20 @@ mod avx2_rows {
     /// row's arithmetic is exactly `dot_int`'s, so the bits are the same.
     ///
     /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `ws[k]`/`wb[k]` hold `xd.len()` blocks, `xq` 32
-    /// values per block.
+    /// The CPU must have AVX2, FMA and F16C; `act` is one row; `ws[k]`/`wb[k]` hold as many
+    /// blocks as it.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows<const W: usize>(
         q: QType,
         ws: [&[f16]; W],
         wb: [&[u8]; W],
-        xd: &[f32],
-        xq: &[i8],
+        act: &super::Q8Rows,
         out: &mut [f32],
     ) {
+        let (xd, xq) = (&act.d, &act.q);
         let nb = xd.len();
         let mut acc = [_mm256_setzero_ps(); W];
         let ones = _mm256_set1_epi16(1);
-        let low = _mm_set1_epi8(0xF);
         let eight = _mm256_set1_epi8(8);
         let mut sc = [[0f32; 8]; W];
         for b in 0..nb {
@@ -244,17 +270,11 @@ mod avx2_rows {
                 _mm256_setzero_si256()
             };
             for k in 0..W {
-                let pairs = unsafe {
-                    if q == QType::Q8_0 {
-                        let w = _mm256_loadu_si256(wb[k].as_ptr().add(32 * b) as *const __m256i);
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
-                    } else {
-                        let raw = _mm_loadu_si128(wb[k].as_ptr().add(16 * b) as *const __m128i);
-                        let lo = _mm_and_si128(raw, low);
-                        let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-                        let u = _mm256_set_m128i(hi, lo);
-                        _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), x8)
-                    }
+                let w = unsafe { super::avx2::block(q, wb[k], b) };
+                let pairs = if q == QType::Q8_0 {
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                } else {
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(w, x), x8)
                 };
                 let lanes = _mm256_madd_epi16(pairs, ones);
                 let dw = sc[k][b % 8];
@@ -262,12 +282,7 @@ mod avx2_rows {
                 acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[k]);
             }
         }
-        for k in 0..W {
-            let mut a = [0f32; 8];
-            // SAFETY: `a` is 8 f32s, the size of one __m256.
-            unsafe { _mm256_storeu_ps(a.as_mut_ptr(), acc[k]) };
-            out[k] = tree(a);
-        }
+        super::avx2::finish(acc, out);
     }
 }
 
@@ -316,47 +331,29 @@ pub(crate) fn matmul_t(
     m: usize,
     integer: bool,
 ) -> crate::Result<Vec<f32>> {
+    let one = Planes { rows, scales, body };
     if m >= GEMM_MIN_ROWS {
-        return matmul_t_panels(q, rows, cols, scales, body, x, m);
+        return matmul_t_panels(q, cols, one, x, m);
+    }
+    let integer = integer && matches!(q, QType::Q8_0 | QType::Q4_0);
+    if integer && m == 1 {
+        return matvec_group(q, cols, &[one], x);
     }
     let nb = cols / q.block_len();
     let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
     let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
     out_t.resize(rows * m, 0.0);
     let per = rows_per_task(rows, cols, m);
-    let integer = integer && matches!(q, QType::Q8_0 | QType::Q4_0);
     if integer {
         let act = quantize_rows(x);
         let avx2 = use_avx2();
-        let plane = |r: usize| (&scales[r * ns..(r + 1) * ns], &body[r * bb..(r + 1) * bb]);
         out_t
             .par_chunks_mut(per * m)
             .enumerate()
             .for_each(|(t, chunk)| {
-                let mut k = 0;
-                #[cfg(target_arch = "x86_64")]
-                if avx2 && m == 1 {
-                    // One activation row (decode): weight rows four at a time.
-                    while k + 4 <= chunk.len() {
-                        let r = t * per + k;
-                        let p = [plane(r), plane(r + 1), plane(r + 2), plane(r + 3)];
-                        // SAFETY: `use_avx2` checked the CPU; each plane holds `nb` blocks
-                        // and `act` one row of `nb` blocks.
-                        unsafe {
-                            avx2_rows::dot_rows::<4>(
-                                q,
-                                p.map(|p| p.0),
-                                p.map(|p| p.1),
-                                &act.d,
-                                &act.q,
-                                &mut chunk[k..k + 4],
-                            )
-                        };
-                        k += 4;
-                    }
-                }
-                for (j, o) in chunk[k * m..].chunks_exact_mut(m).enumerate() {
-                    let (ws, wb) = plane(t * per + k + j);
+                for (j, o) in chunk.chunks_exact_mut(m).enumerate() {
+                    let r = t * per + j;
+                    let (ws, wb) = (&scales[r * ns..(r + 1) * ns], &body[r * bb..(r + 1) * bb]);
                     int_row(q, ws, wb, &act, nb, o, avx2);
                 }
             });
@@ -383,78 +380,108 @@ pub(crate) fn matmul_t(
     Ok(transpose(out_t, rows, m))
 }
 
+/// The planes of one `[rows, cols]` matrix of a [`matvec_group`].
+pub(crate) struct Planes<'a> {
+    pub rows: usize,
+    pub scales: &'a [f16],
+    pub body: &'a [u8],
+}
+
+/// `W x` for one activation row `x` (`cols`) against several Q8_0 or Q4_0 matrices of the same
+/// `cols` at once (a layer's q, k and v projections; its gate and up projections): `x` is
+/// quantized once and one rayon fan-out covers the rows of all of them, 4 weight rows per
+/// kernel call (the 4 may come from two matrices). Returns the outputs one after another
+/// (`sum(rows)` values). Each output is `dot_rows`' arithmetic on its own row, so the bits are
+/// those of one `matmul_t` per matrix, at any thread count.
+pub(crate) fn matvec_group(
+    q: QType,
+    cols: usize,
+    mats: &[Planes<'_>],
+    x: &[f32],
+) -> crate::Result<Vec<f32>> {
+    let nb = cols / q.block_len();
+    let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
+    let total: usize = mats.iter().map(|p| p.rows).sum();
+    let mut out = super::alloc::try_vec::<f32>("QTensor::matmul_t", total)?;
+    out.resize(total, 0.0);
+    assert!(
+        matches!(q, QType::Q8_0 | QType::Q4_0)
+            && x.len() >= cols
+            && mats
+                .iter()
+                .all(|p| p.scales.len() >= p.rows * ns && p.body.len() >= p.rows * bb)
+    );
+    let act = quantize_rows(&x[..cols]);
+    let avx2 = use_avx2();
+    // Global row `r` of the concatenation: its matrix's planes for that row.
+    let plane = |mut r: usize| {
+        let mut i = 0;
+        while r >= mats[i].rows {
+            r -= mats[i].rows;
+            i += 1;
+        }
+        let p = &mats[i];
+        (
+            &p.scales[r * ns..(r + 1) * ns],
+            &p.body[r * bb..(r + 1) * bb],
+        )
+    };
+    let per = rows_per_task(total, cols, 1).next_multiple_of(4);
+    out.par_chunks_mut(per).enumerate().for_each(|(t, chunk)| {
+        let mut k = 0;
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            while k + 4 <= chunk.len() {
+                let r = t * per + k;
+                let p = [plane(r), plane(r + 1), plane(r + 2), plane(r + 3)];
+                // SAFETY: `use_avx2` checked the CPU; each plane holds `nb` blocks and
+                // `act` one row of `nb` blocks.
+                unsafe {
+                    avx2_rows::dot_rows::<4>(
+                        q,
+                        p.map(|p| p.0),
+                        p.map(|p| p.1),
+                        &act,
+                        &mut chunk[k..k + 4],
+                    )
+                };
+                k += 4;
+            }
+        }
+        for (j, o) in chunk[k..].chunks_exact_mut(1).enumerate() {
+            let (ws, wb) = plane(t * per + k + j);
+            int_row(q, ws, wb, &act, nb, o, avx2);
+        }
+    });
+    Ok(out)
+}
+
 /// Activation rows from which `matmul_t` multiplies in f32 through gemm (prefill): with this
 /// many rows, dequantizing a weight panel once and running a cache-blocked product beats a
 /// dot product per output, integer or not.
 const GEMM_MIN_ROWS: usize = 16;
 
-/// Weight rows per dequantized panel: a fixed count (not derived from the thread count), so
-/// every output comes from the same gemm call at any thread count; 64 rows of 4096 f32 stay
-/// within a core's L2.
-const PANEL_ROWS: usize = 64;
-
-/// `x @ W^T` for many activation rows: each rayon task dequantizes `PANEL_ROWS` weight rows
-/// (as `quant::dequantize` does, into a buffer reused by the task) and multiplies them with
-/// all of `x` on one thread with gemm, writing its own `[panel, m]` slice of `W x^T`.
-#[allow(clippy::too_many_arguments)]
+/// `x @ W^T` for many activation rows: each panel of weight rows is dequantized as
+/// `quant::dequantize` does and multiplied with all of `x` by gemm (see `panels`).
 fn matmul_t_panels(
     q: QType,
-    rows: usize,
     cols: usize,
-    scales: &[f16],
-    body: &[u8],
+    w: Planes<'_>,
     x: &[f32],
     m: usize,
 ) -> crate::Result<Vec<f32>> {
+    let Planes { rows, scales, body } = w;
     let nb = cols / q.block_len();
     let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
-    let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
-    out_t.resize(rows * m, 0.0);
-    if cols == 0 {
-        return Ok(transpose(out_t, rows, m));
-    }
-    assert!(x.len() >= m * cols && scales.len() >= rows * ns && body.len() >= rows * bb);
-    out_t
-        .par_chunks_mut(PANEL_ROWS * m)
-        .enumerate()
-        .for_each_init(Vec::new, |w: &mut Vec<f32>, (t, chunk)| {
-            let (r0, np) = (t * PANEL_ROWS, chunk.len() / m);
-            w.resize(np * cols, 0.0);
-            dequantize_panel(
-                q,
-                &scales[r0 * ns..(r0 + np) * ns],
-                &body[r0 * bb..(r0 + np) * bb],
-                w,
-            );
-            // SAFETY: `w` is `np x cols` (row stride cols), `x` `m x cols` read as the
-            // `cols x m` matrix x^T (row stride 1, column stride cols), `chunk` `np x m`
-            // (row stride m); all in bounds (asserted above), `chunk` exclusively borrowed.
-            // With `read_dst = false` gemm only stores to `chunk`.
-            unsafe {
-                gemm::gemm(
-                    np,
-                    m,
-                    cols,
-                    chunk.as_mut_ptr(),
-                    1,
-                    m as isize,
-                    false,
-                    w.as_ptr(),
-                    1,
-                    cols as isize,
-                    x.as_ptr(),
-                    cols as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-        });
-    Ok(transpose(out_t, rows, m))
+    assert!(scales.len() >= rows * ns && body.len() >= rows * bb);
+    super::panels::matmul_t_panels("QTensor::matmul_t", rows, cols, x, m, |r0, np, w| {
+        dequantize_panel(
+            q,
+            &scales[r0 * ns..(r0 + np) * ns],
+            &body[r0 * bb..(r0 + np) * bb],
+            w,
+        )
+    })
 }
 
 /// `quant::dequantize` over a panel of rows, compiled for AVX2 where the CPU has it (the
@@ -508,20 +535,6 @@ fn int_row(q: QType, ws: &[f16], wb: &[u8], act: &Q8Rows, nb: usize, o: &mut [f3
     }
 }
 
-/// `[rows, m]` to `[m, rows]` (nothing to move for one activation row).
-fn transpose(t: Vec<f32>, rows: usize, m: usize) -> Vec<f32> {
-    if m == 1 {
-        return t;
-    }
-    let mut out = vec![0f32; rows * m];
-    for r in 0..rows {
-        for i in 0..m {
-            out[i * rows + r] = t[r * m + i];
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,16 +569,7 @@ mod tests {
                 };
                 let mut four = [0f32; 4];
                 // SAFETY: AVX2 was detected; four rows of `nb` blocks.
-                unsafe {
-                    avx2_rows::dot_rows::<4>(
-                        q,
-                        [&ws[..]; 4],
-                        [&wb[..]; 4],
-                        &one.d,
-                        &one.q,
-                        &mut four,
-                    )
-                };
+                unsafe { avx2_rows::dot_rows::<4>(q, [&ws[..]; 4], [&wb[..]; 4], &one, &mut four) };
                 assert!(
                     four.iter().all(|v| v.to_bits() == scalar[0].to_bits()),
                     "{q}"

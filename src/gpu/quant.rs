@@ -18,6 +18,13 @@ pub(crate) struct QPart<'a> {
     pub body: &'a GpuBuffer,
 }
 
+/// A quantized matrix on the device: its block type, `[rows, cols]` and row ranges.
+pub(crate) struct QMatrix<'a> {
+    pub qtype: QType,
+    pub shape: [usize; 2],
+    pub parts: Vec<QPart<'a>>,
+}
+
 /// Activation rows per matvec workgroup (`MT` in the shader).
 const MT: usize = 4;
 
@@ -46,7 +53,8 @@ fn check_u32(op: &'static str, what: &str, n: usize) -> Result<()> {
 impl GpuDevice {
     /// The common params of a part: `[rows, cols, blocks per row, m, row0, rows_total, qtype,
     /// x_offset, n, ids_offset, code]`.
-    fn quant_params(q: QType, shape: [usize; 2], p: &QPart<'_>) -> Vec<u32> {
+    fn quant_params(mat: &QMatrix<'_>, p: &QPart<'_>) -> Vec<u32> {
+        let (q, shape) = (mat.qtype, mat.shape);
         let nb = shape[1] / q.block_len();
         vec![
             w(p.rows),
@@ -67,16 +75,15 @@ impl GpuDevice {
     pub(crate) fn quant_dequantize(
         &self,
         op: &'static str,
-        q: QType,
-        shape: [usize; 2],
-        parts: &[QPart<'_>],
+        mat: &QMatrix<'_>,
     ) -> Result<GpuBuffer> {
+        let shape = mat.shape;
         let n = shape[0] * shape[1];
         check_u32(op, "the dequantized matrix", n)?;
         // Every element is written by the part holding its row.
         let out = self.alloc_uninit(op, n as u64 * 4)?;
-        for p in parts {
-            let params = Self::quant_params(q, shape, p);
+        for p in &mat.parts {
+            let params = Self::quant_params(mat, p);
             self.launch(
                 op,
                 Launch {
@@ -98,12 +105,11 @@ impl GpuDevice {
     pub(crate) fn quant_matmul_t(
         &self,
         op: &'static str,
-        q: QType,
-        shape: [usize; 2],
-        parts: &[QPart<'_>],
+        mat: &QMatrix<'_>,
         x: (&GpuBuffer, usize),
         m: usize,
     ) -> Result<GpuBuffer> {
+        let shape = mat.shape;
         check_u32(op, "the activations", x.1 + m * shape[1])?;
         check_u32(op, "the output", m * shape[0])?;
         // Every output element is written by the part holding its weight row.
@@ -120,8 +126,8 @@ impl GpuDevice {
                 ),
             });
         }
-        for p in parts {
-            let mut params = Self::quant_params(q, shape, p);
+        for p in &mat.parts {
+            let mut params = Self::quant_params(mat, p);
             params[3] = w(m);
             params[7] = w(x.1);
             // One workgroup per weight row, the rows spread over x and y.
@@ -148,16 +154,15 @@ impl GpuDevice {
     pub(crate) fn quant_gather_rows(
         &self,
         op: &'static str,
-        q: QType,
-        shape: [usize; 2],
-        parts: &[QPart<'_>],
+        mat: &QMatrix<'_>,
         (ids, ids_offset, n, signed): super::gather::Ids<'_>,
     ) -> Result<GpuBuffer> {
+        let shape = mat.shape;
         check_u32(op, "the gathered rows", n * shape[1])?;
         // Every element is written: a row by the part holding it, a bad id's zeros by part 0.
         let out = self.alloc_uninit(op, (n * shape[1]) as u64 * 4)?;
-        for p in parts {
-            let mut params = Self::quant_params(q, shape, p);
+        for p in &mat.parts {
+            let mut params = Self::quant_params(mat, p);
             params[8] = w(n);
             params[9] = w(ids_offset);
             params[10] = ids::code(op, signed);

@@ -14,11 +14,42 @@ pub(crate) struct Linear {
 
 impl Linear {
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        let y = self.w.matmul_t(x)?;
+        self.bias(self.w.matmul_t(x)?)
+    }
+
+    fn bias(&self, y: Tensor) -> Result<Tensor> {
         match &self.b {
             Some(b) => y.add(b),
             None => Ok(y),
         }
+    }
+
+    /// Several layers over the same input (q, k, v; gate, up): quantized weights run as one
+    /// grouped matmul (one pass, the input quantized once), the same bits as one by one.
+    fn apply_many<const N: usize>(ls: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let qs: Vec<_> = ls
+            .iter()
+            .filter_map(|l| match &l.w {
+                Weight::Quantized(q) => Some(q),
+                Weight::Dense(_) => None,
+            })
+            .collect();
+        let ys = if qs.len() == N {
+            crate::QTensor::matmul_t_many(&qs, x)?
+        } else {
+            ls.iter()
+                .map(|l| l.w.matmul_t(x))
+                .collect::<Result<Vec<_>>>()?
+        };
+        let ys = ls
+            .iter()
+            .zip(ys)
+            .map(|(l, y)| l.bias(y))
+            .collect::<Result<Vec<_>>>()?;
+        ys.try_into().map_err(|_| Error::InvalidArgument {
+            op: "forward",
+            message: "a grouped projection lost an output (a wgtensor bug)".into(),
+        })
     }
 }
 
@@ -208,6 +239,17 @@ impl CausalLM {
     }
 
     fn run(&self, ids: &[u32], cache: &mut KvCache, last_only: bool) -> Result<Tensor> {
+        if self.device.is_cpu() {
+            // Each CPU kernel's parallel loop, called from outside rayon's pool, hands its
+            // jobs to the workers and puts this thread to sleep until they finish: two thread
+            // wake-ups per loop, ~60 loops a decode step. Run from a worker, a loop splits its
+            // work with the calling thread. (Grad mode is per thread: set where it runs.)
+            return rayon::scope(|_| self.run_here(ids, cache, last_only));
+        }
+        self.run_here(ids, cache, last_only)
+    }
+
+    fn run_here(&self, ids: &[u32], cache: &mut KvCache, last_only: bool) -> Result<Tensor> {
         let _guard = crate::no_grad();
         let n = ids.len();
         if n == 0 {
@@ -335,14 +377,16 @@ impl CausalLM {
         match block {
             Block::Llama(b) => {
                 let a = self.norm(&b.attn_norm, x)?;
-                let qs = self.rope(&b.q.apply(&a)?.reshape(&[n, h, hd])?, start)?;
-                let ks = self.rope(&b.k.apply(&a)?.reshape(&[n, kvh, hd])?, start)?;
-                let vs = b.v.apply(&a)?.reshape(&[n, kvh, hd])?;
+                let [qa, ka, va] = Linear::apply_many([&b.q, &b.k, &b.v], &a)?;
+                let qs = self.rope(&qa.reshape(&[n, h, hd])?, start)?;
+                let ks = self.rope(&ka.reshape(&[n, kvh, hd])?, start)?;
+                let vs = va.reshape(&[n, kvh, hd])?;
                 cache.write(l, &ks, &vs)?;
                 let att = self.attend(l, &qs, start, cache, mask)?;
                 let x = x.add(&b.o.apply(&att)?)?;
                 let m = self.norm(&b.mlp_norm, &x)?;
-                let g = b.gate.apply(&m)?.silu()?.mul(&b.up.apply(&m)?)?;
+                let [ga, ua] = Linear::apply_many([&b.gate, &b.up], &m)?;
+                let g = ga.silu()?.mul(&ua)?;
                 x.add(&b.down.apply(&g)?)
             }
             Block::Gpt2(b) => {

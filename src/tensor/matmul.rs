@@ -248,7 +248,7 @@ impl Tensor {
                     return f32_out.to_dtype(DType::F16);
                 }
             }
-            if let Some(out) = cpu_f16_matvec(self, rhs)? {
+            if let Some(out) = cpu_f16_matmul_t(self, rhs)? {
                 return Ok(out);
             }
             // Elsewhere both operands are converted to f32 and the product rounded once.
@@ -293,11 +293,14 @@ impl Tensor {
     }
 }
 
-/// `x · Wᵀ` for one f16 row `x` and an f16 `W` with contiguous rows on the CPU (a decode step
-/// with f16 weights): reads the weights in place instead of widening all of them to f32 first.
-/// The product accumulates in f32 and is rounded to f16 once, as the general path does.
-/// `None` when the operands have another shape or live elsewhere.
-fn cpu_f16_matvec(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
+/// `x · Wᵀ` for f16 rows `x` and an f16 `W` with contiguous rows on the CPU (a layer with f16
+/// weights): one row (decode) reads the weights in place; from `PANEL_MIN_ROWS` rows (prefill)
+/// `W` is widened 64 rows at a time for gemm, never all of it at once. The product accumulates
+/// in f32 and is rounded to f16 once, as the general path does. `None` when the operands have
+/// another shape or live elsewhere.
+fn cpu_f16_matmul_t(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
+    // Below this many rows gemm on the whole widened matrix is as fast.
+    const PANEL_MIN_ROWS: usize = 16;
     if lhs.is_gpu() || rhs.is_gpu() {
         return Ok(None);
     }
@@ -305,19 +308,41 @@ fn cpu_f16_matvec(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
     let nd = p.la.shape.len();
     let (m, k, n) = (p.la.shape[nd - 2], p.la.shape[nd - 1], p.lb.shape[nd - 1]);
     let batches: usize = p.la.shape[..nd - 2].iter().product();
-    if batches != 1 || m != 1 || k == 0 || p.la.strides[nd - 1] != 1 || p.lb.strides[nd - 2] != 1 {
+    let rows_packed = m == 1 || p.la.strides[nd - 2] == k;
+    if batches != 1
+        || !(m == 1 || m >= PANEL_MIN_ROWS)
+        || k == 0
+        || p.la.strides[nd - 1] != 1
+        || !rows_packed
+        || p.lb.strides[nd - 2] != 1
+    {
         return Ok(None);
     }
     let (Some(CpuStorage::F16(a)), Some(CpuStorage::F16(b))) = (lhs.host_data()?, rhs.host_data()?)
     else {
         return Ok(None);
     };
-    let x: Vec<f32> = a[p.la.offset..p.la.offset + k]
+    let x: Vec<f32> = a[p.la.offset..p.la.offset + m * k]
         .iter()
         .map(|v| v.to_f32())
         .collect();
-    let mut out = vec![0f32; n];
-    cpu::matvec::matvec_t(&x, b, p.lb.offset, n, p.lb.strides[nd - 1], &mut out);
+    let (w0, ws) = (p.lb.offset, p.lb.strides[nd - 1]);
+    let out = if m == 1 {
+        let mut out = vec![0f32; n];
+        cpu::matvec::matvec_t(&x, b, w0, n, ws, &mut out);
+        out
+    } else {
+        // Every row r of W is b[w0 + r * ws..][..k] (the view was checked against its storage).
+        cpu::panels::matmul_t_panels("matmul", n, k, &x, m, |r0, np, buf| {
+            for (i, row) in buf.chunks_exact_mut(k).take(np).enumerate() {
+                // The slice conversion runs F16C where the CPU has it.
+                half::slice::HalfFloatSliceExt::convert_to_f32_slice(
+                    &b[w0 + (r0 + i) * ws..][..k],
+                    row,
+                );
+            }
+        })?
+    };
     let out: Vec<half::f16> = out.into_iter().map(half::f16::from_f32).collect();
     Ok(Some(lhs.derived(CpuStorage::F16(out), &p.out_shape)))
 }

@@ -309,12 +309,7 @@ impl QTensor {
                 }
                 Storage::from(CpuStorage::F32(out))
             }
-            Backend::Gpu(g) => Storage::from(g.quant_dequantize(
-                OP,
-                self.0.qtype,
-                [rows, cols],
-                &self.gpu_parts()?,
-            )?),
+            Backend::Gpu(g) => Storage::from(g.quant_dequantize(OP, &self.gpu_matrix()?)?),
         };
         Ok(Tensor::from_parts(
             storage,
@@ -387,9 +382,7 @@ impl QTensor {
                 let xb = x.gpu_data()?.ok_or_else(|| x.unsupported(OP))?;
                 Storage::from(g.quant_matmul_t(
                     OP,
-                    self.0.qtype,
-                    [rows, cols],
-                    &self.gpu_parts()?,
+                    &self.gpu_matrix()?,
                     (xb, x.layout().offset),
                     m,
                 )?)
@@ -401,6 +394,78 @@ impl QTensor {
             DType::F32,
             self.0.device.clone(),
         ))
+    }
+
+    /// `x @ W^T` for each matrix of `ws` (one result each, as [`QTensor::matmul_t`] gives):
+    /// a layer's q, k and v projections, or its gate and up projections, which read the same
+    /// activations. For one CPU activation row against Q8_0 or Q4_0 matrices of one type (the
+    /// decode step), `x` is quantized once and one parallel pass covers the rows of all of them;
+    /// the bits are those of the separate calls. Any other case runs them one by one.
+    ///
+    /// # Errors
+    /// As [`QTensor::matmul_t`], for the first matrix that fails.
+    ///
+    /// ```
+    /// use wgtensor::{Device, QTensor, QType, Tensor};
+    /// let d = Device::cpu();
+    /// let a = QTensor::quantize(&Tensor::ones(&[3, 32], wgtensor::DType::F32, &d)?, QType::Q4_0)?;
+    /// let b = QTensor::quantize(&Tensor::full(&[2, 32], 2.0, wgtensor::DType::F32, &d)?, QType::Q4_0)?;
+    /// let x = Tensor::ones(&[1, 32], wgtensor::DType::F32, &d)?;
+    /// let y = QTensor::matmul_t_many(&[&a, &b], &x)?;
+    /// assert_eq!(y[0].to_vec::<f32>()?, vec![32f32; 3]);
+    /// assert_eq!(y[1].to_vec::<f32>()?, vec![64f32; 2]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn matmul_t_many(ws: &[&QTensor], x: &Tensor) -> Result<Vec<Tensor>> {
+        const OP: &str = "QTensor::matmul_t";
+        let Some(first) = ws.first() else {
+            return Ok(Vec::new());
+        };
+        let (q, cols) = (first.0.qtype, first.0.shape[1]);
+        let fused = quantized_activations()
+            && matches!(q, QType::Q8_0 | QType::Q4_0)
+            && matches!(backend(&first.0.device), Backend::Cpu)
+            && x.device() == &first.0.device
+            && x.dtype() == DType::F32
+            && x.ndim() > 0
+            && x.numel() == cols
+            && ws.iter().all(|w| {
+                w.0.qtype == q
+                    && w.0.shape[1] == cols
+                    && w.0.device == first.0.device
+                    && w.0.parts.len() == 1
+            });
+        if !fused {
+            return ws.iter().map(|w| w.matmul_t(x)).collect();
+        }
+        let x = x.contiguous()?;
+        let xs = x.host_f32(OP)?;
+        let xs = &xs[x.layout().offset..x.layout().offset + cols];
+        let mut planes = Vec::with_capacity(ws.len());
+        for w in ws {
+            let (scales, body) = w.0.parts[0].host_planes(OP)?;
+            planes.push(cpu::quant_dot::Planes {
+                rows: w.0.shape[0],
+                scales,
+                body,
+            });
+        }
+        let all = cpu::quant_dot::matvec_group(q, cols, &planes, xs)?;
+        let mut out = Vec::with_capacity(ws.len());
+        let mut at = 0;
+        for w in ws {
+            let rows = w.0.shape[0];
+            let mut shape = x.shape().to_vec();
+            *shape.last_mut().expect("ndim checked above") = rows;
+            out.push(Tensor::from_parts(
+                Storage::from(CpuStorage::F32(all[at..at + rows].to_vec())),
+                &shape,
+                DType::F32,
+                first.0.device.clone(),
+            ));
+            at += rows;
+        }
+        Ok(out)
     }
 
     /// Embedding lookup: rows `ids` (`[n]`, U32 or I32) of the matrix, dequantized, `[n, cols]`
@@ -457,13 +522,7 @@ impl QTensor {
             }
             Backend::Gpu(g) => {
                 let ids = super::gather::device_ids(ids)?;
-                Storage::from(g.quant_gather_rows(
-                    OP,
-                    q,
-                    [rows, cols],
-                    &self.gpu_parts()?,
-                    ids.parts()?,
-                )?)
+                Storage::from(g.quant_gather_rows(OP, &self.gpu_matrix()?, ids.parts()?)?)
             }
         };
         Ok(Tensor::from_parts(
@@ -549,9 +608,10 @@ impl QTensor {
         Ok(())
     }
 
-    /// The parts' GPU buffers.
-    fn gpu_parts(&self) -> Result<Vec<crate::gpu::quant::QPart<'_>>> {
-        self.0
+    /// The matrix as the GPU kernels take it: its parts' buffers.
+    fn gpu_matrix(&self) -> Result<crate::gpu::quant::QMatrix<'_>> {
+        let parts = self
+            .0
             .parts
             .iter()
             .map(|p| match data_n("QTensor", [&p.scales, &p.body])? {
@@ -563,7 +623,12 @@ impl QTensor {
                 }),
                 _ => Err(p.scales.unsupported("QTensor")),
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok(crate::gpu::quant::QMatrix {
+            qtype: self.0.qtype,
+            shape: self.0.shape,
+            parts,
+        })
     }
 }
 
