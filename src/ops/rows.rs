@@ -35,6 +35,11 @@ pub(crate) enum RowFamily {
     CrossEntropy,
 }
 
+/// A fact an entry may omit (`[]`, false) or state (`[true]`).
+const fn flag(given: &[bool]) -> bool {
+    matches!(given, [true])
+}
+
 /// Declares the row ops. Entry: `Variant { name, family, code, norm: [centered, bias]?,
 /// tolerance, sweep: |x| call, composed: |x| reference }`.
 macro_rules! row_ops {
@@ -77,13 +82,13 @@ macro_rules! row_ops {
             /// For a norm: whether rows are centred on their mean first (layer_norm) or only
             /// scaled by their root mean square (rms_norm). False outside the norm family.
             pub(crate) fn centered(self) -> bool {
-                match self { $(RowOp::$V => false $(|| $centered)?,)* }
+                match self { $(RowOp::$V => flag(&[$($centered)?]),)* }
             }
 
             /// For a norm: whether it takes a bias beside its weight.
             #[allow(dead_code)]
             pub(crate) fn bias(self) -> bool {
-                match self { $(RowOp::$V => false $(|| $bias)?,)* }
+                match self { $(RowOp::$V => flag(&[$($bias)?]),)* }
             }
 
             /// The test tolerance (absolute and relative) of the op against its composition.
