@@ -86,6 +86,17 @@ fn ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The [`Error::Io`] of `op` failing to read the file at `path`, for `map_err` (every file
+/// the models module opens).
+pub(crate) fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.display().to_string();
+    move |e| Error::Io {
+        op,
+        path,
+        message: e.to_string(),
+    }
+}
+
 impl ModelConfig {
     /// Reads `config.json`.
     ///
@@ -95,7 +106,7 @@ impl ModelConfig {
     /// not run.
     pub fn from_file(path: impl AsRef<Path>) -> Result<ModelConfig> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(super::io_error("ModelConfig", path))?;
+        let text = std::fs::read_to_string(path).map_err(io_error("ModelConfig", path))?;
         Self::from_json_str(&text, &path.display().to_string())
     }
 

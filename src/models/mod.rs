@@ -30,16 +30,6 @@ pub use weight::Weight;
 use crate::{DType, Device, Error, Result};
 use std::path::Path;
 
-/// The [`Error::Io`] of `op` failing to read the file at `path`, for `map_err`.
-fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let path = path.display().to_string();
-    move |e| Error::Io {
-        op,
-        path,
-        message: e.to_string(),
-    }
-}
-
 /// Loads pretrained models, as transformers' `AutoModelForCausalLM.from_pretrained` does.
 pub struct AutoModel;
 

@@ -33,7 +33,7 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
         let op = "Tokenizer::from_file";
-        let bytes = std::fs::read(path).map_err(super::io_error(op, path))?;
+        let bytes = std::fs::read(path).map_err(super::config::io_error(op, path))?;
         let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| Error::Format {
             op,
             path: path.display().to_string(),

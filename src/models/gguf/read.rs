@@ -152,11 +152,12 @@ fn min_size(ty: u32) -> usize {
 
 pub(super) fn open(path: &Path) -> Result<GgufFile> {
     let shown = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(crate::models::io_error(OP, path))?;
+    let file = std::fs::File::open(path).map_err(crate::models::config::io_error(OP, path))?;
     // SAFETY: the map is read-only and private to this value; another process truncating the
     // file meanwhile would fault, the documented caveat of every memory-mapped model loader
     // (llama.cpp's and safetensors' included).
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(crate::models::io_error(OP, path))?;
+    let map =
+        unsafe { memmap2::Mmap::map(&file) }.map_err(crate::models::config::io_error(OP, path))?;
     let h = parse(&map, &shown)?;
     Ok(GgufFile {
         map,
