@@ -376,6 +376,123 @@ fn cycles(edges: &[Edge]) -> Vec<String> {
     out
 }
 
+// ---------------------------------------------------------------------------------------------
+// The one dispatch point
+
+/// The backends' names that only `tensor/dispatch.rs` decides with: the GPU handle and buffer
+/// types, `Device::as_gpu(` and the `Storage` variants. The layers above the tensor never name
+/// them (nor `CpuStorage`): they read data through the tensor layer's accessors.
+const BACKEND_NAMES: &[&str] = &[
+    "as_gpu(",
+    "Storage::Cpu",
+    "Storage::Gpu",
+    "GpuDevice",
+    "GpuBuffer",
+];
+
+/// Where the tensor layer names the GPU's types outside the dispatch point, and why. Each of these
+/// gets its `GpuDevice` from `backend()` (or a `GpuBuffer` from `data()`) and drives machinery
+/// that exists only on a GPU; none of them decides CPU or GPU.
+const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[
+    (
+        "tensor/cell.rs",
+        "GpuDevice",
+        "pending fused programs are queued per GPU",
+    ),
+    (
+        "tensor/cell.rs",
+        "GpuBuffer",
+        "a fused program's inputs are GPU buffers",
+    ),
+    (
+        "tensor/cell_blocks.rs",
+        "GpuDevice",
+        "fused programs past one binding run in blocks",
+    ),
+    (
+        "tensor/cell_blocks.rs",
+        "GpuBuffer",
+        "the blocks' buffers are joined on the GPU",
+    ),
+    (
+        "tensor/fuse.rs",
+        "GpuDevice",
+        "the fuser builds a program for one GPU",
+    ),
+    (
+        "tensor/chunked.rs",
+        "GpuDevice",
+        "row blocks are sized by the GPU's binding limit",
+    ),
+    (
+        "tensor/reduce.rs",
+        "GpuDevice",
+        "reductions past one binding run in row blocks",
+    ),
+    (
+        "tensor/gather.rs",
+        "GpuBuffer",
+        "ids handed to the GPU gather kernel",
+    ),
+    (
+        "tensor/norm.rs",
+        "GpuBuffer",
+        "optional affine parameters of the GPU row kernels",
+    ),
+    (
+        "tensor/transfer.rs",
+        "GpuDevice",
+        "readbacks are grouped into one submit per GPU",
+    ),
+];
+
+/// Every use of a backend name where the dispatch point should decide instead, as readable lines.
+fn backend_leaks(files: &BTreeMap<String, String>) -> Vec<String> {
+    const ABOVE: &[&str] = &[
+        "autograd/",
+        "nn/",
+        "optim/",
+        "data/",
+        "distributed/",
+        "models/",
+    ];
+    let mut out = Vec::new();
+    for (file, text) in files {
+        let tensor = file == "tensor.rs" || file.starts_with("tensor/");
+        let above = ABOVE.iter().any(|p| file.starts_with(p));
+        if !(tensor || above) || file == "tensor/dispatch.rs" {
+            continue;
+        }
+        let toks = drop_cfg_test(lex(text));
+        let ident = |i: usize| match toks.get(i) {
+            Some((Tok::Ident(s), _)) => s.as_str(),
+            _ => "",
+        };
+        for (i, (tok, line)) in toks.iter().enumerate() {
+            let next = toks.get(i + 1).map(|t| &t.0);
+            let name = match (tok, next) {
+                (Tok::Ident(s), Some(Tok::Punct('('))) if s == "as_gpu" => "as_gpu(".to_string(),
+                (Tok::Ident(s), Some(Tok::Path)) if s == "Storage" => {
+                    format!("Storage::{}", ident(i + 2))
+                }
+                (Tok::Ident(s), _) => s.clone(),
+                _ => continue,
+            };
+            let banned = BACKEND_NAMES.contains(&name.as_str()) || (above && name == "CpuStorage");
+            if !banned {
+                continue;
+            }
+            let allowed = TENSOR_GPU_NAMES
+                .iter()
+                .any(|(f, n, _)| f == file && *n == name);
+            if !allowed {
+                out.push(format!("src/{file}:{line} names {name}"));
+            }
+        }
+    }
+    out
+}
+
 fn read_src() -> BTreeMap<String, String> {
     fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
         for entry in std::fs::read_dir(dir).expect("read src/") {
@@ -531,4 +648,95 @@ fn checker_fails_on_an_injected_cycle() {
     );
     // Every file of src/ is in a layer, so an upward edge cannot hide in an unlisted file.
     assert!(layer_of("gpu/a.rs").is_some() && layer_of("nowhere.rs").is_none());
+}
+
+#[test]
+fn only_the_dispatch_point_decides_cpu_or_gpu() {
+    let files = read_src();
+    assert!(
+        files.contains_key("tensor/dispatch.rs"),
+        "the dispatch point moved"
+    );
+    let leaks = backend_leaks(&files);
+    assert!(
+        leaks.is_empty(),
+        "these sites decide CPU or GPU themselves (or reach a backend's types from above the \
+         tensor layer):\n{}\n\nMatch on `backend(device)` or `data()` from \
+         src/tensor/dispatch.rs, or give the tensor layer a crate-private accessor; a GPU-only \
+         helper of the tensor layer that must name the type goes in TENSOR_GPU_NAMES with its \
+         reason.",
+        leaks.join("\n")
+    );
+    // Every allowance is still needed, so the list cannot outgrow the code.
+    for (file, name, why) in TENSOR_GPU_NAMES {
+        let text = files.get(*file).map(String::as_str).unwrap_or("");
+        let toks = drop_cfg_test(lex(text));
+        assert!(
+            toks.iter().any(|(t, _)| *t == Tok::Ident(name.to_string())),
+            "src/{file} no longer names {name} ({why}): drop it from TENSOR_GPU_NAMES"
+        );
+    }
+}
+
+#[test]
+fn checker_fails_on_an_injected_backend_name() {
+    let clean = synthetic(&[
+        (
+            "tensor/dispatch.rs",
+            "fn f(d: &Device) { d.as_gpu(); Storage::Cpu; }",
+        ),
+        ("tensor/cell.rs", "fn f(g: &GpuDevice) {}"),
+        (
+            "optim/mod.rs",
+            "// d.as_gpu() in a comment\nfn f() { let s = \"GpuBuffer\"; }",
+        ),
+        ("gpu/mod.rs", "pub struct GpuDevice; pub struct GpuBuffer;"),
+    ]);
+    assert!(
+        backend_leaks(&clean).is_empty(),
+        "{:?}",
+        backend_leaks(&clean)
+    );
+    let injected = [
+        (
+            "tensor/pad.rs",
+            "fn f(t: &Tensor) {\n if let Some(g) = t.device().as_gpu() {} }",
+            "src/tensor/pad.rs:2 names as_gpu(",
+        ),
+        (
+            "tensor/view.rs",
+            "fn f(s: &Storage) { match s { Storage::Gpu(b) => {} } }",
+            "src/tensor/view.rs:1 names Storage::Gpu",
+        ),
+        (
+            "tensor/matmul.rs",
+            "fn f(b: &GpuBuffer) {}",
+            "src/tensor/matmul.rs:1 names GpuBuffer",
+        ),
+        (
+            "tensor/fuse.rs",
+            "use crate::gpu::{GpuBuffer, GpuDevice};",
+            "src/tensor/fuse.rs:1 names GpuBuffer",
+        ),
+        (
+            "optim/mod.rs",
+            "fn f(g: &crate::gpu::GpuDevice) {}",
+            "src/optim/mod.rs:1 names GpuDevice",
+        ),
+        (
+            "nn/io.rs",
+            "use crate::storage::CpuStorage;",
+            "src/nn/io.rs:1 names CpuStorage",
+        ),
+        (
+            "distributed/buffers.rs",
+            "fn f() { Storage::Cpu(v); }",
+            "src/distributed/buffers.rs:1 names Storage::Cpu",
+        ),
+    ];
+    for (file, text, want) in injected {
+        let mut files = clean.clone();
+        files.insert(file.to_string(), text.to_string());
+        assert_eq!(backend_leaks(&files), [want], "injected into {file}");
+    }
 }

@@ -6,7 +6,6 @@
 //! file fails before a device (or a model) sees any of it.
 
 use super::io::convert_float;
-use crate::storage::CpuStorage;
 use crate::{DType, Device, Error, Result, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::cell::Cell;
@@ -93,8 +92,7 @@ fn convert(
         ),
     })?;
     let host = |dtype: DType, bytes: &[u8]| -> Result<Tensor> {
-        let storage = CpuStorage::from_bytes(dtype, bytes)?;
-        Ok(Tensor::from_parts(storage, shape, dtype, Device::cpu()))
+        Tensor::from_host_bytes(dtype, bytes, shape)
     };
     let cpu = Device::cpu();
     let floats = |v: Vec<f32>| -> Result<Tensor> {

@@ -210,9 +210,7 @@ pub(crate) fn update_params(
     // (moments, momentum) run now, so the next step reads buffers instead of inlining (and
     // recomputing, and keeping alive) every earlier step's chain.
     for d in &devices {
-        if let Some(g) = d.as_gpu() {
-            crate::tensor::materialize_pending(g)?;
-        }
+        crate::tensor::run_pending(d)?;
     }
     Ok(())
 }

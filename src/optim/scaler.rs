@@ -239,9 +239,7 @@ impl GradScaler {
         let new_scale = inf.where_cond(&scale.mul_scalar(self.backoff_factor)?, &on_good)?;
         let new_tracker = inf.where_cond(&zero, &due.where_cond(&zero, &next)?)?;
         // Run the two tiny chains now, so that iterations do not stack them into one kernel.
-        if let Some(g) = new_scale.device().as_gpu() {
-            crate::tensor::materialize_pending(g)?;
-        }
+        crate::tensor::run_pending(new_scale.device())?;
         self.scale = Some(new_scale);
         self.growth_tracker = Some(new_tracker);
         Ok(())

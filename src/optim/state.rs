@@ -74,10 +74,9 @@ pub(crate) fn sorted_names<T>(state: &std::collections::HashMap<String, T>) -> V
 /// (`lr`) come as CPU tensors from `state_dict`, so loading them moves nothing between devices.
 /// A GPU tensor here is refused rather than read back.
 pub(crate) fn cpu_f32_scalar(op: &'static str, key: &str, t: &Tensor) -> Result<f32> {
-    use crate::storage::CpuStorage;
-    match t.host_data()? {
-        Some(CpuStorage::F32(v)) => Ok(v[t.layout().offset]),
-        _ => Err(Error::InvalidArgument {
+    match t.host_first::<f32>()? {
+        Some(v) => Ok(v),
+        None => Err(Error::InvalidArgument {
             op,
             message: format!(
                 "{key:?} must be a CPU tensor, as state_dict returns it (got one on {}); \
@@ -90,11 +89,7 @@ pub(crate) fn cpu_f32_scalar(op: &'static str, key: &str, t: &Tensor) -> Result<
 
 /// The value of a one-element CPU i32 tensor, read from its storage; `None` for a GPU tensor.
 pub(crate) fn cpu_i32_scalar(t: &Tensor) -> Result<Option<i32>> {
-    use crate::storage::CpuStorage;
-    Ok(match t.host_data()? {
-        Some(CpuStorage::I32(v)) => Some(v[t.layout().offset]),
-        _ => None,
-    })
+    t.host_first::<i32>()
 }
 
 /// Whether `key` of an optimizer state dict holds a host scalar that stays on the CPU when a

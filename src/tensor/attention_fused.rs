@@ -8,8 +8,8 @@
 //! path (matmul, mask, softmax, matmul), which also stays as the reference the tests compare
 //! against (`testing::force_attention`).
 
-use super::Data;
 use super::Tensor;
+use super::{backend, Backend, Data};
 use crate::autograd::elementwise::sum_to;
 use crate::cpu::attention::{self as ca, Dropout, MaskView, Spec};
 use crate::cpu::attention_backward as cab;
@@ -172,7 +172,7 @@ pub(crate) fn try_fused(
 /// as [`crate::gpu::GpuDevice::attention_prefers_fused`] rules by size and adapter. Shapes
 /// that do not line up answer true and are left to `prepare`'s errors.
 fn fused_by_default(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> bool {
-    let Some(g) = q.device().as_gpu() else {
+    let Backend::Gpu(g) = backend(q.device()) else {
         return true;
     };
     let lead = |t: &Tensor| t.shape()[..t.ndim().saturating_sub(2)].to_vec();

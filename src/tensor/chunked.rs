@@ -5,7 +5,7 @@
 //! are copied back to back into one output buffer. Tensors larger than `max_buffer_size` are
 //! refused at allocation with `Error::BufferTooLarge`.
 
-use super::{Tensor, TensorInner};
+use super::{backend, Backend, Tensor, TensorInner};
 use crate::gpu::GpuDevice;
 use crate::shape::{broadcast_shapes, Layout};
 use crate::storage::Storage;
@@ -48,7 +48,10 @@ pub(crate) fn blocks_needed<'a>(
     out_numel: usize,
 ) -> Option<&'a GpuDevice> {
     operands.iter().find_map(|t| {
-        let (device, size) = (t.device().as_gpu()?, t.gpu_bytes()?);
+        let Backend::Gpu(device) = backend(t.device()) else {
+            return None;
+        };
+        let size = t.gpu_bytes()?;
         let limit = device.binding_limit();
         let out_bytes = out_numel as u64 * t.dtype().size_in_bytes() as u64;
         (size > limit || out_bytes > limit).then_some(device)

@@ -41,6 +41,16 @@ pub(crate) fn backend(device: &Device) -> Backend<'_> {
     }
 }
 
+/// Runs the fused programs queued on `device` now, without waiting for their results (the CPU
+/// never defers work). Layers above the tensor (an optimizer ending its step) call this so the
+/// next step reads buffers instead of inlining every earlier step's chain.
+pub(crate) fn run_pending(device: &Device) -> Result<()> {
+    match backend(device) {
+        Backend::Cpu => Ok(()),
+        Backend::Gpu(g) => super::cell::materialize_pending(g),
+    }
+}
+
 /// The data of `ts`, all on `ts[0]`'s device, or the device-mismatch error of `op` naming the
 /// first operand and the first one elsewhere.
 pub(crate) fn data_n<'a, const N: usize>(
@@ -126,6 +136,28 @@ impl Tensor {
             Some(CpuStorage::F32(v)) => Ok(v),
             _ => Err(self.unsupported(op)),
         }
+    }
+
+    /// The first element of this tensor's view when it is a CPU tensor of dtype `T`; `None` for
+    /// a GPU tensor, another dtype or no element. Reads host hyperparameters (an optimizer's
+    /// `lr` and step counts) without a transfer.
+    pub(crate) fn host_first<T: crate::WithDType>(&self) -> Result<Option<T>> {
+        Ok(self
+            .host_data()?
+            .and_then(|s| s.as_slice::<T>())
+            .and_then(|v| v.get(self.layout().offset))
+            .copied())
+    }
+
+    /// A packed CPU tensor of `dtype` from the little-endian bytes of its elements (checkpoint
+    /// loading); the length must be a whole number of elements.
+    pub(crate) fn from_host_bytes(
+        dtype: crate::DType,
+        bytes: &[u8],
+        shape: &[usize],
+    ) -> Result<Tensor> {
+        let storage = CpuStorage::from_bytes(dtype, bytes)?;
+        Ok(Tensor::from_parts(storage, shape, dtype, Device::cpu()))
     }
 
     /// The bytes of this tensor's elements when it is a packed CPU tensor (read in place, no

@@ -2,6 +2,7 @@
 //! index map (see `conv.rs`).
 
 use super::conv::{gather_with_fill, index_map, invalid};
+use super::{backend, Backend};
 use crate::{Error, Result, Tensor};
 
 /// How [`Tensor::pad`] fills the border.
@@ -105,7 +106,7 @@ impl Tensor {
         out_shape.extend(&inner_out);
         let out_numel = crate::shape::numel_for(&out_shape, self.dtype())?;
         let total = crate::shape::numel_for(&inner_out, crate::DType::U32)?;
-        if let Some(g) = self.device().as_gpu() {
+        if let Backend::Gpu(g) = backend(self.device()) {
             let limit = g.0.limits.max_buffer_size;
             let bytes = (out_numel as u64).max(total as u64) * 4;
             if bytes > limit {

@@ -363,7 +363,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         const OP: &str = "from_wgpu_buffer";
         let bad = |message: String| Error::InvalidArgument { op: OP, message };
-        let Some(g) = device.as_gpu() else {
+        let Backend::Gpu(g) = backend(device) else {
             return Err(bad(
                 "the device is the cpu; pass the GPU that owns the buffer (Device::from_wgpu)"
                     .into(),
