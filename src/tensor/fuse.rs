@@ -20,7 +20,7 @@
 //! op-by-op kernels' scalar functions (`cpu/fused.rs`): same bits, no intermediate tensors.
 
 use super::cell::{register, Pending, StorageCell};
-use super::{Tensor, TensorInner};
+use super::{backend, Backend, Tensor, TensorInner};
 use crate::cpu::program::{Expr, NodeId, Program};
 use crate::gpu::GpuDevice;
 use crate::shape::Layout;
@@ -71,10 +71,10 @@ impl Fuser {
     /// A builder for `op` on `device` when its elementwise ops record: always on a GPU, on the
     /// CPU when [`cpu_fusion`] is on; `None` runs the op at once.
     pub(crate) fn on(op: &'static str, device: &Device, shape: &[usize]) -> Result<Option<Fuser>> {
-        match device.as_gpu() {
-            Some(g) => Fuser::new(op, g, shape).map(Some),
-            None if cpu_fusion() => Ok(Some(Fuser::with(None, shape))),
-            None => Ok(None),
+        match backend(device) {
+            Backend::Gpu(g) => Fuser::new(op, g, shape).map(Some),
+            Backend::Cpu if cpu_fusion() => Ok(Some(Fuser::with(None, shape))),
+            Backend::Cpu => Ok(None),
         }
     }
 
