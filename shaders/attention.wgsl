@@ -88,11 +88,16 @@ struct Group {
     @builtin(num_workgroups) nwg: vec3<u32>,
 }
 
-// What a workgroup computes and the sizes every entry reads: its tile of rows, output chunk
-// and batch b (b == nb, the batch count, past the last workgroup), and L, S, E, Ev.
+// What a workgroup computes and the sizes every entry reads: its tile of rows (queries, or keys
+// in attn_dkv) from `first`, the invocation's own `row` and the row `at` it reads (the tile's
+// last real row for invocations past the end), its output chunk from column `col0`, batch b
+// (b == nb, the batch count, past the last workgroup), and L, S, E, Ev.
 struct Work {
-    tile: u32,
+    first: u32,
+    row: u32,
+    at: u32,
     chunk: u32,
+    col0: u32,
     b: u32,
     nb: u32,
     l: u32,
@@ -101,13 +106,17 @@ struct Work {
     ev: u32,
 }
 
-fn work_item(group: Group) -> Work {
+// The Work of invocation lid of a workgroup whose tile rows number params[rows_at] (P_L or P_S).
+fn work_item(group: Group, lid: u32, rows_at: u32) -> Work {
     let w = group_index(group.wid, group.nwg);
     let tiles = params[P_TILES];
     let chunks = params[P_CHUNKS];
     let rest = w / tiles;
     let nb = params[P_B];
-    return Work(w % tiles, rest % chunks, min(rest / chunks, nb), nb, params[P_L], params[P_S], params[P_E], params[P_EV]);
+    let first = (w % tiles) * TILE;
+    let row = first + lid;
+    let chunk = rest % chunks;
+    return Work(first, row, min(row, params[rows_at] - 1u), chunk, chunk * 64u, min(rest / chunks, nb), nb, params[P_L], params[P_S], params[P_E], params[P_EV]);
 }
 
 // Where batch b's mask starts.

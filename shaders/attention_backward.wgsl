@@ -28,27 +28,23 @@ fn prob(x: f32, lse: f32) -> f32 {
 // dq (and dS) for a tile of 64 queries, one query per invocation.
 @compute @workgroup_size(64)
 fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
-    let w = work_item(group);
+    let w = work_item(group, lid, P_L);
     if (w.b >= w.nb) {
         return;
     }
-    let i0 = w.tile * TILE;
-    let i = i0 + lid;
-    let ic = min(i, w.l - 1u);
-    let c0 = w.chunk * 64u;
     let flags = params[P_FLAGS];
     let mb = mask_base(w.b);
-    let qrow = params[P_QOFF] + (w.b * w.l + ic) * w.e;
-    let grow = params[P_GOFF] + (w.b * w.l + ic) * w.ev;
+    let qrow = params[P_QOFF] + (w.b * w.l + w.at) * w.e;
+    let grow = params[P_GOFF] + (w.b * w.l + w.at) * w.ev;
     let kbase = params[P_KOFF] + w.b * w.s * w.e;
     let vbase = params[P_VOFF] + w.b * w.s * w.ev;
-    let st = row_stats(w, ic);
+    let st = row_stats(w, w.at);
     let lse = st.x;
     let dd = st.y;
-    let write_ds = (flags & 16u) != 0u && w.chunk == 0u && i < w.l;
+    let write_ds = (flags & 16u) != 0u && w.chunk == 0u && w.row < w.l;
     var kend = w.s;
     if ((flags & 1u) != 0u) {
-        kend = min(min(i0 + TILE, w.l), w.s);
+        kend = min(min(w.first + TILE, w.l), w.s);
     }
     // Zero-initialized, like every WGSL var without an initializer.
     var acc: array<f32, 64>;
@@ -57,16 +53,16 @@ fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
         let dp = dots(3u, grow, 2u, vbase, j0, w.s, w.ev, lid);
         for (var jj = 0u; jj < STEP; jj = jj + 1u) {
             let j = j0 + jj;
-            let p = prob(finish_score(s[jj], ic, j, mb), lse);
-            let ds = p * (drop_factor(w.b, i, j) * dp[jj] - dd);
+            let p = prob(finish_score(s[jj], w.at, j, mb), lse);
+            let ds = p * (drop_factor(w.b, w.row, j) * dp[jj] - dd);
             s[jj] = select(ds, 0.0, j >= w.s);
             if (write_ds && j < w.s) {
-                dst[params[P_AUX] + (w.b * w.l + i) * w.s + j] = s[jj];
+                dst[params[P_AUX] + (w.b * w.l + w.row) * w.s + j] = s[jj];
             }
         }
-        accumulate(&acc, s, 1u, kbase, j0, w.s, c0, w.e, lid);
+        accumulate(&acc, s, 1u, kbase, j0, w.s, w.col0, w.e, lid);
     }
-    if (i >= w.l) {
+    if (w.row >= w.l) {
         return;
     }
     if (write_ds) {
@@ -74,38 +70,35 @@ fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
         for (var j0 = kend; j0 < w.s; j0 = j0 + STEP) {
             for (var jj = 0u; jj < STEP; jj = jj + 1u) {
                 if (j0 + jj < w.s) {
-                    dst[params[P_AUX] + (w.b * w.l + i) * w.s + j0 + jj] = 0.0;
+                    dst[params[P_AUX] + (w.b * w.l + w.row) * w.s + j0 + jj] = 0.0;
                 }
             }
         }
     }
     let scale = pf(P_SCALE);
-    let dc = min(64u, w.e - c0);
+    let dc = min(64u, w.e - w.col0);
     for (var d = 0u; d < dc; d = d + 1u) {
-        dst[(w.b * w.l + i) * w.e + c0 + d] = acc[d] * scale;
+        dst[(w.b * w.l + w.row) * w.e + w.col0 + d] = acc[d] * scale;
     }
 }
 
 // dk (chunks below P_KCHUNKS) or dv for a tile of 64 keys, one key per invocation.
 @compute @workgroup_size(64)
 fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
-    let w = work_item(group);
+    let w = work_item(group, lid, P_S);
     if (w.b >= w.nb) {
         return;
     }
-    let j0t = w.tile * TILE;
-    let j = j0t + lid;
-    let jc = min(j, w.s - 1u);
     let is_k = w.chunk < params[P_KCHUNKS];
     let c0 = select(w.chunk - params[P_KCHUNKS], w.chunk, is_k) * 64u;
     let mb = mask_base(w.b);
-    let krow = params[P_KOFF] + (w.b * w.s + jc) * w.e;
-    let vrow = params[P_VOFF] + (w.b * w.s + jc) * w.ev;
+    let krow = params[P_KOFF] + (w.b * w.s + w.at) * w.e;
+    let vrow = params[P_VOFF] + (w.b * w.s + w.at) * w.ev;
     let qbase = params[P_QOFF] + w.b * w.l * w.e;
     let gbase = params[P_GOFF] + w.b * w.l * w.ev;
     var istart = 0u;
     if ((params[P_FLAGS] & 1u) != 0u) {
-        istart = min(j0t, w.l);
+        istart = min(w.first, w.l);
     }
     var acc: array<f32, 64>;
     for (var i0 = istart; i0 < w.l; i0 = i0 + STEP) {
@@ -117,9 +110,9 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
             let st = row_stats(w, ic);
             let lse = st.x;
             let dd = st.y;
-            let p = prob(finish_score(s[ii], ic, j, mb), lse);
-            let z = drop_factor(w.b, ic, jc);
-            let live = i < w.l && j < w.s;
+            let p = prob(finish_score(s[ii], ic, w.row, mb), lse);
+            let z = drop_factor(w.b, ic, w.at);
+            let live = i < w.l && w.row < w.s;
             // dS for dk, P Z for dv.
             s[ii] = select(0.0, select(p * z, p * (z * dp[ii] - dd), is_k), live);
         }
@@ -129,19 +122,19 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
             accumulate(&acc, s, 3u, gbase, i0, w.l, c0, w.ev, lid);
         }
     }
-    if (j >= w.s) {
+    if (w.row >= w.s) {
         return;
     }
     if (is_k) {
         let scale = pf(P_SCALE);
         let dc = min(64u, w.e - c0);
         for (var d = 0u; d < dc; d = d + 1u) {
-            dst[(w.b * w.s + j) * w.e + c0 + d] = acc[d] * scale;
+            dst[(w.b * w.s + w.row) * w.e + c0 + d] = acc[d] * scale;
         }
     } else {
         let dc = min(64u, w.ev - c0);
         for (var d = 0u; d < dc; d = d + 1u) {
-            dst[params[P_AUX] + (w.b * w.s + j) * w.ev + c0 + d] = acc[d];
+            dst[params[P_AUX] + (w.b * w.s + w.row) * w.ev + c0 + d] = acc[d];
         }
     }
 }

@@ -13,21 +13,18 @@ fn read_g(at: u32) -> f32 {
 
 @compute @workgroup_size(64)
 fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
-    let w = work_item(group);
+    let w = work_item(group, lid, P_L);
     if (w.b >= w.nb) {
         return;
     }
-    let i0 = w.tile * TILE;
-    let i = i0 + lid;
-    let c0 = w.chunk * 64u;
     let causal = (params[P_FLAGS] & 1u) != 0u;
     let mb = mask_base(w.b);
-    let qrow = params[P_QOFF] + (w.b * w.l + min(i, w.l - 1u)) * w.e;
+    let qrow = params[P_QOFF] + (w.b * w.l + w.at) * w.e;
     let kbase = params[P_KOFF] + w.b * w.s * w.e;
     let vbase = params[P_VOFF] + w.b * w.s * w.ev;
     var kend = w.s;
     if (causal) {
-        kend = min(min(i0 + TILE, w.l), w.s);
+        kend = min(min(w.first + TILE, w.l), w.s);
     }
     // Zero-initialized, like every WGSL var without an initializer.
     var acc: array<f32, 64>;
@@ -38,7 +35,7 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
         var s = dots(0u, qrow, 1u, kbase, j0, w.s, w.e, lid);
         var mx = neg_inf();
         for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-            let x = finish_score(s[jj], min(i, w.l - 1u), j0 + jj, mb);
+            let x = finish_score(s[jj], w.at, j0 + jj, mb);
             s[jj] = x;
             if (is_nan(x) || bitcast<u32>(x) == INF_BITS) {
                 bad = true;
@@ -53,7 +50,7 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
             for (var jj = 0u; jj < STEP; jj = jj + 1u) {
                 let p = select(exp(s[jj] - m_new), 0.0, is_neg_inf(s[jj]));
                 sum = sum + p;
-                s[jj] = p * drop_factor(w.b, i, j0 + jj);
+                s[jj] = p * drop_factor(w.b, w.row, j0 + jj);
             }
             l = l * alpha + sum;
             for (var d = 0u; d < 64u; d = d + 1u) {
@@ -63,19 +60,19 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
         } else {
             s = array<f32, 16>();
         }
-        accumulate(&acc, s, 2u, vbase, j0, w.s, c0, w.ev, lid);
+        accumulate(&acc, s, 2u, vbase, j0, w.s, w.col0, w.ev, lid);
     }
-    if (i >= w.l) {
+    if (w.row >= w.l) {
         return;
     }
     let dead = bad || l == 0.0;
     let inv = 1.0 / l;
-    let orow = (w.b * w.l + i) * w.ev;
-    let dc = min(64u, w.ev - c0);
+    let orow = (w.b * w.l + w.row) * w.ev;
+    let dc = min(64u, w.ev - w.col0);
     for (var d = 0u; d < dc; d = d + 1u) {
-        dst[orow + c0 + d] = select(acc[d] * inv, nan_f32(), dead);
+        dst[orow + w.col0 + d] = select(acc[d] * inv, nan_f32(), dead);
     }
     if (w.chunk == 0u) {
-        dst[params[P_AUX] + w.b * w.l + i] = select(m + log(l), nan_f32(), dead);
+        dst[params[P_AUX] + w.b * w.l + w.row] = select(m + log(l), nan_f32(), dead);
     }
 }

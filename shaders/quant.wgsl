@@ -192,29 +192,32 @@ fn matvec(
     }
 }
 
+// The (row, column) of an invocation's element (item()) of an output of params[1] columns: the
+// row is past the output's rows for the invocations past its end (the grid is rounded up).
+fn out_cell(inv: Invocation) -> vec2<u32> {
+    let cols = params[1];
+    let i = item(inv);
+    return vec2<u32>(i / cols, i % cols);
+}
+
 @compute @workgroup_size(256)
 fn dequant(inv: Invocation) {
-    let i = item(inv);
-    let cols = params[1];
-    if (i >= params[0] * cols) {
+    let c = out_cell(inv);
+    if (c.x >= params[0]) {
         return;
     }
-    let r = i / cols;
-    let k = i % cols;
-    dst[(params[4] + r) * cols + k] = weight(params[6], r, k);
+    dst[(params[4] + c.x) * params[1] + c.y] = weight(params[6], c.x, c.y);
 }
 
 @compute @workgroup_size(256)
 fn gather(inv: Invocation) {
-    let i = item(inv);
-    let cols = params[1];
-    if (i >= params[8] * cols) {
+    let c = out_cell(inv);
+    if (c.x >= params[8]) {
         return;
     }
+    let i = item(inv);
     let row0 = params[4];
-    let t = i / cols;
-    let k = i % cols;
-    let id = aux[params[9] + t];
+    let id = aux[params[9] + c.x];
     let code = params[10];
     if (bad_id(code, id, params[5])) {
         if (row0 == 0u) {
@@ -226,5 +229,5 @@ fn gather(inv: Invocation) {
     if (id < row0 || id >= row0 + params[0]) {
         return;
     }
-    dst[i] = weight(params[6], id - row0, k);
+    dst[i] = weight(params[6], id - row0, c.y);
 }
