@@ -24,6 +24,7 @@ mod norm;
 mod pad;
 mod quant;
 mod reduce;
+mod rows;
 mod scatter;
 mod softmax;
 mod transfer;

@@ -1,8 +1,9 @@
 //! The row-op table's sweep (`wgtensor::testing::row_ops()`): every row op, on every device,
 //! against its composition of elementwise ops and reductions, at row lengths around a
 //! workgroup (1, 255, 256, 257) and past 4096, with a NaN row and non-contiguous input, one
-//! dispatch per call on a GPU. A new row op is swept here without editing this file. Then
-//! rms_norm, the table's example: its gradients (input and weight) against the composed op's.
+//! dispatch per call on a GPU, and every tracked op's input gradient against its composition's.
+//! A new row op is swept here without editing this file. Then rms_norm: its gradients (input
+//! and weight) against the composed op's.
 
 mod common;
 use common::{assert_close, data, devices, values};
@@ -39,6 +40,38 @@ fn every_row_op_matches_its_composition() {
                 assert!(got.iter().any(|x| x.is_nan()), "NaN row of {ctx}");
                 let got_view = values(&op.call(&view).unwrap());
                 assert_close(&got_view, &got, tol, tol, &format!("view {ctx}"));
+            }
+        }
+    }
+}
+
+/// Every row op's input gradient (the backward its table entry routes it to) against the
+/// gradient of its composition, on every device, at row lengths 1, 7 and 257.
+#[test]
+fn every_row_op_gradient_matches_its_composition() {
+    for (rows, len) in [(3usize, 1usize), (4, 7), (3, 257)] {
+        let xv = data(rows * len, 51, 3.0);
+        let gv = data(rows * len, 52, 1.0);
+        for d in devices() {
+            let g = Tensor::from_vec(gv.clone(), &[rows, len], &d).unwrap();
+            let leaf = || {
+                Tensor::from_vec(xv.clone(), &[rows, len], &d)
+                    .unwrap()
+                    .requires_grad_(true)
+            };
+            for op in row_ops() {
+                let ctx = format!("{} [{rows}, {len}] on {d}", op.name());
+                let x = leaf();
+                let y = op.call(&x).unwrap();
+                assert_eq!(y.requires_grad(), op.tracked(), "tracked {ctx}");
+                if !op.tracked() {
+                    continue;
+                }
+                y.backward_with(&g).unwrap();
+                let xc = leaf();
+                op.composed(&xc).unwrap().backward_with(&g).unwrap();
+                let grad = |t: &Tensor| values(&t.grad().unwrap());
+                assert_close(&grad(&x), &grad(&xc), 1e-3, 1e-4, &format!("dx {ctx}"));
             }
         }
     }

@@ -1,6 +1,7 @@
-//! Backward formulas of the reductions and of softmax / log_softmax.
+//! Backward formulas of the reductions and of the softmax-family row ops (softmax, log_softmax).
 
 use super::record;
+use crate::ops::RowOp;
 use crate::shape::normalize_dim;
 use crate::{Result, Tensor};
 
@@ -65,18 +66,14 @@ pub(crate) fn extreme_grad(x: &Tensor, o: &Tensor, g: &Tensor, d: Option<usize>)
     ones.mul(&g.div(&count)?)
 }
 
-/// Records `out = x.softmax(dim)` (or `log_softmax` when `log`).
-pub(crate) fn softmax(x: &Tensor, dim: isize, log: bool, out: Tensor) -> Tensor {
+/// A softmax-family row op's backward formula (its table entry's `grad`, `src/ops/rows.rs`):
+/// the input gradient from the output `y`, its gradient `g` and the dim.
+pub(crate) type RowGrad = fn(&Tensor, &Tensor, isize) -> Result<Tensor>;
+
+/// Records `out = x.<row>(dim)` (softmax, log_softmax) with its backward formula `grad`.
+pub(crate) fn row_dim(x: &Tensor, row: RowOp, dim: isize, grad: RowGrad, out: Tensor) -> Tensor {
     let o = out.clone();
-    let name = if log { "log_softmax" } else { "softmax" };
-    record(name, out, &[x], move |g, _| {
-        let gx = if log {
-            // y = log_softmax(x): dx = g - softmax(x) * sum(g)
-            g.sub(&o.exp()?.mul(&g.sum(dim, true)?)?)?
-        } else {
-            // y = softmax(x): dx = y * (g - sum(g * y))
-            o.mul(&g.sub(&g.mul(&o)?.sum(dim, true)?)?)?
-        };
-        Ok(vec![Some(gx)])
+    record(row.name(), out, &[x], move |g, _| {
+        Ok(vec![Some(grad(&o, g, dim)?)])
     })
 }

@@ -64,7 +64,7 @@ pub(crate) mod testing;
 pub(crate) use compare::{compare_tensor_half, CmpOp};
 pub(crate) use host::*;
 pub(crate) use reduce::{reduce_cpu_half, reduce_tensor_half, Empty, ReduceOp};
-pub(crate) use rows::{row_test_half, RowFamily, RowOp};
+pub(crate) use rows::{row_method, row_tensor_half, row_test_half, RowFamily, RowOp};
 
 /// The scalar functions of one unary op, as types so that CPU loops monomorphise per op.
 pub(crate) trait UnaryFn {

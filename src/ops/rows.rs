@@ -9,9 +9,11 @@
 //! - the WGSL: each family's shader takes the op's `code` as its `OP` override, and the norm
 //!   family's table part (the `OP_<NAME>` constants and `centered()`, [`RowOp::norm_wgsl`]) is
 //!   appended to `shaders/layer_norm.wgsl` when the library builds it;
-//! - the gradient: the family's backward (`src/autograd/norm.rs`, `src/autograd/reduce.rs`,
-//!   `src/tensor/cross_entropy.rs`) reads the same facts (a norm that is not `centered` drops
-//!   the mean terms and has no bias);
+//! - the public `Tensor` method with its rustdoc, in the signature of the entry's kind, and
+//!   the backward it records: a softmax-family op's `grad` formula, or the norm family's
+//!   backward (`src/autograd/norm.rs`), which reads the entry's facts (a norm that is not
+//!   `centered` drops the mean terms and has no bias) (the table's `row_tensor_half!`,
+//!   expanded by `src/tensor/rows.rs`);
 //! - the test sweeps (`wgtensor::testing::row_ops()`): each entry's `sweep` runs the op on a
 //!   tensor and `composed` computes it op by op, within `tolerance` (the table's
 //!   `row_test_half!`, expanded by `src/ops/testing.rs` in the tensor layer).
@@ -19,7 +21,8 @@
 //! A family is one shader (a workgroup-per-row and an invocation-per-row entry, sharing the row
 //! merge of `row_tree.wgsl` / `row_subgroup.wgsl`) and one CPU module; its ops differ by code.
 //! Adding a row op to a family is one `row_ops!` entry here plus its case in the family's
-//! row body (CPU and WGSL) and its `Tensor` method; the sweeps test it with no test edit.
+//! row body (the CPU module's and the WGSL shader's); the sweeps (values, f16, faults and
+//! gradients) test it with no test edit.
 
 /// The kernel family of a row op: one shader and one CPU module, the op's code selecting its
 /// variant.
@@ -40,15 +43,25 @@ const fn flag(given: &[bool]) -> bool {
     matches!(given, [true])
 }
 
-/// Declares the row ops. Entry: `Variant { name, family, code, norm: [centered, bias]?,
-/// tolerance, sweep: |x| call, composed: |x| reference }`.
+/// Declares the row ops. Entry: `Variant { docs method: kind, family, code, norm: [centered,
+/// bias]?, grad: [|y, g, dim| formula]?, tolerance, sweep: |x| call, composed: |x| reference }`.
+///
+/// `kind` is the `Tensor` method's signature, generated with the entry's docs by
+/// [`row_method!`]: `dim` (`fn(&self, dim: isize)`, the softmax family, whose backward is the
+/// entry's `grad` from the output `y`, its gradient `g` and the dim), `weight_bias`
+/// (`fn(&self, weight, bias, eps)`) and `weight` (`fn(&self, weight, eps)`, a 0-d tensor being
+/// one row of one element): the norm family, whose backward is the family's
+/// (`src/autograd/norm.rs`) selected by the `norm` facts; `none`: no method (the table's op is
+/// an internal kernel of a method written elsewhere, as cross-entropy's of `nn::cross_entropy`).
 macro_rules! row_ops {
     ($(
         $V:ident {
-            name: $name:literal,
+            $(#[$doc:meta])*
+            $name:ident: $kind:ident,
             family: $fam:ident,
             code: $code:literal,
             norm: [$($centered:literal, $bias:literal)?],
+            grad: [$(|$gy:ident, $gg:ident, $gd:ident| $grad:expr)?],
             tolerance: $tol:expr,
             sweep: |$sx:ident| $sweep:expr,
             composed: |$cx:ident| $composed:expr $(,)?
@@ -65,7 +78,7 @@ macro_rules! row_ops {
 
             /// The method's name (`"softmax"`), as errors and the profiler report it.
             pub(crate) fn name(self) -> &'static str {
-                match self { $(RowOp::$V => $name,)* }
+                match self { $(RowOp::$V => stringify!($name),)* }
             }
 
             /// The kernel family (shader and CPU module) the op runs in.
@@ -89,6 +102,12 @@ macro_rules! row_ops {
             #[allow(dead_code)]
             pub(crate) fn bias(self) -> bool {
                 match self { $(RowOp::$V => flag(&[$($bias)?]),)* }
+            }
+
+            /// Whether the op's `Tensor` method (generated from the table) records a backward.
+            #[allow(dead_code)]
+            pub(crate) fn tracked(self) -> bool {
+                match self { $(RowOp::$V => stringify!($kind) != "none",)* }
             }
 
             /// The test tolerance (absolute and relative) of the op against its composition.
@@ -120,6 +139,20 @@ macro_rules! row_ops {
             }
         }
 
+        /// The tensor half of the table: each op's public `Tensor` method with its docs and
+        /// the backward it records, expanded by `src/tensor/rows.rs` in the tensor layer
+        /// (which defines the families' entry points `row_dim` and `norm` the methods call).
+        macro_rules! row_tensor_half { () => {
+        impl Tensor {
+            $(
+                $crate::ops::row_method!(
+                    $kind $V $name [$(#[$doc])*] [$(|$gy, $gg, $gd| $grad)?]
+                );
+            )*
+        }
+        } }
+        pub(crate) use row_tensor_half;
+
         /// The test half of the table (how the sweeps run each op and compose it), expanded
         /// by `src/ops/testing.rs` in the tensor layer.
         macro_rules! row_test_half { () => {
@@ -139,12 +172,63 @@ macro_rules! row_ops {
     };
 }
 
+/// One row op's `Tensor` method, by its signature kind (see [`row_ops!`]): the entry's docs
+/// on a method that validates and runs the family's kernel and records the op's backward.
+macro_rules! row_method {
+    (dim $V:ident $name:ident [$(#[$doc:meta])*] [|$y:ident, $g:ident, $d:ident| $grad:expr]) => {
+        $(#[$doc])*
+        pub fn $name(&self, dim: isize) -> Result<Tensor> {
+            let grad = |$y: &Tensor, $g: &Tensor, $d: isize| -> Result<Tensor> { $grad };
+            self.row_dim(RowOp::$V, dim, grad)
+        }
+    };
+    (weight_bias $V:ident $name:ident [$(#[$doc:meta])*] []) => {
+        $(#[$doc])*
+        pub fn $name(
+            &self,
+            weight: Option<&Tensor>,
+            bias: Option<&Tensor>,
+            eps: f32,
+        ) -> Result<Tensor> {
+            self.norm(RowOp::$V, weight, bias, eps)
+        }
+    };
+    (weight $V:ident $name:ident [$(#[$doc:meta])*] []) => {
+        $(#[$doc])*
+        pub fn $name(&self, weight: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+            if self.ndim() == 0 {
+                return self.reshape(&[1])?.$name(weight, eps)?.reshape(&[]);
+            }
+            self.norm(RowOp::$V, weight, None, eps)
+        }
+    };
+    (none $V:ident $name:ident [] []) => {};
+}
+pub(crate) use row_method;
+
 row_ops! {
     Softmax {
-        name: "softmax",
+        /// `exp(x) / Σ exp(x)` along `dim` (`-1` is the last), computed as
+        /// `exp(x - max) / Σ exp(x - max)` so large inputs do not overflow. A NaN in a row makes
+        /// that row NaN, as in PyTorch.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
+        /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors. f16
+        /// tensors are converted to f32, computed in f32 and rounded once to f16.
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![1000f32, 1000.0, 0.0, 0.0], &[2, 2], &Device::cpu())?;
+        /// assert_eq!(t.softmax(-1)?.to_vec::<f32>()?, vec![0.5, 0.5, 0.5, 0.5]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        softmax: dim,
         family: Softmax,
         code: 0,
         norm: [],
+        // y = softmax(x): dx = y * (g - sum(g * y))
+        grad: [|y, g, dim| y.mul(&g.sub(&g.mul(y)?.sum(dim, true)?)?)],
         tolerance: 1e-5,
         sweep: |x| x.softmax(-1),
         composed: |x| {
@@ -153,10 +237,26 @@ row_ops! {
         },
     }
     LogSoftmax {
-        name: "log_softmax",
+        /// `log(softmax(x))` along `dim`, computed as `(x - max) - log Σ exp(x - max)`: finite
+        /// where `softmax(x).log()` would underflow to `-inf`.
+        ///
+        /// # Errors
+        /// As [`Tensor::softmax`].
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![0f32, -200.0], &[2], &Device::cpu())?;
+        /// let l = t.log_softmax(0)?.to_vec::<f32>()?;
+        /// assert_eq!(l[0], 0.0);
+        /// assert_eq!(l[1], -200.0);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        log_softmax: dim,
         family: Softmax,
         code: 1,
         norm: [],
+        // y = log_softmax(x): dx = g - softmax(x) * sum(g)
+        grad: [|y, g, dim| g.sub(&y.exp()?.mul(&g.sum(dim, true)?)?)],
         tolerance: 1e-5,
         sweep: |x| x.log_softmax(-1),
         composed: |x| {
@@ -165,10 +265,34 @@ row_ops! {
         },
     }
     LayerNorm {
-        name: "layer_norm",
+        /// PyTorch's `F.layer_norm(x, (x.shape[-1],), weight, bias, eps)`: each row of the last dim
+        /// becomes `(x - mean) / sqrt(var + eps) * weight + bias` (biased variance), in one kernel
+        /// (one workgroup per row on a GPU). f16 inputs are computed in f32 and returned in f16;
+        /// an f16 weight or bias is widened to f32. Non-contiguous inputs are copied to a packed
+        /// layout first. Differentiable in `self`, `weight` and `bias`.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a 0-d tensor or an
+        /// `eps` that is negative or not finite;
+        /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when `weight` or `bias` is not
+        /// `[last dim]`; [`Error::DeviceMismatch`](crate::Error::DeviceMismatch) when they live
+        /// on another device; [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for
+        /// integer tensors.
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let d = Device::cpu();
+        /// let x = Tensor::from_vec(vec![1f32, 3.0], &[1, 2], &d)?;
+        /// let b = Tensor::from_vec(vec![10f32, 20.0], &[2], &d)?;
+        /// let y = x.layer_norm(None, Some(&b), 0.0)?.to_vec::<f32>()?;
+        /// assert_eq!(y, vec![9.0, 21.0]); // mean 2, std 1
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        layer_norm: weight_bias,
         family: Norm,
         code: 0,
         norm: [true, true],
+        grad: [],
         tolerance: 1e-4,
         sweep: |x| {
             let (w, b) = sweep_weight_bias(x)?;
@@ -183,10 +307,32 @@ row_ops! {
     }
     // Not centred: x * rsqrt(mean(x²) + eps) * weight (the Llama models' norm).
     RmsNorm {
-        name: "rms_norm",
+        /// Root-mean-square normalisation over the last dim (PyTorch's `F.rms_norm(x,
+        /// (x.shape[-1],), weight, eps)`): each row becomes `x / sqrt(mean(x²) + eps) * weight`,
+        /// in one kernel (one workgroup per row on a GPU, as [`layer_norm`](Self::layer_norm)).
+        /// f16 inputs are computed in f32 and returned in f16. A 0-d tensor is one row of one
+        /// element. Non-contiguous inputs are copied to a packed layout first. Differentiable in
+        /// `self` and `weight`.
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let x = Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &Device::best())?;
+        /// let y = x.rms_norm(None, 0.0)?.to_vec::<f32>()?;
+        /// let r = (12.5f32).sqrt();
+        /// assert!((y[0] - 3.0 / r).abs() < 1e-6 && (y[1] - 4.0 / r).abs() < 1e-6);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        ///
+        /// # Errors
+        /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when `weight` is not
+        /// `[last dim]`; [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an `eps`
+        /// that is negative or not finite; [`Error::DeviceMismatch`](crate::Error::DeviceMismatch);
+        /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors.
+        rms_norm: weight,
         family: Norm,
         code: 1,
         norm: [false, false],
+        grad: [],
         tolerance: 1e-4,
         sweep: |x| x.rms_norm(Some(&sweep_weight_bias(x)?.0), 1e-5),
         composed: |x| {
@@ -197,10 +343,11 @@ row_ops! {
     // The per-row losses (no reduction) of the rows of the last dim against targets `r % c`,
     // computed in f32 and returned in the input's dtype.
     CrossEntropy {
-        name: "cross_entropy",
+        cross_entropy: none,
         family: CrossEntropy,
         code: 0,
         norm: [],
+        grad: [],
         tolerance: 1e-4,
         sweep: |x| {
             let (logits, targets) = sweep_targets(x)?;

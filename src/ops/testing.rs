@@ -297,6 +297,13 @@ impl RowOpInfo {
         self.0.composed(x)
     }
 
+    /// Whether [`call`](Self::call) records a backward: every op with its own `Tensor` method
+    /// (generated from the table, with the backward the table routes it to). Cross-entropy's
+    /// per-row losses are not: `nn::cross_entropy` records the loss as one node of its own.
+    pub fn tracked(self) -> bool {
+        self.0.tracked()
+    }
+
     /// The tolerance, absolute and relative (`|got - want| <= tol * (1 + |want|)`), of
     /// [`call`](Self::call) against [`composed`](Self::composed) in f32.
     pub fn tolerance(self) -> f32 {

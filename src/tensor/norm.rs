@@ -1,4 +1,4 @@
-//! layer_norm and rms_norm (the norm family of the row-op table, `src/ops/rows.rs`): validate,
+//! The norm family of the row-op table (`src/ops/rows.rs`: layer_norm, rms_norm): validate,
 //! then dispatch to `cpu/norm.rs` or `gpu/rows.rs` (one kernel per call).
 
 use super::Data;
@@ -11,65 +11,9 @@ use crate::{cpu, DType, Error, Result};
 pub(crate) type LayerNormGrads = (Tensor, Option<(Tensor, Tensor)>);
 
 impl Tensor {
-    /// PyTorch's `F.layer_norm(x, (x.shape[-1],), weight, bias, eps)`: each row of the last dim
-    /// becomes `(x - mean) / sqrt(var + eps) * weight + bias` (biased variance), in one kernel
-    /// (one workgroup per row on a GPU). f16 inputs are computed in f32 and returned in f16;
-    /// an f16 weight or bias is widened to f32. Non-contiguous inputs are copied to a packed
-    /// layout first. Differentiable in `self`, `weight` and `bias`.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a 0-d tensor or an `eps` that is negative or not finite;
-    /// [`Error::ShapeMismatch`] when `weight` or `bias` is not `[last dim]`;
-    /// [`Error::DeviceMismatch`] when they live on another device;
-    /// [`Error::UnsupportedDType`] for integer tensors.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let d = Device::cpu();
-    /// let x = Tensor::from_vec(vec![1f32, 3.0], &[1, 2], &d)?;
-    /// let b = Tensor::from_vec(vec![10f32, 20.0], &[2], &d)?;
-    /// let y = x.layer_norm(None, Some(&b), 0.0)?.to_vec::<f32>()?;
-    /// assert_eq!(y, vec![9.0, 21.0]); // mean 2, std 1
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn layer_norm(
-        &self,
-        weight: Option<&Tensor>,
-        bias: Option<&Tensor>,
-        eps: f32,
-    ) -> Result<Tensor> {
-        self.norm(RowOp::LayerNorm, weight, bias, eps)
-    }
-
-    /// Root-mean-square normalisation over the last dim (PyTorch's `F.rms_norm(x,
-    /// (x.shape[-1],), weight, eps)`): each row becomes `x / sqrt(mean(x²) + eps) * weight`,
-    /// in one kernel (one workgroup per row on a GPU, as [`layer_norm`](Self::layer_norm)).
-    /// f16 inputs are computed in f32 and returned in f16. A 0-d tensor is one row of one
-    /// element. Non-contiguous inputs are copied to a packed layout first. Differentiable in
-    /// `self` and `weight`.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let x = Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &Device::best())?;
-    /// let y = x.rms_norm(None, 0.0)?.to_vec::<f32>()?;
-    /// let r = (12.5f32).sqrt();
-    /// assert!((y[0] - 3.0 / r).abs() < 1e-6 && (y[1] - 4.0 / r).abs() < 1e-6);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::ShapeMismatch`] when `weight` is not `[last dim]`; [`Error::InvalidArgument`]
-    /// for an `eps` that is negative or not finite; [`Error::DeviceMismatch`];
-    /// [`Error::UnsupportedDType`] for integer tensors.
-    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f32) -> Result<Tensor> {
-        if self.ndim() == 0 {
-            return self.reshape(&[1])?.rms_norm(weight, eps)?.reshape(&[]);
-        }
-        self.norm(RowOp::RmsNorm, weight, None, eps)
-    }
-
-    /// The norm `op` of the rows of the last dim, tracked.
-    fn norm(
+    /// The norm `row` of the rows of the last dim, tracked: what the table's norm methods
+    /// (`layer_norm`, `rms_norm`) call.
+    pub(super) fn norm(
         &self,
         row: RowOp,
         weight: Option<&Tensor>,

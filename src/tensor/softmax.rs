@@ -1,8 +1,9 @@
-//! softmax and log_softmax (the softmax family of the row-op table, `src/ops/rows.rs`):
-//! validate, then dispatch to `cpu/softmax.rs` or `gpu/rows.rs`.
+//! The softmax family of the row-op table (`src/ops/rows.rs`: softmax, log_softmax): validate,
+//! then dispatch to `cpu/softmax.rs` or `gpu/rows.rs`.
 
 use super::Data;
 use super::Tensor;
+use crate::autograd::reduce::RowGrad;
 use crate::ops::RowOp;
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
@@ -47,42 +48,10 @@ impl Tensor {
         Ok(self.derived(storage, self.shape()))
     }
 
-    /// `exp(x) / Σ exp(x)` along `dim` (`-1` is the last), computed as
-    /// `exp(x - max) / Σ exp(x - max)` so large inputs do not overflow. A NaN in a row makes
-    /// that row NaN, as in PyTorch.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `dim` is out of range;
-    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors. f16
-    /// tensors are converted to f32, computed in f32 and rounded once to f16.
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![1000f32, 1000.0, 0.0, 0.0], &[2, 2], &Device::cpu())?;
-    /// assert_eq!(t.softmax(-1)?.to_vec::<f32>()?, vec![0.5, 0.5, 0.5, 0.5]);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        let out = self.softmax_op(dim, RowOp::Softmax)?;
-        Ok(crate::autograd::reduce::softmax(self, dim, false, out))
-    }
-
-    /// `log(softmax(x))` along `dim`, computed as `(x - max) - log Σ exp(x - max)`: finite where
-    /// `softmax(x).log()` would underflow to `-inf`.
-    ///
-    /// # Errors
-    /// As [`Tensor::softmax`].
-    ///
-    /// ```
-    /// use wgtensor::{Device, Tensor};
-    /// let t = Tensor::from_vec(vec![0f32, -200.0], &[2], &Device::cpu())?;
-    /// let l = t.log_softmax(0)?.to_vec::<f32>()?;
-    /// assert_eq!(l[0], 0.0);
-    /// assert_eq!(l[1], -200.0);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
-        let out = self.softmax_op(dim, RowOp::LogSoftmax)?;
-        Ok(crate::autograd::reduce::softmax(self, dim, true, out))
+    /// The softmax-family op `op` over `dim`, recording `grad` (the table entry's backward,
+    /// `src/ops/rows.rs`): what the table's `dim` methods (`softmax`, `log_softmax`) call.
+    pub(super) fn row_dim(&self, op: RowOp, dim: isize, grad: RowGrad) -> Result<Tensor> {
+        let out = self.softmax_op(dim, op)?;
+        Ok(crate::autograd::reduce::row_dim(self, op, dim, grad, out))
     }
 }
