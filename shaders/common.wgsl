@@ -67,6 +67,12 @@ fn item(inv: Invocation) -> u32 {
     return flat_index(inv.wid, inv.nwg, inv.lid);
 }
 
+// The (row, column) of element i of a row-major matrix of `cols` columns: where an entry that
+// takes one element per invocation over equal rows finds its row's data.
+fn cell(i: u32, cols: u32) -> vec2<u32> {
+    return vec2<u32>(i / cols, i % cols);
+}
+
 // Storage index of element i of a strided view: `base + sum_d idx_d * strides[d]`, with idx the
 // row-major unravelling of i over the nd dims whose sizes are params[shape_at..] and strides
 // params[strides_at..]. Every shader declares `params: array<u32>` (the binding convention), so

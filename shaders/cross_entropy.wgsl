@@ -138,9 +138,10 @@ fn ce_backward(inv: Invocation) {
     if (i >= params[0]) {
         return;
     }
+    // Class j of row row.
+    let rj = cell(i, params[1]);
     let classes = params[1];
-    let row = i / classes;
-    let j = i % classes;
+    let row = rj.x;
     let id = t[params[3] + row];
     // Reported by the forward pass; here the row only gets zeros.
     if (target_kind(id, classes) != 0u) {
@@ -150,7 +151,7 @@ fn ce_backward(inv: Invocation) {
     let eps = bitcast<f32>(params[7]);
     let gi = g[params[9] + row];
     var d = exp(x[params[2] + i] - lse[params[8] + row]) - eps / f32(classes);
-    if (j == id) {
+    if (rj.y == id) {
         d = d - (1.0 - eps);
     }
     dst[i] = gi * d;

@@ -192,17 +192,10 @@ fn matvec(
     }
 }
 
-// The (row, column) of an invocation's element (item()) of an output of params[1] columns: the
-// row is past the output's rows for the invocations past its end (the grid is rounded up).
-fn out_cell(inv: Invocation) -> vec2<u32> {
-    let cols = params[1];
-    let i = item(inv);
-    return vec2<u32>(i / cols, i % cols);
-}
-
 @compute @workgroup_size(256)
 fn dequant(inv: Invocation) {
-    let c = out_cell(inv);
+    // Past the output's rows for the invocations past its end (the grid is rounded up).
+    let c = cell(item(inv), params[1]);
     if (c.x >= params[0]) {
         return;
     }
@@ -211,7 +204,7 @@ fn dequant(inv: Invocation) {
 
 @compute @workgroup_size(256)
 fn gather(inv: Invocation) {
-    let c = out_cell(inv);
+    let c = cell(item(inv), params[1]);
     if (c.x >= params[8]) {
         return;
     }

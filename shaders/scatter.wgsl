@@ -166,15 +166,17 @@ fn sort_step(inv: Invocation) {
 
 @compute @workgroup_size(256)
 fn segment_sum(inv: Invocation) {
-    let i = item(inv);
-    if (i >= params[0]) {
+    // Column col of the r-wide row of pair s; s >= npairs past the params[0] = npairs * r
+    // elements (the grid is rounded up).
+    let sc = cell(item(inv), params[2]);
+    let npairs = params[1];
+    if (sc.x >= npairs) {
         return;
     }
-    let npairs = params[1];
     let r = params[2];
     let off = params[3];
-    let s = i / r;
-    let col = i % r;
+    let s = sc.x;
+    let col = sc.y;
     let key = a[2u * s];
     if (key == NONE || (s > 0u && a[2u * s - 2u] == key)) {
         return;
