@@ -194,6 +194,38 @@ pub enum Error {
     },
 }
 
+/// An [`Error::InvalidArgument`] of `op` (the message names the numbers and the fix).
+pub(crate) fn invalid(op: &'static str, message: String) -> Error {
+    Error::InvalidArgument { op, message }
+}
+
+/// Checks that `name` (of shape `shape`) has `rank` dims; the error shows `layout`, the dims
+/// `op` expects (`"[N, C]"`), and the shape it got.
+pub(crate) fn check_rank(
+    op: &'static str,
+    name: &str,
+    shape: &[usize],
+    rank: usize,
+    layout: &str,
+) -> Result<()> {
+    if shape.len() == rank {
+        return Ok(());
+    }
+    Err(invalid(
+        op,
+        format!("{name} must be {layout}, got shape {shape:?}"),
+    ))
+}
+
+/// An [`Error::ShapeMismatch`] of `op` between the shapes `lhs` and `rhs`.
+pub(crate) fn mismatch(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Error {
+    Error::ShapeMismatch {
+        op,
+        lhs: lhs.to_vec(),
+        rhs: rhs.to_vec(),
+    }
+}
+
 /// The out-of-memory message: the GPU one names the adapter's buffer limit and suggests the
 /// CPU; the CPU one speaks of host memory.
 fn oom_text(

@@ -2,6 +2,7 @@
 //! tensor ops so `loss.backward()` works on every device.
 
 use crate::cpu::cross_entropy::CeSpec;
+use crate::error::check_rank;
 use crate::{DType, Error, Result, Tensor};
 
 /// Mean squared error, `mean((pred - target)²)` (PyTorch's `F.mse_loss`, reduction `mean`).
@@ -125,15 +126,13 @@ pub fn cross_entropy_with(
     opts: &CrossEntropyOptions,
 ) -> Result<Tensor> {
     let op = "cross_entropy";
-    if logits.ndim() != 2 {
-        return Err(Error::InvalidArgument {
-            op,
-            message: format!(
-                "logits must be [N, C], got shape {:?}; reshape to [-1, C] first",
-                logits.shape()
-            ),
-        });
-    }
+    check_rank(
+        op,
+        "logits",
+        logits.shape(),
+        2,
+        "[N, C] (reshape to [-1, C])",
+    )?;
     let n = logits.shape()[0];
     if targets.shape() != [n] {
         return Err(Error::InvalidArgument {

@@ -60,7 +60,8 @@ pub use norm::LayerNorm;
 pub use parallel::DataParallel;
 pub use sequential::Sequential;
 
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::error::{check_rank, invalid};
+use crate::{DType, Device, Result, Tensor};
 use std::path::Path;
 
 /// A layer or model: a forward function plus named parameters that can be moved between devices.
@@ -152,7 +153,7 @@ pub trait Module: Send + Sync {
     /// f16). Nothing is replaced unless everything matches.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the missing or unexpected key, or the key with its
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the missing or unexpected key, or the key with its
     /// expected and found shape (or dtype), and the file; the errors of
     /// [`load_safetensors`].
     ///
@@ -210,7 +211,7 @@ pub trait Module: Send + Sync {
     /// [`Module::load_weights`], and nothing is replaced unless everything matches.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the missing or unexpected key, or the key with its
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the missing or unexpected key, or the key with its
     /// expected and found shape (or dtype); device errors.
     ///
     /// ```
@@ -275,16 +276,7 @@ use delegate_to_inner;
 
 /// A layer's weight must be a matrix; `layout` names its dims in the error (`"[out, in]"`).
 pub(crate) fn check_weight_2d(op: &'static str, weight: &Tensor, layout: &str) -> Result<()> {
-    if weight.ndim() != 2 {
-        return Err(Error::InvalidArgument {
-            op,
-            message: format!(
-                "weight must be 2-D {layout}, got shape {:?}",
-                weight.shape()
-            ),
-        });
-    }
-    Ok(())
+    check_rank(op, "weight", weight.shape(), 2, &format!("2-D {layout}"))
 }
 
 /// The named parameters of a layer's own tensors, skipping the absent ones (no bias, not
@@ -335,51 +327,51 @@ pub(crate) fn prepare_assign<M: Module + ?Sized>(
     let all_keys: Vec<String> = by_name.keys().cloned().collect();
     let mut ready = Vec::new();
     for (name, p) in module.named_parameters() {
-        let t = by_name
-            .remove(&name)
-            .ok_or_else(|| Error::InvalidArgument {
+        let t = by_name.remove(&name).ok_or_else(|| {
+            invalid(
                 op,
-                message: format!(
+                format!(
                     "missing key {name:?} (a parameter of shape {:?}) in {source}; the file holds \
                  {} tensor(s): {}",
                     p.shape(),
                     all_keys.len(),
                     list_keys(all_keys.iter())
                 ),
-            })?;
+            )
+        })?;
         if t.shape() != p.shape() {
-            return Err(Error::InvalidArgument {
+            return Err(invalid(
                 op,
-                message: format!(
+                format!(
                     "shape mismatch for {name:?} in {source}: the module expects {:?}, the file \
                      holds {:?}",
                     p.shape(),
                     t.shape()
                 ),
-            });
+            ));
         }
         let t = io::convert_float(t, p.dtype())?;
         if t.dtype() != p.dtype() {
-            return Err(Error::InvalidArgument {
+            return Err(invalid(
                 op,
-                message: format!(
+                format!(
                     "dtype mismatch for {name:?} in {source}: the module expects {}, the file \
                      holds {}",
                     p.dtype(),
                     t.dtype()
                 ),
-            });
+            ));
         }
         ready.push(t);
     }
     if !by_name.is_empty() {
-        return Err(Error::InvalidArgument {
+        return Err(invalid(
             op,
-            message: format!(
+            format!(
                 "unexpected key(s) in {source}: {}; the module has no such parameter",
                 list_keys(by_name.keys())
             ),
-        });
+        ));
     }
     ready.into_iter().map(|t| t.to(device)).collect()
 }

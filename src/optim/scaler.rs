@@ -1,6 +1,7 @@
 //! Dynamic loss scaling for mixed precision (PyTorch's `torch.amp.GradScaler`).
 
 use super::Optimizer;
+use crate::error::invalid;
 use crate::nn::Module;
 use crate::{DType, Error, Result, Tensor};
 
@@ -123,13 +124,13 @@ impl GradScaler {
         let op = "GradScaler::scale";
         if self.scale.is_none() {
             if !(self.init_scale.is_finite() && self.init_scale > 0.0) {
-                return Err(Error::InvalidArgument {
+                return Err(invalid(
                     op,
-                    message: format!(
+                    format!(
                         "the scale {} must be finite and positive (set it with init_scale)",
                         self.init_scale
                     ),
-                });
+                ));
             }
             let d = loss.device();
             self.scale = Some(Tensor::full(&[], self.init_scale.into(), DType::F32, d)?);
@@ -248,8 +249,8 @@ impl GradScaler {
 
 /// The error of a call that needs the scale before any loss was scaled.
 fn no_scale(op: &'static str) -> Error {
-    Error::InvalidArgument {
+    invalid(
         op,
-        message: "no loss was scaled yet: call GradScaler::scale(&loss) and backward first".into(),
-    }
+        "no loss was scaled yet: call GradScaler::scale(&loss) and backward first".into(),
+    )
 }

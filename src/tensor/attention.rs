@@ -5,12 +5,9 @@
 //! Each is composed from recorded ops, so it runs forward and backward on every device and
 //! never reads back or uploads: masks come from `arange` and comparisons on the device.
 
+use crate::error::{invalid, mismatch};
 use crate::shape::normalize_dim;
-use crate::{DType, Device, Error, Result, Tensor};
-
-fn invalid(op: &'static str, message: String) -> Error {
-    Error::InvalidArgument { op, message }
-}
+use crate::{DType, Device, Result, Tensor};
 
 /// A `[rows, cols]` U8 mask, true where `col - row <= diagonal` (lower) or `>= diagonal`
 /// (upper), built on `device`.
@@ -52,7 +49,7 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for fewer than 2 dims; device errors.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for fewer than 2 dims; device errors.
     pub fn tril(&self, diagonal: isize) -> Result<Tensor> {
         let (r, c) = last_two("tril", self)?;
         let keep = triangle(r, c, diagonal, true, self.device())?;
@@ -177,7 +174,7 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an out-of-range or repeated dim; the errors of `sum`.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an out-of-range or repeated dim; the errors of `sum`.
     pub fn sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce_dims("sum_dims", dims, keepdim, |t, d| t.sum(d, true))
     }
@@ -241,7 +238,7 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::UnsupportedDType`] for integer tensors; a bad dim; the errors of matmul.
+    /// [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for integer tensors; a bad dim; the errors of matmul.
     pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
         if self.ndim() == 0 {
             return Ok(self.clone());
@@ -273,7 +270,7 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `k` exceeds the dim; [`Error::UnsupportedDType`] for
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `k` exceeds the dim; [`Error::UnsupportedDType`](crate::Error::UnsupportedDType) for
     /// integer tensors; a bad dim.
     pub fn topk(&self, k: usize, dim: isize, largest: bool) -> Result<(Tensor, Tensor)> {
         let op = "topk";
@@ -339,8 +336,8 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when `src` differs from `self` outside `dim`;
-    /// [`Error::InvalidArgument`] when the range runs past the end; dtype and device
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when `src` differs from `self` outside `dim`;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the range runs past the end; dtype and device
     /// mismatches.
     pub fn slice_assign(&self, dim: isize, start: usize, src: &Tensor) -> Result<Tensor> {
         let op = "slice_assign";
@@ -352,11 +349,7 @@ impl Tensor {
                 .enumerate()
                 .any(|(i, (x, y))| i != d && x != y)
         {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: a.to_vec(),
-                rhs: b.to_vec(),
-            });
+            return Err(mismatch(op, a, b));
         }
         let (n, len) = (a[d], b[d]);
         // Checked: a start near usize::MAX is this error, never a wrapped range.
@@ -394,7 +387,7 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when the dims do not line up; [`Error::InvalidArgument`] for
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the dims do not line up; [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
     /// `dropout_p` outside `[0, 1)`; the errors of matmul and softmax.
     pub fn scaled_dot_product_attention(
         q: &Tensor,
@@ -410,15 +403,8 @@ impl Tensor {
         let (s, ek) = last_two(op, k)?;
         let (sv, _) = last_two(op, v)?;
         if e != ek || s != sv {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: q.shape().to_vec(),
-                rhs: if e != ek {
-                    k.shape().to_vec()
-                } else {
-                    v.shape().to_vec()
-                },
-            });
+            let other = if e != ek { k } else { v };
+            return Err(mismatch(op, q.shape(), other.shape()));
         }
         if !(0.0..1.0).contains(&dropout_p) {
             return Err(invalid(

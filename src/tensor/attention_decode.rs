@@ -4,12 +4,9 @@
 use super::Tensor;
 use super::{data_n, Data, DataMut, DataN};
 use crate::cpu::attention_decode::DecodeDims;
+use crate::error::{invalid, mismatch};
 use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, Error, Result};
-
-fn invalid(op: &'static str, message: String) -> Error {
-    Error::InvalidArgument { op, message }
-}
+use crate::{cpu, Result};
 
 impl Tensor {
     /// Attention of one query position per head over the first `len` positions of a KV cache,
@@ -33,7 +30,7 @@ impl Tensor {
     /// ```
     ///
     /// # Errors
-    /// [`Error::ShapeMismatch`] when the shapes do not line up; [`Error::InvalidArgument`] when
+    /// [`Error::ShapeMismatch`](crate::Error::ShapeMismatch) when the shapes do not line up; [`Error::InvalidArgument`](crate::Error::InvalidArgument) when
     /// `len` is 0 or past the capacity, `heads` is not a multiple of `kv_heads`, or
     /// `head_dim > 256`; dtype (f32 only) and device mismatches.
     pub fn attention_decode(
@@ -45,22 +42,11 @@ impl Tensor {
     ) -> Result<Tensor> {
         let op = "attention_decode";
         let (&[heads, hd], &[cap, kvh, hdk]) = (q.shape(), k_cache.shape()) else {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: q.shape().to_vec(),
-                rhs: k_cache.shape().to_vec(),
-            });
+            return Err(mismatch(op, q.shape(), k_cache.shape()));
         };
         if hd != hdk || v_cache.shape() != k_cache.shape() {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: k_cache.shape().to_vec(),
-                rhs: if hd != hdk {
-                    q.shape().to_vec()
-                } else {
-                    v_cache.shape().to_vec()
-                },
-            });
+            let other = if hd != hdk { q } else { v_cache };
+            return Err(mismatch(op, k_cache.shape(), other.shape()));
         }
         if len == 0 || len > cap {
             return Err(invalid(
@@ -124,11 +110,7 @@ impl Tensor {
         let op = "write_rows";
         let (a, b) = (self.shape(), src.shape());
         if a.is_empty() || a.len() != b.len() || a[1..] != b[1..] {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: a.to_vec(),
-                rhs: b.to_vec(),
-            });
+            return Err(mismatch(op, a, b));
         }
         if start.checked_add(b[0]).is_none_or(|end| end > a[0]) {
             return Err(invalid(

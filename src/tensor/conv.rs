@@ -9,6 +9,7 @@
 //! gather and matmul run on. Positions outside the input read one extra element appended to
 //! each image (0 for convolution, -inf for max pooling, the fill value for constant padding).
 
+use crate::error::{check_rank, invalid, mismatch};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -131,10 +132,6 @@ pub(super) fn gather_with_fill(x2d: &Tensor, fill: f32, map: &Tensor) -> Result<
     let filler = Tensor::full(&[b, 1], fill as f64, x2d.dtype(), x2d.device())?;
     let padded = Tensor::cat(&[x2d, &filler], 1)?;
     padded.index_select(1, map)
-}
-
-pub(super) fn invalid(op: &'static str, message: String) -> Error {
-    Error::InvalidArgument { op, message }
 }
 
 /// Output size of a window sweep, or an error naming the numbers.
@@ -379,15 +376,8 @@ impl Tensor {
     ) -> Result<Tensor> {
         let op = "conv2d";
         let (x, unbatched) = as_4d(op, self)?;
-        if weight.ndim() != 4 {
-            return Err(invalid(
-                op,
-                format!(
-                    "weight must be [out_channels, in_channels / groups, kH, kW], got {:?}",
-                    weight.shape()
-                ),
-            ));
-        }
+        let layout = "[out_channels, in_channels / groups, kH, kW]";
+        check_rank(op, "weight", weight.shape(), 4, layout)?;
         let &[n, c, h, w] = x.shape() else {
             unreachable!()
         };
@@ -408,11 +398,7 @@ impl Tensor {
         }
         if let Some(b) = bias {
             if b.shape() != [o] {
-                return Err(Error::ShapeMismatch {
-                    op,
-                    lhs: vec![o],
-                    rhs: b.shape().to_vec(),
-                });
+                return Err(mismatch(op, &[o], b.shape()));
             }
         }
         let win = Window::new(
@@ -498,15 +484,7 @@ impl Tensor {
                 ))
             }
         };
-        if weight.ndim() != 3 {
-            return Err(invalid(
-                op,
-                format!(
-                    "weight must be [out, in / groups, K], got {:?}",
-                    weight.shape()
-                ),
-            ));
-        }
+        check_rank(op, "weight", weight.shape(), 3, "[out, in / groups, K]")?;
         let o2 = Conv2dOptions {
             stride: [1, opts.stride[1]],
             padding: [0, opts.padding[1]],

@@ -5,6 +5,7 @@
 
 use super::Data;
 use super::Tensor;
+use crate::error::check_rank;
 use crate::gpu::buffer::GpuBuffer;
 use crate::shape::normalize_dim;
 use crate::storage::{CpuStorage, Storage};
@@ -82,16 +83,8 @@ impl Tensor {
                     .into(),
             });
         }
-        if ids.ndim() != 1 {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                message: format!(
-                    "ids must be 1-D, got shape {:?}; flatten them first (nn::Embedding \
-                     accepts ids of any shape)",
-                    ids.shape()
-                ),
-            });
-        }
+        // nn::Embedding accepts ids of any shape: it flattens them.
+        check_rank(OP, "ids", ids.shape(), 1, "1-D (flatten them first)")?;
         let d = normalize_dim(OP, dim, self.ndim())?;
         let mut shape = self.shape().to_vec();
         shape[d] = ids.numel();

@@ -1,8 +1,9 @@
 //! `pad`, PyTorch's `F.pad` (constant, reflect and replicate), as a gather through a cached
 //! index map (see `conv.rs`).
 
-use super::conv::{gather_with_fill, index_map, invalid};
+use super::conv::{gather_with_fill, index_map};
 use super::{backend, Backend};
+use crate::error::invalid;
 use crate::{Error, Result, Tensor};
 
 /// How [`Tensor::pad`] fills the border.
