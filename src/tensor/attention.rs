@@ -413,9 +413,16 @@ impl Tensor {
             ));
         }
         let scale = scale.unwrap_or(1.0 / (e as f32).sqrt());
-        if let Some(out) =
-            super::attention_fused::try_fused(q, k, v, mask, is_causal, dropout_p, scale)?
-        {
+        let call = super::attention_fused::Call {
+            q,
+            k,
+            v,
+            mask,
+            causal: is_causal,
+            dropout_p,
+            scale,
+        };
+        if let Some(out) = super::attention_fused::try_fused(call)? {
             return Ok(out);
         }
         // The scale goes on q ([.., L, E]) rather than on the scores ([.., L, S]), as PyTorch's

@@ -113,16 +113,22 @@ impl Tensor {
     }
 }
 
+/// One `scaled_dot_product_attention` call: its operands and options, checked by the caller
+/// (dims that line up, `dropout_p` in `[0, 1)`, the scale resolved).
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub mask: Option<&'a Tensor>,
+    pub causal: bool,
+    pub dropout_p: f32,
+    pub scale: f32,
+}
+
 /// The fused attention, or `None` when it does not apply (the caller composes it).
-pub(crate) fn try_fused(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    is_causal: bool,
-    dropout_p: f32,
-    scale: f32,
-) -> Result<Option<Tensor>> {
+pub(crate) fn try_fused(call: Call<'_>) -> Result<Option<Tensor>> {
+    let Call { q, k, v, mask, .. } = call;
     match FORCE.with(Cell::get) {
         Some(false) => return Ok(None),
         // Decided before `prepare` draws the dropout's counter range, so the composed path
@@ -130,7 +136,7 @@ pub(crate) fn try_fused(
         None if !fused_by_default(q, k, v, mask) => return Ok(None),
         _ => {}
     }
-    let Some(p) = prepare(q, k, v, mask, is_causal, dropout_p, scale)? else {
+    let Some(p) = prepare(call)? else {
         if FORCE.with(Cell::get) == Some(true) {
             return Err(Error::InvalidArgument {
                 op: OP,
@@ -193,16 +199,16 @@ fn fused_by_default(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -
 }
 
 /// The problem, or `None` where the fused kernels do not apply.
-#[allow(clippy::too_many_arguments)]
-fn prepare(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    causal: bool,
-    dropout_p: f32,
-    scale: f32,
-) -> Result<Option<Problem>> {
+fn prepare(call: Call<'_>) -> Result<Option<Problem>> {
+    let Call {
+        q,
+        k,
+        v,
+        mask,
+        causal,
+        dropout_p,
+        scale,
+    } = call;
     if [q, k, v].iter().any(|t| t.dtype() != DType::F32)
         || mask.is_some_and(|m| !matches!(m.dtype(), DType::F32 | DType::U8))
         || [k, v]
