@@ -105,17 +105,19 @@ fn store_block(base: u32, t: u32, npairs: u32) {
     }
 }
 
-// Thread t's pair for step j: i = the t-th index with bit j clear, l = i + j.
-fn low_of(t: u32, j: u32) -> u32 {
-    return (t / j) * 2u * j + (t % j);
+// Thread t's pair (i, l) for step j: i = the t-th index with bit j clear, l = i + j.
+fn pair_of(t: u32, j: u32) -> vec2<u32> {
+    let c = cell(t, j);
+    let i = c.x * 2u * j + c.y;
+    return vec2<u32>(i, i + j);
 }
 
 // Steps j = j0, j0 / 2, ..., 1 of stage k on the block at base in workgroup memory, thread t
 // exchanging one pair per step (uniform control flow: every thread reaches every barrier).
 fn block_steps(base: u32, t: u32, k: u32, j0: u32) {
     for (var j = j0; j > 0u; j = j >> 1u) {
-        let i = low_of(t, j);
-        exchange_local(i, i + j, ((base + i) & k) == 0u);
+        let p = pair_of(t, j);
+        exchange_local(p.x, p.y, ((base + p.x) & k) == 0u);
         workgroupBarrier();
     }
 }
@@ -148,19 +150,16 @@ fn sort_step(inv: Invocation) {
     if (t >= params[2]) {
         return;
     }
-    let k = params[0];
-    let j = params[1];
-    let i = low_of(t, j);
-    let l = i + j;
-    let ki = out[2u * i];
-    let pi = out[2u * i + 1u];
-    let kl = out[2u * l];
-    let pl = out[2u * l + 1u];
-    if (after(ki, pi, kl, pl) == ((i & k) == 0u)) {
-        out[2u * i] = kl;
-        out[2u * i + 1u] = pl;
-        out[2u * l] = ki;
-        out[2u * l + 1u] = pi;
+    let p = pair_of(t, params[1]);
+    let ki = out[2u * p.x];
+    let pi = out[2u * p.x + 1u];
+    let kl = out[2u * p.y];
+    let pl = out[2u * p.y + 1u];
+    if (after(ki, pi, kl, pl) == ((p.x & params[0]) == 0u)) {
+        out[2u * p.x] = kl;
+        out[2u * p.x + 1u] = pl;
+        out[2u * p.y] = ki;
+        out[2u * p.y + 1u] = pi;
     }
 }
 
