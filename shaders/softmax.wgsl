@@ -1,8 +1,9 @@
-// softmax.wgsl: softmax and log_softmax over one dim of a strided view in ONE dispatch, one
-// workgroup per row, any row length.
+// softmax.wgsl: softmax, log_softmax and softmin over one dim of a strided view in ONE dispatch,
+// one workgroup per row, any row length.
 //
 // Computes   OP 0 (softmax):     dst[e] = exp(x - m) / s
 //            OP 1 (log_softmax): dst[e] = (x - m) - log(s)
+//            OP 2 (softmin):     OP 0 of -x (element() negates what it reads)
 //            with m the row max and s = Σ exp(x - m). Online softmax: each thread walks its
 //            elements k = lid, lid + 256, ... once, keeping a running max and a sum rescaled
 //            whenever the max grows; the 256 (max, sum) pairs are merged (row_tree.wgsl: a fixed
@@ -85,6 +86,10 @@ fn empty_stat() -> RowStat {
 }
 
 fn element(at: u32) -> f32 {
+    // OP 2 (softmin) is the softmax of -x.
+    if (OP == 2u) {
+        return -src[at];
+    }
     return src[at];
 }
 
@@ -96,7 +101,7 @@ fn write_row(at: vec2<u32>, count: u32, first: u32, step: u32, st: RowStat) {
     let nan_row = st.bad != 0u || st.s == 0.0;
     let ls = log(st.s);
     for (var k = first; k < count; k = k + step) {
-        dst[at.x + k * inner] = value(src[at.y + k * rstride], st.m, st.s, ls, nan_row);
+        dst[at.x + k * inner] = value(element(at.y + k * rstride), st.m, st.s, ls, nan_row);
     }
 }
 

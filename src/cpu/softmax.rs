@@ -1,7 +1,8 @@
-//! CPU softmax and log_softmax: the fallback device and the oracle for `shaders/softmax.wgsl`.
-//! Rows that are contiguous in memory (softmax over the last dim) take `rows_fast`: no
-//! allocation per row, 8-lane chunked loops the compiler vectorises, a polynomial `exp`
-//! (`fast_exp.rs`), rayon over rows. Other dims take the generic strided fold.
+//! CPU softmax, log_softmax and softmin (the softmax of -x): the fallback device and the
+//! oracle for `shaders/softmax.wgsl`. Rows that are contiguous in memory (softmax over the last
+//! dim) take `rows_fast`: no allocation per row, 8-lane chunked loops the compiler vectorises,
+//! a polynomial `exp` (`fast_exp.rs`), rayon over rows. Other dims take the generic strided
+//! fold.
 
 use super::reduce::{add, fold, fold_adjacent, max_nan, Rows, SUM_ID};
 use super::strided::PAR_THRESHOLD;
@@ -15,6 +16,11 @@ const PAR_CHUNK: usize = 1 << 14;
 /// `softmax` (or `log_softmax` when `log`) over dim `d` of the view `layout` of `src`, packed
 /// row-major. Subtracting the row max keeps `exp` finite; NaN anywhere in a row makes the row NaN.
 pub(crate) fn softmax(op: RowOp, src: &[f32], layout: &Layout, d: usize) -> Vec<f32> {
+    if op == RowOp::Softmin {
+        // softmin(x) = softmax(-x): the storage negated (the view's layout still applies).
+        let neg: Vec<f32> = src.iter().map(|v| -v).collect();
+        return softmax(RowOp::Softmax, &neg, layout, d);
+    }
     let log = op == RowOp::LogSoftmax;
     let rows = Rows::along(layout, d);
     let inner: usize = layout.shape[d + 1..].iter().product();

@@ -264,6 +264,34 @@ row_ops! {
             c.sub(&c.exp()?.sum(-1, true)?.log()?)
         },
     }
+    Softmin {
+        /// `softmax(-x)` along `dim` (PyTorch's `F.softmin(x, dim)`): the smallest values get
+        /// the most weight. Computed as `exp(min - x) / Σ exp(min - x)` so large inputs do not
+        /// overflow. A NaN in a row makes that row NaN, as in PyTorch.
+        ///
+        /// # Errors
+        /// As [`Tensor::softmax`].
+        ///
+        /// ```
+        /// use wgtensor::{Device, Tensor};
+        /// let t = Tensor::from_vec(vec![0f32, 1000.0, 2.0, 2.0], &[2, 2], &Device::cpu())?;
+        /// assert_eq!(t.softmin(-1)?.to_vec::<f32>()?, vec![1.0, 0.0, 0.5, 0.5]);
+        /// # Ok::<(), wgtensor::Error>(())
+        /// ```
+        softmin: dim,
+        family: Softmax,
+        code: 2,
+        norm: [],
+        // y = softmax(-x): dx = -(y * (g - sum(g * y)))
+        grad: [|y, g, dim| y.mul(&g.sub(&g.mul(y)?.sum(dim, true)?)?)?.neg()],
+        tolerance: 1e-5,
+        sweep: |x| x.softmin(-1),
+        composed: |x| {
+            let n = x.neg()?;
+            let e = n.sub(&n.max(-1, true)?)?.exp()?;
+            e.div(&e.sum(-1, true)?)
+        },
+    }
     LayerNorm {
         /// PyTorch's `F.layer_norm(x, (x.shape[-1],), weight, bias, eps)`: each row of the last dim
         /// becomes `(x - mean) / sqrt(var + eps) * weight + bias` (biased variance), in one kernel
