@@ -5,7 +5,7 @@
 // Defines   NAN_BITS, INF_BITS; is_nan / is_inf (tested on the bits: WGSL lets compilers assume
 //           floats are never NaN, so `x != x` may fold away); flat_index (the 2-D dispatch grid
 //           flattened as group_index(wid, nwg) * 256 + lid, and the Invocation struct whose
-//           `item` it is); f32 <-> f16 bits with the CPU's
+//           `item` it is); cell (an element's row and column); f32 <-> f16 bits with the CPU's
 //           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
 //           integer division guards; conversions between dtypes with Rust `as` semantics; the
 //           8x8 register tile of the matmul kernels.
