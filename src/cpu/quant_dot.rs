@@ -128,16 +128,23 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn scales8(s: &[f16]) -> [f32; 8] {
-        let mut h = [0u16; 8];
-        for (d, v) in h.iter_mut().zip(s) {
-            *d = v.to_bits();
-        }
         let mut out = [0f32; 8];
-        // SAFETY: `h` is 16 bytes (one __m128i), `out` 32 bytes (one __m256).
-        unsafe {
-            let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
-            _mm256_storeu_ps(out.as_mut_ptr(), v);
-        }
+        // A whole group of 8 loads in place. Copying a variable-length tail into a stack
+        // array compiled to a `memcpy` call, which spilled every accumulator around it: 8% of
+        // a decode step. Only a row's last group may be short.
+        let h = if s.len() >= 8 {
+            // SAFETY: `s` holds at least 8 f16s (16 bytes, one __m128i).
+            unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) }
+        } else {
+            let mut h = [0u16; 8];
+            for (d, v) in h.iter_mut().zip(s) {
+                *d = v.to_bits();
+            }
+            // SAFETY: `h` is 16 bytes.
+            unsafe { _mm_loadu_si128(h.as_ptr() as *const __m128i) }
+        };
+        // SAFETY: `out` is 32 bytes (one __m256).
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_cvtph_ps(h)) };
         out
     }
 
@@ -232,6 +239,11 @@ mod avx2_rows {
     /// all of them and the `W` accumulator chains run side by side (the decode shape). Each
     /// row's arithmetic is exactly `dot_int`'s, so the bits are the same.
     ///
+    /// `next` is the planes of the weight rows the caller takes next (empty slices at the
+    /// end): they are prefetched while these rows compute. A row is a short stream (384
+    /// bytes for 768 Q4_0 columns), too short for the hardware prefetcher to ramp up, and the
+    /// loads of a new row group otherwise stall the kernel.
+    ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C; `act` is one row; `ws[k]`/`wb[k]` hold as many
     /// blocks as it.
@@ -240,9 +252,19 @@ mod avx2_rows {
         q: QType,
         ws: [&[f16]; W],
         wb: [&[u8]; W],
+        next: [(&[f16], &[u8]); W],
         act: &super::Q8Rows,
         out: &mut [f32],
     ) {
+        let bb = super::body_bytes(q);
+        // Blocks per 64-byte line of the body plane, a power of two (16- or 32-byte bodies):
+        // one prefetch per line, picked by a mask (a `%` by a run-time value is a division).
+        let line_mask = (64 / bb).max(1) - 1;
+        for (s, _) in next {
+            if !s.is_empty() {
+                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr() as *const i8);
+            }
+        }
         let (xd, xq) = (&act.d, &act.q);
         let nb = xd.len();
         let mut acc = [_mm256_setzero_ps(); W];
@@ -259,6 +281,14 @@ mod avx2_rows {
             // row's body (32 or 16 bytes) and of the activation row (32 bytes).
             let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(32 * b) as *const __m256i) };
             let dx = xd[b];
+            if b & line_mask == 0 {
+                for (_, nb_) in next {
+                    if b * bb < nb_.len() {
+                        // A hint: it never faults, and the address is inside the slice.
+                        _mm_prefetch::<_MM_HINT_T0>(nb_[b * bb..].as_ptr() as *const i8);
+                    }
+                }
+            }
             // Q4_0: sum (u - 8) x = sum u x - 8 sum x over each pair, with the nibbles u
             // (0..=15) as maddubs' unsigned operand: no sign fix-ups per weight row, and the
             // pair sums of 8 x are computed once for all W rows. Every term stays far inside
@@ -431,9 +461,15 @@ pub(crate) fn matvec_group(
         let mut k = 0;
         #[cfg(target_arch = "x86_64")]
         if avx2 {
+            let empty: (&[f16], &[u8]) = (&[], &[]);
             while k + 4 <= chunk.len() {
                 let r = t * per + k;
                 let p = [plane(r), plane(r + 1), plane(r + 2), plane(r + 3)];
+                let next = if k + 8 <= chunk.len() {
+                    [plane(r + 4), plane(r + 5), plane(r + 6), plane(r + 7)]
+                } else {
+                    [empty; 4]
+                };
                 // SAFETY: `use_avx2` checked the CPU; each plane holds `nb` blocks and
                 // `act` one row of `nb` blocks.
                 unsafe {
@@ -441,6 +477,7 @@ pub(crate) fn matvec_group(
                         q,
                         p.map(|p| p.0),
                         p.map(|p| p.1),
+                        next,
                         &act,
                         &mut chunk[k..k + 4],
                     )
