@@ -181,3 +181,44 @@ fn weight_past_one_binding_multiplies_and_gathers() {
         );
     }
 }
+
+/// An f16 weight on f32 activations (`Weight::matmul_t`) gives the bits of the f16 tensor
+/// product it stands for, `x.to_dtype(F16).matmul(w.t()).to_dtype(F32)`, at the decode (one
+/// row), panel (16 and more rows) and general (2..16 rows) sizes, with a column count off the
+/// 8-lane and panel boundaries, and a NaN and an infinity in the activations.
+#[test]
+fn f16_weight_product_equals_the_f16_tensor_product() {
+    use wgtensor::models::Weight;
+    use wgtensor::DType;
+    for dev in devices() {
+        for (m, k, n) in [(1, 37, 70), (5, 64, 129), (16, 37, 65), (33, 100, 130)] {
+            let mut x = data(m * k, 11, 2.0);
+            if m > 1 {
+                x[k + 3] = f32::NAN;
+                x[2 * k - 1] = f32::INFINITY;
+            }
+            let x = Tensor::from_vec(x, &[m, k], &dev).unwrap();
+            let w = Tensor::from_vec(data(n * k, 12, 1.0), &[n, k], &dev)
+                .unwrap()
+                .to_dtype(DType::F16)
+                .unwrap();
+            let want = x
+                .to_dtype(DType::F16)
+                .unwrap()
+                .matmul(&w.t().unwrap())
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let got = Weight::Dense(w).matmul_t(&x).unwrap();
+            assert_eq!(got.shape(), &[m, n]);
+            let got = got.to_vec::<f32>().unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+            assert!(same, "{dev} m={m} k={k} n={n}: {got:?} != {want:?}");
+        }
+    }
+}

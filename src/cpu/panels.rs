@@ -16,6 +16,9 @@ pub(crate) const PANEL_ROWS: usize = 64;
 
 /// `x @ W^T` for `x` `[m, cols]` f32 and a `[rows, cols]` weight that `widen(r0, np, buf)`
 /// writes to `buf` (`np * cols` f32, rows `r0..r0 + np`); returns `[m, rows]`.
+///
+/// Each panel's gemm writes its columns `r0..r0 + np` of the output in place (column stride
+/// `rows`): no `[rows, m]` result to transpose afterwards (a tenth of a quantized prefill).
 pub(crate) fn matmul_t_panels(
     op: &'static str,
     rows: usize,
@@ -24,31 +27,40 @@ pub(crate) fn matmul_t_panels(
     m: usize,
     widen: impl Fn(usize, usize, &mut [f32]) + Sync,
 ) -> crate::Result<Vec<f32>> {
-    let mut out_t = super::alloc::try_vec::<f32>(op, rows * m)?;
-    out_t.resize(rows * m, 0.0);
-    if cols == 0 || m == 0 {
-        return Ok(transpose(out_t, rows, m));
+    let mut out = super::alloc::try_vec::<f32>(op, rows * m)?;
+    out.resize(rows * m, 0.0);
+    if cols == 0 || m == 0 || rows == 0 {
+        return Ok(out);
     }
     assert!(x.len() >= m * cols);
-    out_t
-        .par_chunks_mut(PANEL_ROWS * m)
-        .enumerate()
-        .for_each_init(Vec::new, |w: &mut Vec<f32>, (t, chunk)| {
-            let (r0, np) = (t * PANEL_ROWS, chunk.len() / m);
+    /// The output's base, shared by the panel tasks: each writes only its own columns.
+    #[derive(Clone, Copy)]
+    struct Out(*mut f32);
+    // SAFETY: the tasks write disjoint columns of one live allocation (see below).
+    unsafe impl Send for Out {}
+    unsafe impl Sync for Out {}
+    let base = Out(out.as_mut_ptr());
+    (0..rows.div_ceil(PANEL_ROWS))
+        .into_par_iter()
+        .for_each_init(Vec::new, |w: &mut Vec<f32>, t| {
+            let base = base;
+            let (r0, np) = (t * PANEL_ROWS, PANEL_ROWS.min(rows - t * PANEL_ROWS));
             w.resize(np * cols, 0.0);
             widen(r0, np, w);
             // SAFETY: `w` is `np x cols` (row stride cols), `x` `m x cols` read as the
-            // `cols x m` matrix x^T (row stride 1, column stride cols), `chunk` `np x m`
-            // (row stride m); all in bounds (asserted above), `chunk` exclusively borrowed.
-            // With `read_dst = false` gemm only stores to `chunk`.
+            // `cols x m` matrix x^T (row stride 1, column stride cols); the destination is
+            // the `np x m` block of `out` at column offset r0 (element (j, i) at
+            // `i * rows + r0 + j`), inside `out` (`rows * m`) and written by this task alone
+            // (panels cover disjoint columns); `out` outlives the parallel loop. With
+            // `read_dst = false` gemm only stores there.
             unsafe {
                 gemm::gemm(
                     np,
                     m,
                     cols,
-                    chunk.as_mut_ptr(),
+                    base.0.add(r0),
+                    rows as isize,
                     1,
-                    m as isize,
                     false,
                     w.as_ptr(),
                     1,
@@ -65,7 +77,7 @@ pub(crate) fn matmul_t_panels(
                 );
             }
         });
-    Ok(transpose(out_t, rows, m))
+    Ok(out)
 }
 
 /// `[rows, m]` to `[m, rows]` (nothing to move for one activation row).

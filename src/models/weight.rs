@@ -24,17 +24,21 @@ pub enum Weight {
 }
 
 impl Weight {
-    /// `x @ Wᵀ` for `x` `[n, cols]` f32: `[n, rows]` f32. f16 weights multiply an f16 copy of
-    /// `x` (the activations are small; the weights are never widened).
+    /// `x @ Wᵀ` for `x` `[n, cols]` f32: `[n, rows]` f32. With f16 weights the values are those
+    /// of the f16 product `x.to_dtype(F16).matmul(&w.t()).to_dtype(F32)` (on the CPU computed
+    /// without the f16 tensors in between; the weights are never widened whole).
     ///
     /// # Errors
     /// Shape, dtype and device mismatches of the matmul.
     pub fn matmul_t(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Weight::Dense(w) if w.dtype() == DType::F16 => x
-                .to_dtype(DType::F16)?
-                .matmul(&w.t()?)?
-                .to_dtype(DType::F32),
+            Weight::Dense(w) if w.dtype() == DType::F16 => match x.matmul_t_f16_weight(w)? {
+                Some(y) => Ok(y),
+                None => x
+                    .to_dtype(DType::F16)?
+                    .matmul(&w.t()?)?
+                    .to_dtype(DType::F32),
+            },
             Weight::Dense(w) => x.matmul(&w.t()?),
             Weight::Quantized(q) => q.matmul_t(x),
         }

@@ -294,11 +294,29 @@ impl Tensor {
 }
 
 /// `x · Wᵀ` for f16 rows `x` and an f16 `W` with contiguous rows on the CPU (a layer with f16
-/// weights): one row (decode) reads the weights in place; from `PANEL_MIN_ROWS` rows (prefill)
-/// `W` is widened 64 rows at a time for gemm, never all of it at once. The product accumulates
-/// in f32 and is rounded to f16 once, as the general path does. `None` when the operands have
-/// another shape or live elsewhere.
+/// weights): see [`f16_weight_product`]. The product is rounded to f16 once, as the general
+/// path does. `None` when the operands have another shape or live elsewhere.
 fn cpu_f16_matmul_t(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
+    let Some((p, (m, k, n))) = f16_weight_plan(lhs, rhs)? else {
+        return Ok(None);
+    };
+    let (Some(CpuStorage::F16(a)), Some(CpuStorage::F16(b))) = (lhs.host_data()?, rhs.host_data()?)
+    else {
+        return Ok(None);
+    };
+    let mut x = vec![0f32; m * k];
+    // Slice conversions run F16C where the CPU has it (an element at a time they do not).
+    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&a[p.la.offset..][..m * k], &mut x);
+    let out = f16_weight_product(&x, b, &p, m, k, n)?;
+    let mut h = vec![half::f16::ZERO; out.len()];
+    half::slice::HalfFloatSliceExt::convert_from_f32_slice(&mut h[..], &out);
+    Ok(Some(lhs.derived(CpuStorage::F16(h), &p.out_shape)))
+}
+
+/// The plan and `(m, k, n)` of `lhs · rhs` when it is one CPU product of packed rows of `lhs`
+/// with the transpose of a row-major matrix (`rhs = Wᵀ`), `lhs` one row or at least
+/// `PANEL_MIN_ROWS`; `None` otherwise.
+fn f16_weight_plan(lhs: &Tensor, rhs: &Tensor) -> Result<Option<(Plan, (usize, usize, usize))>> {
     // Below this many rows gemm on the whole widened matrix is as fast.
     const PANEL_MIN_ROWS: usize = 16;
     if lhs.is_gpu() || rhs.is_gpu() {
@@ -318,31 +336,77 @@ fn cpu_f16_matmul_t(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
     {
         return Ok(None);
     }
-    let (Some(CpuStorage::F16(a)), Some(CpuStorage::F16(b))) = (lhs.host_data()?, rhs.host_data()?)
-    else {
-        return Ok(None);
-    };
-    let x: Vec<f32> = a[p.la.offset..p.la.offset + m * k]
-        .iter()
-        .map(|v| v.to_f32())
-        .collect();
+    Ok(Some((p, (m, k, n))))
+}
+
+/// `x · Wᵀ` in f32 for `x` `[m, k]` and the f16 `W` that `p.lb` views as `Wᵀ`: one row
+/// (decode) reads the weights in place; from `PANEL_MIN_ROWS` rows (prefill) `W` is widened 64
+/// rows at a time for gemm, never all of it at once.
+fn f16_weight_product(
+    x: &[f32],
+    b: &[half::f16],
+    p: &Plan,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Vec<f32>> {
+    let nd = p.lb.shape.len();
     let (w0, ws) = (p.lb.offset, p.lb.strides[nd - 1]);
-    let out = if m == 1 {
+    if m == 1 {
         let mut out = vec![0f32; n];
-        cpu::matvec::matvec_t(&x, b, w0, n, ws, &mut out);
-        out
-    } else {
-        // Every row r of W is b[w0 + r * ws..][..k] (the view was checked against its storage).
-        cpu::panels::matmul_t_panels("matmul", n, k, &x, m, |r0, np, buf| {
-            for (i, row) in buf.chunks_exact_mut(k).take(np).enumerate() {
-                // The slice conversion runs F16C where the CPU has it.
-                half::slice::HalfFloatSliceExt::convert_to_f32_slice(
-                    &b[w0 + (r0 + i) * ws..][..k],
-                    row,
-                );
-            }
-        })?
-    };
-    let out: Vec<half::f16> = out.into_iter().map(half::f16::from_f32).collect();
-    Ok(Some(lhs.derived(CpuStorage::F16(out), &p.out_shape)))
+        cpu::matvec::matvec_t(x, b, w0, n, ws, &mut out);
+        return Ok(out);
+    }
+    // Every row r of W is b[w0 + r * ws..][..k] (the view was checked against its storage).
+    cpu::panels::matmul_t_panels("matmul", n, k, x, m, |r0, np, buf| {
+        for (i, row) in buf.chunks_exact_mut(k).take(np).enumerate() {
+            half::slice::HalfFloatSliceExt::convert_to_f32_slice(
+                &b[w0 + (r0 + i) * ws..][..k],
+                row,
+            );
+        }
+    })
+}
+
+/// Rounds every value to the nearest f16 and back, in place (vectorized slice conversions).
+fn round_through_f16(v: &mut [f32]) {
+    let mut h = vec![half::f16::ZERO; v.len().min(4096)];
+    for c in v.chunks_mut(4096) {
+        let h = &mut h[..c.len()];
+        half::slice::HalfFloatSliceExt::convert_from_f32_slice(h, c);
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(&*h, c);
+    }
+}
+
+impl Tensor {
+    /// `self · wᵀ` for f32 rows `self` `[m, k]` and an f16 weight `w` `[n, k]` on the CPU, with
+    /// the values of `self.to_dtype(F16).matmul(&w.t()).to_dtype(F32)` (the activations and
+    /// the product each rounded to f16 once) but without the f16 tensors in between: a layer
+    /// with f16 weights on f32 activations (`models::Weight`). `None` when the operands have
+    /// another dtype, shape or device.
+    pub(crate) fn matmul_t_f16_weight(&self, w: &Tensor) -> Result<Option<Tensor>> {
+        // No gradient is recorded here: operands that need one take the general path.
+        if self.dtype() != DType::F32
+            || w.dtype() != DType::F16
+            || w.shape().len() != 2
+            || self.requires_grad()
+            || w.requires_grad()
+        {
+            return Ok(None);
+        }
+        let wt = w.t()?;
+        let Some((p, (m, k, n))) = f16_weight_plan(self, &wt)? else {
+            return Ok(None);
+        };
+        let (Some(CpuStorage::F32(a)), Some(CpuStorage::F16(b))) =
+            (self.host_data()?, wt.host_data()?)
+        else {
+            return Ok(None);
+        };
+        let mut x = a[p.la.offset..][..m * k].to_vec();
+        round_through_f16(&mut x);
+        let mut out = f16_weight_product(&x, b, &p, m, k, n)?;
+        round_through_f16(&mut out);
+        Ok(Some(self.derived(CpuStorage::F32(out), &p.out_shape)))
+    }
 }
