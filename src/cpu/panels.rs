@@ -43,7 +43,8 @@ pub(crate) fn matmul_t_panels(
     (0..rows.div_ceil(PANEL_ROWS))
         .into_par_iter()
         .for_each_init(Vec::new, |w: &mut Vec<f32>, t| {
-            let base = base;
+            // The whole `Out` (Send + Sync), not its raw pointer field, moves into the task.
+            let base = &base;
             let (r0, np) = (t * PANEL_ROWS, PANEL_ROWS.min(rows - t * PANEL_ROWS));
             w.resize(np * cols, 0.0);
             widen(r0, np, w);

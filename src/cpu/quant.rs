@@ -116,7 +116,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 
 /// Dequantizes one block (`out.len() == q.block_len()`) exactly as ggml's `dequantize_row_*`
 /// (same operation order, so the same f32 bits).
-#[inline]
+#[inline(always)]
 pub(crate) fn dequantize_block(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
     let d = scales[0].to_f32();
     match q {
@@ -169,7 +169,9 @@ pub(crate) fn dequantize_block(q: QType, scales: &[f16], body: &[u8], out: &mut 
 }
 
 /// Dequantizes whole rows: `scales` and `body` hold `out.len() / block_len` blocks.
-#[inline]
+/// Always inlined (with its block): the prefill panels call it from a function compiled for
+/// AVX2, where its loops vectorize; as a call it ran in the baseline build.
+#[inline(always)]
 pub(crate) fn dequantize(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
     let (ns, nb, bl) = (scale_halfs(q), body_bytes(q), q.block_len());
     for ((o, s), b) in out

@@ -605,12 +605,26 @@ mod tests {
                     q: act.q[..32 * nb].to_vec(),
                 };
                 let mut four = [0f32; 4];
-                // SAFETY: AVX2 was detected; four rows of `nb` blocks.
-                unsafe { avx2_rows::dot_rows::<4>(q, [&ws[..]; 4], [&wb[..]; 4], &one, &mut four) };
-                assert!(
-                    four.iter().all(|v| v.to_bits() == scalar[0].to_bits()),
-                    "{q}"
-                );
+                // Rows to prefetch (any planes: a hint changes no value), and none.
+                let nexts: [[(&[f16], &[u8]); 4]; 2] =
+                    [[(&ws[..], &wb[..]); 4], [(&[][..], &[][..]); 4]];
+                for next in nexts {
+                    // SAFETY: AVX2 was detected; four rows of `nb` blocks.
+                    unsafe {
+                        avx2_rows::dot_rows::<4>(
+                            q,
+                            [&ws[..]; 4],
+                            [&wb[..]; 4],
+                            next,
+                            &one,
+                            &mut four,
+                        )
+                    };
+                    assert!(
+                        four.iter().all(|v| v.to_bits() == scalar[0].to_bits()),
+                        "{q}"
+                    );
+                }
             }
             assert_eq!(
                 simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

@@ -313,10 +313,13 @@ fn cpu_f16_matmul_t(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
     Ok(Some(lhs.derived(CpuStorage::F16(h), &p.out_shape)))
 }
 
+/// `(m, k, n)` of a product `[m, k] · [k, n]`.
+type Mkn = (usize, usize, usize);
+
 /// The plan and `(m, k, n)` of `lhs · rhs` when it is one CPU product of packed rows of `lhs`
 /// with the transpose of a row-major matrix (`rhs = Wᵀ`), `lhs` one row or at least
 /// `PANEL_MIN_ROWS`; `None` otherwise.
-fn f16_weight_plan(lhs: &Tensor, rhs: &Tensor) -> Result<Option<(Plan, (usize, usize, usize))>> {
+fn f16_weight_plan(lhs: &Tensor, rhs: &Tensor) -> Result<Option<(Plan, Mkn)>> {
     // Below this many rows gemm on the whole widened matrix is as fast.
     const PANEL_MIN_ROWS: usize = 16;
     if lhs.is_gpu() || rhs.is_gpu() {
