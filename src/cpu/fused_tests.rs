@@ -276,12 +276,7 @@ fn random_and_index_nodes_match_their_host_twins() {
         assert!(bits(&got) == bits(&CpuStorage::F32(want)), "{dist:?}");
     }
     // arange: start + f32(e) * step, as `elementwise::arange`.
-    let mut p = Program::default();
-    let (a, b) = (p.scalar(DType::F32), p.scalar(DType::F32));
-    let i = p.push(Expr::Index, DType::U32);
-    let x = p.push(Expr::Cast(i), DType::F32);
-    let m = p.push(Expr::Binary(BinaryOp::Mul, x, b), DType::F32);
-    p.push(Expr::Binary(BinaryOp::Add, a, m), DType::F32);
+    let p = Program::arange();
     let got = run(
         "arange",
         &p,

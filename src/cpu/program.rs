@@ -61,6 +61,18 @@ impl Program {
         self.push(Expr::Scalar(self.scalars - 1), dtype)
     }
 
+    /// `arange`'s program: `start + f32(e) * step` for element `e`, with the scalars
+    /// `[start, step]` (f32 bits).
+    pub(crate) fn arange() -> Program {
+        let mut p = Program::default();
+        let (start, step) = (p.scalar(DType::F32), p.scalar(DType::F32));
+        let i = p.push(Expr::Index, DType::U32);
+        let f = p.push(Expr::Cast(i), DType::F32);
+        let m = p.push(Expr::Binary(BinaryOp::Mul, f, step), DType::F32);
+        p.push(Expr::Binary(BinaryOp::Add, start, m), DType::F32);
+        p
+    }
+
     pub(crate) fn out_dtype(&self) -> DType {
         self.nodes.last().map_or(DType::F32, |n| n.1)
     }

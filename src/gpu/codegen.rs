@@ -482,13 +482,7 @@ pub(crate) fn catalogue() -> Vec<(String, String)> {
             add(format!("binary.{}.{d:?}", op.name()), p);
         }
     }
-    let mut p = Program::default();
-    let (start, step) = (p.scalar(DType::F32), p.scalar(DType::F32));
-    let i = p.push(Expr::Index, DType::U32);
-    let f = p.push(Expr::Cast(i), DType::F32);
-    let m = p.push(Expr::Binary(BinaryOp::Mul, f, step), DType::F32);
-    p.push(Expr::Binary(BinaryOp::Add, start, m), DType::F32);
-    add("arange".to_string(), p);
+    add("arange".to_string(), Program::arange());
     for d in [Dist::Uniform, Dist::Normal] {
         let mut p = Program::default();
         let w = [0; 4].map(|_| p.scalar(DType::U32));
