@@ -1,6 +1,6 @@
 //! Adam and AdamW with PyTorch's formulas (bias-corrected moments; AdamW's decoupled decay).
 
-use super::{check_hyper, check_state, state, update_params, Optimizer};
+use super::{all_or_nothing, check_hyper, check_state, state, update_params, Optimizer};
 use crate::nn::Module;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
@@ -278,52 +278,48 @@ impl Adam {
         })?;
         // All or nothing: a step that fails midway restores the moments of every parameter
         // (`update_params` keeps the parameters themselves unchanged).
-        let before = self.state.clone();
-        let state = &mut self.state;
-        let result = update_params(model, found_inf, |name, param, g, skip| {
-            let mut p = param.clone();
-            let mut g = g.clone();
-            if wd != 0.0 {
-                if decoupled {
-                    p = p.mul_scalar(1.0 - lr * wd)?;
-                } else {
-                    g = g.add(&p.mul_scalar(wd)?)?;
+        all_or_nothing(&mut self.state, |state| {
+            update_params(model, found_inf, |name, param, g, skip| {
+                let mut p = param.clone();
+                let mut g = g.clone();
+                if wd != 0.0 {
+                    if decoupled {
+                        p = p.mul_scalar(1.0 - lr * wd)?;
+                    } else {
+                        g = g.add(&p.mul_scalar(wd)?)?;
+                    }
                 }
-            }
-            let prev = state.get(name);
-            if skip.is_some() || prev.is_some_and(|s| s.dstep.is_some()) {
-                let (new, moments) = device_step(&p, &g, prev, skip, (b1, b2), lr, eps)?;
-                // A skipped step keeps the parameter from before the decoupled decay.
-                let new = match skip {
-                    Some(s) => s.where_cond(param, &new)?,
-                    None => new,
+                let prev = state.get(name);
+                if skip.is_some() || prev.is_some_and(|s| s.dstep.is_some()) {
+                    let (new, moments) = device_step(&p, &g, prev, skip, (b1, b2), lr, eps)?;
+                    // A skipped step keeps the parameter from before the decoupled decay.
+                    let new = match skip {
+                        Some(s) => s.where_cond(param, &new)?,
+                        None => new,
+                    };
+                    state.insert(name.to_string(), moments);
+                    return Ok(new);
+                }
+                if let Some((new, m, v, step)) = cpu_step(&p, &g, prev, (b1, b2), lr, eps)? {
+                    state.insert(name.to_string(), Moments::host(m, v, step));
+                    return Ok(new);
+                }
+                let (m, v, step) = match prev {
+                    Some(s) => (
+                        s.m.mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?,
+                        s.v.mul_scalar(b2)?.add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?,
+                        s.step + 1,
+                    ),
+                    None => (g.mul_scalar(1.0 - b1)?, g.mul(&g)?.mul_scalar(1.0 - b2)?, 1),
                 };
-                state.insert(name.to_string(), moments);
-                return Ok(new);
-            }
-            if let Some((new, m, v, step)) = cpu_step(&p, &g, prev, (b1, b2), lr, eps)? {
+                let bc1 = 1.0 - b1.powi(step);
+                let bc2 = 1.0 - b2.powi(step);
+                let denom = v.sqrt()?.div_scalar(bc2.sqrt())?.add_scalar(eps)?;
+                let new = p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)?;
                 state.insert(name.to_string(), Moments::host(m, v, step));
-                return Ok(new);
-            }
-            let (m, v, step) = match prev {
-                Some(s) => (
-                    s.m.mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?,
-                    s.v.mul_scalar(b2)?.add(&g.mul(&g)?.mul_scalar(1.0 - b2)?)?,
-                    s.step + 1,
-                ),
-                None => (g.mul_scalar(1.0 - b1)?, g.mul(&g)?.mul_scalar(1.0 - b2)?, 1),
-            };
-            let bc1 = 1.0 - b1.powi(step);
-            let bc2 = 1.0 - b2.powi(step);
-            let denom = v.sqrt()?.div_scalar(bc2.sqrt())?.add_scalar(eps)?;
-            let new = p.sub(&m.div(&denom)?.mul_scalar(lr / bc1)?)?;
-            state.insert(name.to_string(), Moments::host(m, v, step));
-            Ok(new)
-        });
-        if result.is_err() {
-            self.state = before;
-        }
-        result
+                Ok(new)
+            })
+        })
     }
 }
 
@@ -331,18 +327,17 @@ impl Optimizer for Adam {
     super::update_and_lr!();
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
-        let mut out = vec![state::lr_entry(self.lr)?];
-        for name in state::sorted_names(&self.state) {
-            let s = &self.state[name];
-            out.push((format!("state.{name}.exp_avg"), s.m.clone()));
-            out.push((format!("state.{name}.exp_avg_sq"), s.v.clone()));
+        state::dict(self.lr, &self.state, |s| {
             let step = match &s.dstep {
                 Some(t) => t.to_dtype(DType::I32)?,
                 None => Tensor::from_vec(vec![s.step], &[], &Device::cpu())?,
             };
-            out.push((format!("state.{name}.step"), step));
-        }
-        Ok(out)
+            Ok(vec![
+                ("exp_avg", s.m.clone()),
+                ("exp_avg_sq", s.v.clone()),
+                ("step", step),
+            ])
+        })
     }
 
     fn load_state_dict(&mut self, st: Vec<(String, Tensor)>) -> Result<()> {

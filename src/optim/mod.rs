@@ -69,6 +69,19 @@ macro_rules! update_and_lr {
 }
 use update_and_lr;
 
+/// Runs `step` on an optimizer's `state`, restoring the state when it fails: all or nothing.
+pub(crate) fn all_or_nothing<S: Clone>(
+    state: &mut S,
+    step: impl FnOnce(&mut S) -> Result<()>,
+) -> Result<()> {
+    let before = state.clone();
+    let result = step(state);
+    if result.is_err() {
+        *state = before;
+    }
+    result
+}
+
 /// What every optimizer does: update the parameters from their gradients, and clear them.
 pub trait Optimizer {
     /// Updates every parameter of `model` that has a gradient (parameters without one are

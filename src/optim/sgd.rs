@@ -1,6 +1,6 @@
 //! Stochastic gradient descent with PyTorch's `torch.optim.SGD` formulas (dampening 0).
 
-use super::{check_hyper, check_state, state, update_params, Optimizer};
+use super::{all_or_nothing, check_hyper, check_state, state, update_params, Optimizer};
 use crate::nn::Module;
 use crate::{Result, Tensor};
 use std::collections::HashMap;
@@ -75,46 +75,42 @@ impl Sgd {
         })?;
         // All or nothing: a step that fails midway restores every momentum buffer
         // (`update_params` keeps the parameters themselves unchanged).
-        let before = self.buffers.clone();
-        let buffers = &mut self.buffers;
-        let result = update_params(model, found_inf, |name, p, g, skip| {
-            let mut d = if wd != 0.0 {
-                g.add(&p.mul_scalar(wd)?)?
-            } else {
-                g.clone()
-            };
-            if mom != 0.0 {
-                let old = buffers.get(name);
-                let buf = match old {
-                    Some(b) => b.mul_scalar(mom)?.add(&d)?,
-                    None => d.clone(),
-                };
-                // A skipped first step leaves a zero buffer: `mom * 0 + d` is then exactly the
-                // `buf = d` of a first step.
-                let kept = match (skip, old) {
-                    (Some(s), Some(b)) => s.where_cond(b, &buf)?,
-                    (Some(s), None) => {
-                        s.where_cond(&Tensor::zeros(&[], d.dtype(), d.device())?, &buf)?
-                    }
-                    (None, _) => buf.clone(),
-                };
-                buffers.insert(name.to_string(), kept);
-                d = if nesterov {
-                    d.add(&buf.mul_scalar(mom)?)?
+        all_or_nothing(&mut self.buffers, |buffers| {
+            update_params(model, found_inf, |name, p, g, skip| {
+                let mut d = if wd != 0.0 {
+                    g.add(&p.mul_scalar(wd)?)?
                 } else {
-                    buf
+                    g.clone()
                 };
-            }
-            let new = p.sub(&d.mul_scalar(lr)?)?;
-            match skip {
-                Some(s) => s.where_cond(p, &new),
-                None => Ok(new),
-            }
-        });
-        if result.is_err() {
-            self.buffers = before;
-        }
-        result
+                if mom != 0.0 {
+                    let old = buffers.get(name);
+                    let buf = match old {
+                        Some(b) => b.mul_scalar(mom)?.add(&d)?,
+                        None => d.clone(),
+                    };
+                    // A skipped first step leaves a zero buffer: `mom * 0 + d` is then exactly the
+                    // `buf = d` of a first step.
+                    let kept = match (skip, old) {
+                        (Some(s), Some(b)) => s.where_cond(b, &buf)?,
+                        (Some(s), None) => {
+                            s.where_cond(&Tensor::zeros(&[], d.dtype(), d.device())?, &buf)?
+                        }
+                        (None, _) => buf.clone(),
+                    };
+                    buffers.insert(name.to_string(), kept);
+                    d = if nesterov {
+                        d.add(&buf.mul_scalar(mom)?)?
+                    } else {
+                        buf
+                    };
+                }
+                let new = p.sub(&d.mul_scalar(lr)?)?;
+                match skip {
+                    Some(s) => s.where_cond(p, &new),
+                    None => Ok(new),
+                }
+            })
+        })
     }
 }
 
@@ -122,14 +118,9 @@ impl Optimizer for Sgd {
     super::update_and_lr!();
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
-        let mut out = vec![state::lr_entry(self.lr)?];
-        for name in state::sorted_names(&self.buffers) {
-            out.push((
-                format!("state.{name}.momentum_buffer"),
-                self.buffers[name].clone(),
-            ));
-        }
-        Ok(out)
+        state::dict(self.lr, &self.buffers, |b| {
+            Ok(vec![("momentum_buffer", b.clone())])
+        })
     }
 
     fn load_state_dict(&mut self, st: Vec<(String, Tensor)>) -> Result<()> {

@@ -62,12 +62,23 @@ pub(crate) fn parse(
     Ok(out)
 }
 
-/// The parameter names of an optimizer's per-parameter state, sorted so a state dict lists
-/// them in the same order every time.
-pub(crate) fn sorted_names<T>(state: &std::collections::HashMap<String, T>) -> Vec<&String> {
+/// A state dict: the `lr` entry, then `state.<param>.<slot>` for the `(slot, tensor)` pairs
+/// `slots` gives each parameter's state, parameters sorted by name so a state dict lists them
+/// in the same order every time.
+pub(crate) fn dict<T>(
+    lr: f32,
+    state: &std::collections::HashMap<String, T>,
+    slots: impl Fn(&T) -> Result<Vec<(&'static str, Tensor)>>,
+) -> Result<Vec<(String, Tensor)>> {
     let mut names: Vec<&String> = state.keys().collect();
     names.sort();
-    names
+    let mut out = vec![lr_entry(lr)?];
+    for name in names {
+        for (slot, t) in slots(&state[name])? {
+            out.push((format!("state.{name}.{slot}"), t));
+        }
+    }
+    Ok(out)
 }
 
 /// The value of a one-element CPU f32 tensor, read from its storage: host hyperparameters
