@@ -34,7 +34,6 @@ pub(crate) mod elementwise;
 pub(crate) mod fast_exp;
 pub(crate) mod fused;
 pub(crate) mod gather;
-pub(crate) mod hot;
 pub(crate) mod join;
 pub(crate) mod matmul;
 pub(crate) mod matvec;

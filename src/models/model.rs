@@ -243,10 +243,8 @@ impl CausalLM {
             // Each CPU kernel's parallel loop, called from outside rayon's pool, hands its
             // jobs to the workers and puts this thread to sleep until they finish: two thread
             // wake-ups per loop, ~60 loops a decode step. Run from a worker, a loop splits its
-            // work with the calling thread, and the other workers poll for those jobs instead
-            // of sleeping between loops (`cpu::hot`). (Grad mode is per thread: set where it
-            // runs.)
-            return crate::cpu::hot::run_hot(|| self.run_here(ids, cache, last_only));
+            // work with the calling thread. (Grad mode is per thread: set where it runs.)
+            return rayon::scope(|_| self.run_here(ids, cache, last_only));
         }
         self.run_here(ids, cache, last_only)
     }
