@@ -3,6 +3,7 @@
 //! (no score matrix). Tiles of [`TILE`] positions, as the shader's workgroup takes them, so
 //! both rescale the running sum at the same points.
 
+use super::dot8;
 use super::fast_exp::exp_le0;
 use rayon::prelude::*;
 
@@ -23,24 +24,6 @@ pub(crate) struct DecodeDims {
     pub len: usize,
     /// Multiplier of the scores (usually `1 / sqrt(head_dim)`).
     pub scale: f32,
-}
-
-/// `q · k` over 8 lanes (element `i` to lane `i % 8`), the lanes added in a fixed tree: the
-/// lanes vectorize, where one running sum is a chain of dependent additions.
-#[inline(always)]
-fn dot8(q: &[f32], k: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (qc, kc) = (q.chunks_exact(8), k.chunks_exact(8));
-    let (qr, kr) = (qc.remainder(), kc.remainder());
-    for (a, b) in qc.zip(kc) {
-        for l in 0..8 {
-            acc[l] += a[l] * b[l];
-        }
-    }
-    for (l, (a, b)) in qr.iter().zip(kr).enumerate() {
-        acc[l] += a * b;
-    }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
 /// Positions between a row's prefetch and its use.

@@ -24,6 +24,26 @@ macro_rules! multiversion {
     };
 }
 
+/// `a · b` over 8 lanes (element `i` to lane `i % 8`), the lanes added in a fixed tree: the
+/// lanes vectorize (in whatever ISA the caller is compiled for), where one running sum is a
+/// chain of dependent additions, and the order, hence the bits, is the same everywhere.
+/// Used by the decode attention and the float path of quantized products.
+#[inline(always)]
+pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    for (l, (x, y)) in ar.iter().zip(br).enumerate() {
+        acc[l] += x * y;
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
+
 pub(crate) mod alloc;
 pub(crate) mod attention;
 pub(crate) mod attention_backward;

@@ -323,23 +323,6 @@ fn use_avx2() -> bool {
     *ON.get_or_init(|| super::avx2_fma_f16c("WGTENSOR_QUANT_SCALAR"))
 }
 
-/// The float dot product over 8 lanes in a fixed order.
-#[inline]
-fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (wc, xc) = (w.chunks_exact(8), x.chunks_exact(8));
-    let (wr, xr) = (wc.remainder(), xc.remainder());
-    for (a, b) in wc.zip(xc) {
-        for l in 0..8 {
-            acc[l] += a[l] * b[l];
-        }
-    }
-    for (l, (a, b)) in wr.iter().zip(xr).enumerate() {
-        acc[l] += a * b;
-    }
-    tree(acc)
-}
-
 /// Weight rows per rayon task: enough work to pay for the hand-off, enough tasks to balance.
 fn rows_per_task(rows: usize, cols: usize, m: usize) -> usize {
     let per_row = (cols * m.max(1)).max(1);
@@ -402,7 +385,7 @@ pub(crate) fn matmul_t(
                         &mut w,
                     );
                     for (i, v) in o.iter_mut().enumerate() {
-                        *v = dot_f32(&w, &x[i * cols..(i + 1) * cols]);
+                        *v = super::dot8(&w, &x[i * cols..(i + 1) * cols]);
                     }
                 }
             });
