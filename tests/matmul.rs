@@ -221,6 +221,8 @@ fn batched_with_broadcast_batch_dims() {
     check(&[3, 4, 8], &[3, 8, 4], 22); // equal batch dims, vec4-aligned
     check(&[4, 5], &[2, 3, 5, 6], 23); // a 2-D lhs broadcast over a batch
     check(&[2, 1, 4, 4], &[1, 3, 4, 4], 24); // both sides broadcast
+    check(&[2, 3, 5, 4], &[4, 6], 25); // a batch against one matrix (folded into its rows)
+    check(&[70, 3, 2], &[2, 65], 26); // the same past the small-product threshold
 }
 
 #[test]

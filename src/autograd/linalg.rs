@@ -28,7 +28,17 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Tensor {
         } else {
             None
         };
-        let gb = if needs[1] {
+        let gb = if needs[1] && b.ndim() == 2 && a.ndim() > 2 && a.shape()[a.ndim() - 1] > 0 {
+            // One matrix shared by a batch (a linear layer's weight): Aᵀ G over the batch
+            // read as more rows, one product with the batch summed inside it, instead of a
+            // `[..batch, K, N]` stack of products reduced afterwards.
+            let k = a.shape()[a.ndim() - 1];
+            let n = g.shape()[g.ndim() - 1];
+            let rows = a.numel() / k.max(1);
+            let a_rows = a.reshape(&[rows, k])?;
+            let g_rows = g.reshape(&[rows, n])?;
+            Some(a_rows.t()?.matmul(&g_rows)?.reshape(b2.shape())?)
+        } else if needs[1] {
             let d = a.transpose(-2, -1)?.matmul(&g)?;
             Some(reduce_batch(d, b.shape())?.reshape(b2.shape())?)
         } else {

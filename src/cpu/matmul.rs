@@ -62,6 +62,20 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<V
     // gemm writes every output element without reading it, so the output is not zeroed
     // first: that pass alone costs ~2% of a 1024³ product.
     let spare = &mut out.spare_capacity_mut()[..total];
+    // Activations `[..batch, M, K]` against one shared matrix (`x · Wᵀ` of a linear layer):
+    // the batch folds into M when A's rows are evenly strided across it, so one large product
+    // runs (what PyTorch does) instead of `batches` small ones.
+    if batches > 1 && lb.strides[..nd - 2].iter().all(|&s| s == 0) && rows_fold(la) {
+        let mat = Mat {
+            m: batches * m,
+            ..mat
+        };
+        let (p, q) = starts[0];
+        mat.run(a, p, b, q, spare, mat.m * n * k >= SMALL_PRODUCT);
+        // SAFETY: `Mat::run` wrote all `batches · m · n` slots.
+        unsafe { out.set_len(total) };
+        return Ok(out);
+    }
     let small = m * n * k < SMALL_PRODUCT;
     if batches > 1 && small {
         spare
@@ -78,7 +92,22 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<V
     Ok(out)
 }
 
+/// Whether the batch dims and the row dim of `l` (`[..batch, M, K]`) walk one evenly strided
+/// sequence of rows, so the batch can be read as more rows of one matrix.
+fn rows_fold(l: &Layout) -> bool {
+    let nd = l.shape.len();
+    let mut expect = l.strides[nd - 2] * l.shape[nd - 2];
+    for i in (0..nd - 2).rev() {
+        if l.shape[i] != 1 && l.strides[i] != expect {
+            return false;
+        }
+        expect *= l.shape[i];
+    }
+    true
+}
+
 /// One product's sizes and strides (in elements).
+#[derive(Clone, Copy)]
 struct Mat {
     m: usize,
     k: usize,
