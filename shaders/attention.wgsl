@@ -11,6 +11,7 @@
 //            Z: dropout factors from Philox, element (b, i, j) = counter (b L + i) S + j, the
 //            element Tensor::rand would give the composed path. No atomics: every output
 //            element is written by one invocation, in a fixed order.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @binding(0) q [B, L, E], (1) k [B, S, E], (2) v [B, S, Ev], (3) mask (strided,
 //            f32; a dummy without one), forward: (4) dst, (5) params;
 //            backward: (4) g = dO [B, L, Ev], (5) stats = [lse (B L), D (B L)], (6) dst,
@@ -24,12 +25,6 @@
 //            workgroups return. Each invocation owns one row (a query, or a key in attn_dkv).
 //            The streamed loop steps 16 keys (or queries) at a time: S / 16 < 65,535
 //            iterations (the host checks), the inner loops are at most 64.
-
-// The operands both passes read (their outputs and params follow in each entry's file).
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> mask: array<f32>;
 
 const P_B: u32 = 0u;
 const P_L: u32 = 1u;

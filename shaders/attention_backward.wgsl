@@ -1,14 +1,10 @@
 // attention_backward.wgsl: the backward of the fused attention (helpers in attention.wgsl,
 // composed after this file; see its header for the whole contract). Scores are recomputed tile
 // by tile from the forward's lse; D = rowsum(dO ∘ out) comes in with it.
-// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one; these four declared in
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
+// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one; these four read by
 //            attention.wgsl), (4) g = dO [B, L, Ev], (5) stats = [lse (B L), D (B L)] from
 //            P_SOFF, (6) dst, (7) params.
-
-@group(0) @binding(4) var<storage, read> g: array<f32>;
-@group(0) @binding(5) var<storage, read> stats: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(7) var<storage, read> params: array<u32>;
 
 fn read_g(at: u32) -> f32 {
     return g[at];

@@ -9,6 +9,7 @@
 //            reduction tree) and rescales its accumulators, then adds e^(s - m) * V for the
 //            head dims it owns (t, t + 64, t + 128, t + 192). Masked slots hold -3e38, whose
 //            exponential underflows to 0 (WGSL may not assume infinities exist).
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) q      : array<f32>, read-only, packed [heads, head_dim]
 //            @group(0) @binding(1) k      : array<f32>, read-only, packed [capacity, kv_heads, head_dim]
 //            @group(0) @binding(2) v      : array<f32>, read-only, same layout as k
@@ -18,12 +19,6 @@
 // Dispatch   64 invocations per workgroup, one workgroup per query head (heads workgroups on
 //            the 2-D grid: head = wid.y * nwg.x + wid.x); head_dim <= 256. Loops run
 //            ceil(len / 64) tiles and at most 256 dims per invocation, far below 65,535.
-
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(4) var<storage, read> params: array<u32>;
 
 const TILE: u32 = 64u;
 const MASKED: f32 = -3.0e38;

@@ -1,10 +1,8 @@
 // attention_forward.wgsl: the forward of the fused attention (helpers in attention.wgsl, composed
 // after this file; see its header for the whole contract).
-// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one; these four declared in
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
+// Bindings   @binding(0) q, (1) k, (2) v, (3) mask (a dummy without one; these four read by
 //            attention.wgsl), (4) dst = [out (B L Ev), lse (B L)], (5) params.
-
-@group(0) @binding(4) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(5) var<storage, read> params: array<u32>;
 
 // The forward has no upstream gradient (load() never asks for it here).
 fn read_g(at: u32) -> f32 {

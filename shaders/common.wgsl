@@ -9,7 +9,7 @@
 //           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
 //           integer division guards; conversions between dtypes with Rust `as` semantics; the
 //           8x8 register tile of the matmul kernels.
-// Bindings  none of its own; `strided_offset` reads the `params` every shader declares.
+// Bindings  none of its own; `strided_offset` reads the `params` every shader binds.
 
 const NAN_BITS: u32 = 0x7fc00000u;
 const INF_BITS: u32 = 0x7f800000u;
@@ -75,7 +75,7 @@ fn cell(i: u32, cols: u32) -> vec2<u32> {
 
 // Storage index of element i of a strided view: `base + sum_d idx_d * strides[d]`, with idx the
 // row-major unravelling of i over the nd dims whose sizes are params[shape_at..] and strides
-// params[strides_at..]. Every shader declares `params: array<u32>` (the binding convention), so
+// params[strides_at..]. Every shader binds `params: array<u32>` (the binding convention), so
 // this reads it directly. At most nd iterations: far from lavapipe's 65,535-iteration cap.
 fn strided_offset(i: u32, base: u32, nd: u32, shape_at: u32, strides_at: u32) -> u32 {
     var rem = i;

@@ -11,6 +11,7 @@
 //            ce_backward, one thread per element: dst_ij = g_i (exp(x_ij - lse_i)
 //              - (1 - ε)[j == t_i] - ε / C), and 0 in ignored or invalid rows; g_i is the
 //              upstream gradient of row i (already scaled by the reduction).
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) x      : array<f32>, read-only, packed [N, C] from x_offset
 //            @group(0) @binding(1) t      : array<u32>, read-only, u32 or i32 bits from t_offset
 //            @group(0) @binding(2) lse    : array<f32>, read-only (backward: forward's dst)
@@ -22,13 +23,6 @@
 // Dispatch   forward: 256 threads per row, N workgroups on the 2-D grid (row = wid.y * nwg.x +
 //            wid.x), or ce_forward_per_row: one thread per row; backward: 256 threads per
 //            workgroup, one element each.
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> t: array<u32>;
-@group(0) @binding(2) var<storage, read> lse: array<f32>;
-@group(0) @binding(3) var<storage, read> g: array<f32>;
-@group(0) @binding(4) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(5) var<storage, read> params: array<u32>;
 
 const NEG_INF: u32 = 0xff800000u;
 

@@ -8,6 +8,7 @@
 //                                     shape, no larger than the view's in any other dim)
 //            An id outside 0..dim_size writes 0 and is reported to the error word (ids.wgsl):
 //            nothing is read outside the view, and the host never checks ids before launching.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) src    : array<f32>, read-only, the table (any strided view)
 //            @group(0) @binding(1) ids    : array<u32>, read-only (u32 or i32 bits, see `code`)
 //            @group(0) @binding(2) dst    : array<f32>, read-write, n elements, packed row-major
@@ -15,11 +16,6 @@
 //                [n, ndim, src_offset, d, ids_offset, dim_size, code, mode,
 //                 out_shape[ndim], strides[ndim]]
 // Dispatch   256 threads per workgroup, one element per thread, on the 2-D grid (item()).
-
-@group(0) @binding(0) var<storage, read> src: array<f32>;
-@group(0) @binding(1) var<storage, read> ids: array<u32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(3) var<storage, read> params: array<u32>;
 
 @compute @workgroup_size(256)
 fn gather(inv: Invocation) {

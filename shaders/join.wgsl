@@ -5,16 +5,13 @@
 //            one dispatch per input, each with dst_offset at the input's start along the cat dim.
 //            32-bit words are moved, never computed on: f32, i32 and u32 tensors all work and
 //            NaN payloads pass through unchanged.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) src    : array<u32>, read-only
 //            @group(0) @binding(1) dst    : array<u32>, read-write
 //            @group(0) @binding(2) params : array<u32>, read-only:
 //              [n, ndim, src_offset, dst_offset, shape[ndim], src_strides[ndim], dst_strides[ndim]]
 // Dispatch   256 threads per workgroup, one element per thread, ceil(n / 256) workgroups laid
 //            out as a 2-D grid (x <= 65,535) and flattened as (wid.y * nwg.x + wid.x) * 256 + lid.
-
-@group(0) @binding(0) var<storage, read> src: array<u32>;
-@group(0) @binding(1) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(2) var<storage, read> params: array<u32>;
 
 @compute @workgroup_size(256)
 fn copy_into(inv: Invocation) {

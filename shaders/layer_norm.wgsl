@@ -8,6 +8,7 @@
 //            (count, mean, M2); the 256 triples are merged by row_tree.wgsl's fixed binary tree
 //            in workgroup memory with Chan's formula (deterministic, no cancellation of a one-pass sum of
 //            squares), then the row is read again and written. NaN propagates arithmetically.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) src    : array<f32>, read-only, packed [nrows, len]
 //            @group(0) @binding(1) weight : array<f32>, read-only, len (unused unless FLAGS & 1)
 //            @group(0) @binding(2) bias   : array<f32>, read-only, len (unused unless FLAGS & 2)
@@ -17,12 +18,6 @@
 //            wid.x); workgroups past nrows do nothing (but still reach every barrier).
 
 override OP: u32 = 0u;
-
-@group(0) @binding(0) var<storage, read> src: array<f32>;
-@group(0) @binding(1) var<storage, read> weight: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(4) var<storage, read> params: array<u32>;
 
 // A row's Welford statistics (count, mean, M2), merged by row_tree.wgsl (prepended).
 struct RowStat {

@@ -29,6 +29,7 @@
 //                     `tiled` double-buffered: the next slice is fetched into registers before
 //                     the current one's FMAs and staged into a second buffer after them, one
 //                     barrier per slice (see its entry below).
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) lhs    : array<f32>, read-only (A)
 //            @group(0) @binding(1) rhs    : array<f32>, read-only (B)
 //            @group(0) @binding(2) dst    : array<f32>, read-write, batches × M × N packed row-major
@@ -46,10 +47,7 @@
 //            tiled, tiled_double: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
 //            x/y count from the row/column origin, z from the first batch; every store guarded.
 
-@group(0) @binding(0) var<storage, read> lhs: array<f32>;
-@group(0) @binding(1) var<storage, read> rhs: array<f32>;
-
-// Element i of A / B. The f16 build of this file (kernels.rs, `Shader::MatmulF16`) binds both
+// Element i of A / B. The f16 build of this file (shader_table.rs, `Shader::MatmulF16`) binds both
 // operands as packed f16 pairs (array<u32>) and reads element i as half i % 2 of word i / 2:
 // f16 operands are multiplied where they are, with f32 accumulation, no f32 copies.
 fn ld_a(i: u32) -> f32 {
@@ -59,8 +57,6 @@ fn ld_a(i: u32) -> f32 {
 fn ld_b(i: u32) -> f32 {
     return rhs[i];
 }
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(3) var<storage, read> params: array<u32>;
 
 // One batch's problem, decoded from params.
 struct Problem {
@@ -274,7 +270,6 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
     }
     store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc);
 }
-
 
 // tiled_double: `tiled` with two staging buffers and a register prefetch. While the workgroup
 // multiplies the slice staged in one buffer, each invocation already holds its 8 elements of

@@ -22,6 +22,7 @@
 //            K is a multiple of 4 (so are k0 and k1); a row-contiguous A has M % 4 == 0 and a
 //            column-contiguous B has N % 4 == 0. Rows/columns past the end are read as the
 //            tile's first row/column again (duplicates computed, never stored).
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) lhs    : array<vec4<f32>>, read-only (A)
 //            @group(0) @binding(1) rhs    : array<vec4<f32>>, read-only (B)
 //            @group(0) @binding(2) dst    : array<f32>, read-write, batches × M × N packed row-major
@@ -40,11 +41,6 @@
 //            guarded.
 
 override OP: u32 = 3u;
-
-@group(0) @binding(0) var<storage, read> lhs: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> rhs: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(3) var<storage, read> params: array<u32>;
 
 fn store(c: u32, n: u32, m: u32, add: bool, row: u32, col: u32, v: f32) {
     if (row < m && col < n) {

@@ -11,6 +11,7 @@
 //            gather:  dst[t, k] = W[ids[t] - row0, k] for ids inside this part; an id outside
 //                     0..rows_total writes 0 and is reported to the error word (ids.wgsl) by
 //                     the part holding row 0
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) scales : array<u32>, read-only
 //            @group(0) @binding(1) body   : array<u32>, read-only
 //            @group(0) @binding(2) aux    : array<u32>, read-only: x as f32 bits (matvec), ids
@@ -24,12 +25,6 @@
 //            thread takes every 64th block of the row, then the workgroup adds the 64 partial
 //            sums in a fixed tree (same bits on every run).
 //            dequant, gather: 256 threads, one output element per thread (item()).
-
-@group(0) @binding(0) var<storage, read> scales: array<u32>;
-@group(0) @binding(1) var<storage, read> body: array<u32>;
-@group(0) @binding(2) var<storage, read> aux: array<u32>;
-@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(4) var<storage, read> params: array<u32>;
 
 const WG: u32 = 64u;
 // Activation rows per workgroup: each weight block is decoded once for all of them.

@@ -15,6 +15,7 @@
 //            NaN propagates: sum/prod by IEEE arithmetic, max/min explicitly; argmax/argmin treat
 //            NaN as the extreme value (first NaN wins) and break ties towards the lowest index.
 //            NaN is tested on the bits, since WGSL lets compilers assume floats are never NaN.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) src    : array<u32>, read-only: f32 bits, or (value bits,
 //                                           index) pairs when flags & 1 (argmax/argmin partials)
 //            @group(0) @binding(1) aux    : array<u32>, read-only: row maxima for OP 6; other ops
@@ -39,11 +40,6 @@ override OP: u32 = 0u;
 // holds the lower indices where that matters) and `load_map(v, r)`, are appended to this file
 // by the library from src/ops/reduce.rs; NaN and wrap-around rules are stated per op there.
 const OP_SUM_EXP: u32 = 6u;
-
-@group(0) @binding(0) var<storage, read> src: array<u32>;
-@group(0) @binding(1) var<storage, read> aux: array<u32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(3) var<storage, read> params: array<u32>;
 
 const WG: u32 = 256u;
 // Elements each thread of reduce_wg folds before the tree: L = WG * PER_THREAD. Long enough that

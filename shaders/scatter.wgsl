@@ -21,6 +21,7 @@
 //                params [threads = P * r, P, r, src_offset]: thread (s, col), s the first
 //                pair of a run of equal keys, adds src[pos * r + col] over the run (in position
 //                order) and then adds that sum to dst[key * r + col].
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) a      : array<u32>, read-only
 //            @group(0) @binding(1) b      : array<f32>, read-only
 //            @group(0) @binding(2) out    : array<u32>, read-write
@@ -29,11 +30,6 @@
 //            workgroups (two pairs per thread).
 
 const NONE: u32 = 0xffffffffu;
-
-@group(0) @binding(0) var<storage, read> a: array<u32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<u32>;
-@group(0) @binding(3) var<storage, read> params: array<u32>;
 
 var<workgroup> wkey: array<u32, 512>;
 var<workgroup> wpos: array<u32, 512>;

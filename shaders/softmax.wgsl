@@ -18,6 +18,7 @@
 //            o * len * inner + i unravelled through shape/strides, and at (o * len + k) * inner
 //            + i in dst (packed row-major). Rows along a non-last dim are read strided in place:
 //            making the view contiguous first would cost a copy dispatch and a third pass.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) src    : array<f32>, read-only
 //            @group(0) @binding(1) dst    : array<f32>, read-write, packed row-major
 //            @group(0) @binding(2) params : array<u32>, read-only:
@@ -26,10 +27,6 @@
 //            wid.x); workgroups past nrows do nothing (but still reach every barrier).
 
 override OP: u32 = 0u;
-
-@group(0) @binding(0) var<storage, read> src: array<f32>;
-@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(2) var<storage, read> params: array<u32>;
 
 // A row's statistics: max, sum of exp(x - max), and whether a NaN or +inf was seen. The row
 // merge (row_tree.wgsl or row_subgroup.wgsl, one of which is prepended: they define RowInv and

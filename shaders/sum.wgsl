@@ -7,6 +7,7 @@
 //            sizes only, so the same input gives the same bits. The last vector of the row is
 //            masked past n (the buffer holds whole vectors). The partials are reduced by
 //            reduce.wgsl. Sums start at -0.0, so a row of -0.0 sums to -0.0; NaN propagates.
+// Declared   by the library from this file's SHADERS entry (src/gpu/shader_table.rs):
 // Bindings   @group(0) @binding(0) src    : array<vec4<f32>>, read-only
 //            @group(0) @binding(1) dst    : array<f32>, read-write, one partial per workgroup
 //            @group(0) @binding(2) params : array<u32>, read-only: [chunks, n, offset / 4]
@@ -16,10 +17,6 @@
 //            barrier is dear (software adapters switch every SIMD group of the workgroup at
 //            each); params [chunks, n, offset / 4]; invocation c of the 2-D grid computes
 //            partial c.
-
-@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(2) var<storage, read> params: array<u32>;
 
 const VECS_PER_THREAD: u32 = 16u;
 

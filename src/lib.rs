@@ -243,6 +243,16 @@ pub mod testing {
         crate::nn::load::bytes_read()
     }
 
+    /// The storage declarations the library writes for each hand-written shader file (from
+    /// its `SHADERS` entry: the files declare none) and its number of inputs, by file name.
+    pub fn shader_bindings() -> Vec<(&'static str, String, usize)> {
+        crate::gpu::shader_table::SHADERS
+            .iter()
+            .filter(|d| d.label.ends_with(".wgsl"))
+            .map(|d| (d.label, d.bindings.wgsl(), d.bindings.inputs.len()))
+            .collect()
+    }
+
     /// Every hand-written shader file as embedded, by file name, without `common.wgsl` (and
     /// without `ids.wgsl`, which the library prepends to shaders that call `report_bad_id`);
     /// compared with `shaders/*.wgsl` on disk in the tests.
@@ -251,15 +261,18 @@ pub mod testing {
             .filter(|s| s.file().ends_with(".wgsl"))
             .map(|s| (s.file(), s.raw()))
             .collect();
-        v.push(("row_tree.wgsl", crate::gpu::kernels::ROW_TREE));
-        v.push(("row_subgroup.wgsl", crate::gpu::kernels::ROW_SUBGROUP));
-        v.push(("reduce_subgroup.wgsl", crate::gpu::kernels::REDUCE_SUBGROUP));
-        v.push(("subgroup.wgsl", crate::gpu::kernels::SUBGROUP));
-        v.push(("row_fold.wgsl", crate::gpu::kernels::ROW_FOLD));
-        v.push(("common.wgsl", crate::gpu::kernels::COMMON));
-        v.push(("ids.wgsl", crate::gpu::kernels::IDS));
-        v.push(("normal.wgsl", crate::gpu::kernels::NORMAL));
-        v.push(("attention.wgsl", crate::gpu::kernels::ATTENTION));
+        v.push(("row_tree.wgsl", crate::gpu::shader_table::ROW_TREE));
+        v.push(("row_subgroup.wgsl", crate::gpu::shader_table::ROW_SUBGROUP));
+        v.push((
+            "reduce_subgroup.wgsl",
+            crate::gpu::shader_table::REDUCE_SUBGROUP,
+        ));
+        v.push(("subgroup.wgsl", crate::gpu::shader_table::SUBGROUP));
+        v.push(("row_fold.wgsl", crate::gpu::shader_table::ROW_FOLD));
+        v.push(("common.wgsl", crate::gpu::shader_table::COMMON));
+        v.push(("ids.wgsl", crate::gpu::shader_table::IDS));
+        v.push(("normal.wgsl", crate::gpu::shader_table::NORMAL));
+        v.push(("attention.wgsl", crate::gpu::shader_table::ATTENTION));
         v
     }
 

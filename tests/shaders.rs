@@ -107,6 +107,11 @@ fn shader_files_on_disk_validate() {
     // prepended, as the library does at embed time.
     let shaders = on_disk();
     assert!(!shaders.is_empty(), "shaders/ holds no .wgsl files");
+    // The storage declarations of each file come from its table entry (the files hold none).
+    let bindings: BTreeMap<&str, String> = wgtensor::testing::shader_bindings()
+        .into_iter()
+        .map(|(name, decls, _)| (name, decls))
+        .collect();
     let common = &shaders["common.wgsl"];
     let ids = &shaders["ids.wgsl"];
     for (name, source) in &shaders {
@@ -131,7 +136,7 @@ fn shader_files_on_disk_validate() {
         if snippets.contains(&name.as_str()) {
             continue;
         }
-        let mut full = String::new();
+        let mut full = bindings.get(name.as_str()).cloned().unwrap_or_default();
         if source.contains("row_merge(") {
             full.push_str(&shaders["row_tree.wgsl"]);
         }
@@ -146,6 +151,43 @@ fn shader_files_on_disk_validate() {
             source.push_str(&shaders["attention.wgsl"]);
         }
         validate(name, &format!("{common}\n{full}\n{source}"));
+    }
+}
+
+#[test]
+fn bindings_are_declared_once_from_the_table() {
+    // No file declares a `@group(0)` binding itself (ids.wgsl's error word is `@group(1)`):
+    // the layout is stated once, in each file's SHADERS entry.
+    for (name, text) in on_disk() {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            assert!(
+                !code.contains("@group(0)"),
+                "{name}:{}: declares a binding; state it in its SHADERS entry instead",
+                n + 1
+            );
+        }
+    }
+    // Each entry's declarations follow the convention: `inputs` read-only arrays, the
+    // read-write output, then params, numbered in order; the composed source holds them once.
+    let lib = embedded();
+    let listed = wgtensor::testing::shader_bindings();
+    assert!(listed.len() >= 10, "{} files with bindings", listed.len());
+    for (name, decls, inputs) in listed {
+        let lines: Vec<&str> = decls.lines().collect();
+        assert_eq!(lines.len(), inputs + 2, "{name}: {decls}");
+        for (b, line) in lines.iter().enumerate() {
+            let access = if b == inputs { "read_write" } else { "read" };
+            assert!(
+                line.starts_with(&format!("@group(0) @binding({b}) var<storage, {access}> ")),
+                "{name}: binding {b} is `{line}`"
+            );
+        }
+        assert!(
+            lines[inputs + 1].ends_with(" params: array<u32>;"),
+            "{name}"
+        );
+        assert_eq!(lib[name].matches(decls.as_str()).count(), 1, "{name}");
     }
 }
 

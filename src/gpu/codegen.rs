@@ -17,6 +17,7 @@
 //! - Values live in their compute type: f32 for F32 and F16 (every F16 result is rounded to f16,
 //!   so a fused chain gives the bits of the op-by-op path), i32 for I32, u32 for U32 and U8.
 
+use super::bindings::declare;
 use crate::cpu::normal::Dist;
 pub(crate) use crate::cpu::program::{Expr, NodeId, Program};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
@@ -110,20 +111,6 @@ pub(crate) fn per_word(d: DType) -> usize {
     4 / d.size_in_bytes()
 }
 
-/// The bindings after the `k` inputs, the layout every generated kernel shares: the output
-/// (`array<{dst}>`) at `k`, the parameter words at `k + 1`.
-fn out_bindings(s: &mut String, k: usize, dst: &str) {
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({k}) var<storage, read_write> dst: array<{dst}>;"
-    );
-    let _ = writeln!(
-        s,
-        "@group(0) @binding({}) var<storage, read> params: array<u32>;\n",
-        k + 1
-    );
-}
-
 /// Writes the WGSL of `program` (without `common.wgsl`, which `kernels.rs` prepends).
 fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
     let k = p.inputs.len();
@@ -135,18 +122,16 @@ fn generate(p: &Program, packed: u64, native_f16: bool) -> String {
         // Hoisted before common.wgsl by `kernels::compose`.
         s.push_str("enable f16;\n");
     }
-    for (i, &d) in p.inputs.iter().enumerate() {
+    let elems = p.inputs.iter().enumerate().map(|(i, &d)| {
         let elem = if native_f16 && d == DType::F16 {
             "f16"
         } else {
             "u32"
         };
-        let _ = writeln!(
-            s,
-            "@group(0) @binding({i}) var<storage, read> in{i}: array<{elem}>;"
-        );
-    }
-    out_bindings(&mut s, k, "u32");
+        (format!("in{i}"), elem)
+    });
+    s.push_str(&declare(elems, ("dst", "u32")));
+    s.push('\n');
 
     // element(e): the output element e as canonical bits of the output dtype.
     let mut body = String::new();
@@ -252,13 +237,9 @@ fn generate_wide(p: &Program) -> String {
     let mut s = String::new();
     let mut fns = String::new();
     let mut have_fns: Vec<String> = Vec::new();
-    for i in 0..k {
-        let _ = writeln!(
-            s,
-            "@group(0) @binding({i}) var<storage, read> in{i}: array<vec4<u32>>;"
-        );
-    }
-    out_bindings(&mut s, k, "vec4<u32>");
+    let elems = (0..k).map(|i| (format!("in{i}"), "vec4<u32>"));
+    s.push_str(&declare(elems, ("dst", "vec4<u32>")));
+    s.push('\n');
     let mut body = String::new();
     for (n, &(expr, dt)) in p.nodes.iter().enumerate() {
         let v = match expr {

@@ -61,6 +61,7 @@
 pub(crate) mod attention;
 pub(crate) mod attention_decode;
 pub(crate) mod autotune;
+pub(crate) mod bindings;
 pub(crate) mod buffer;
 pub(crate) mod codegen;
 pub(crate) mod device;
@@ -80,6 +81,7 @@ pub(crate) mod reduce;
 pub(crate) mod registry;
 pub(crate) mod rows;
 pub(crate) mod scatter;
+pub(crate) mod shader_table;
 pub(crate) mod staging;
 pub(crate) mod sync;
 pub(crate) mod timing;

@@ -59,20 +59,13 @@ pub(crate) fn matmul_vec4() -> &'static str {
     })
 }
 
-/// matmul.wgsl (with its GEMV entries) with both operands bound as packed f16 pairs: the two
-/// bindings and the two element readers are replaced (the file marks them); everything else is the same source.
+/// matmul.wgsl (with its GEMV entries) reading both operands as packed f16 pairs (its
+/// `SHADERS` entry binds them as `array<u32>`): the two element readers are replaced (the file
+/// marks them); everything else is the same source.
 pub(crate) fn matmul_f16() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SOURCE.get_or_init(|| {
         matmul()
-            .replace(
-                "var<storage, read> lhs: array<f32>;",
-                "var<storage, read> lhs: array<u32>;",
-            )
-            .replace(
-                "var<storage, read> rhs: array<f32>;",
-                "var<storage, read> rhs: array<u32>;",
-            )
             .replace(
                 "return lhs[i];",
                 "return unpack2x16float(lhs[i >> 1u])[i & 1u];",
@@ -85,9 +78,10 @@ pub(crate) fn matmul_f16() -> &'static str {
 }
 
 /// matmul.wgsl with f16 everywhere it holds values: operands bound as `array<f16>` (read in
-/// place, any strides), accumulators, staged tiles and the output. The register tile and its
-/// rank-1 update come from common.wgsl's f32 ones, renamed. Validated with naga like every
-/// shader (tests/shaders.rs) and run against the CPU where an adapter has `SHADER_F16`.
+/// place, any strides; its `SHADERS` entry declares them), accumulators, staged tiles and the
+/// output. The register tile and its rank-1 update come from common.wgsl's f32 ones, renamed.
+/// Validated with naga like every shader (tests/shaders.rs) and run against the CPU where an
+/// adapter has `SHADER_F16`.
 pub(crate) fn matmul_f16_acc() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SOURCE.get_or_init(|| {
@@ -103,7 +97,6 @@ pub(crate) fn matmul_f16_acc() -> &'static str {
             .replace("rank1", "rank1_16")
             .replace("f32", "f16");
         let body = matmul()
-            .replace("array<f32>", "array<f16>")
             .replace("vec4<f32>", "vec4<f16>")
             .replace("-> f32 {", "-> f16 {")
             .replace("v: f32)", "v: f16)")

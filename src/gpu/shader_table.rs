@@ -1,0 +1,491 @@
+//! What each kernel is: the [`Shader`] enum, the table of hand-written shaders ([`SHADERS`]:
+//! file, composition and binding list of each) and the composition of a source as wgpu
+//! receives it (`common.wgsl`, the bindings declared from the entry, then the body). The
+//! pipeline cache (`kernels.rs`) asks a shader only for [`Shader::source`],
+//! [`Shader::inputs`], [`Shader::checked`] and a label.
+
+use super::bindings::Bindings;
+use super::codegen::Generated;
+use super::variants::{matmul, matmul_f16, matmul_f16_acc, matmul_vec4};
+use crate::ops::{ReduceOp, RowOp};
+
+/// The hand-written shader files, plus the generated elementwise kernels (`codegen.rs`). Each
+/// file is valid WGSL once `shaders/common.wgsl` and the declarations of its entry's bindings
+/// are prepended (done here, at embed time); `tests/shaders.rs` validates every composed
+/// shader with naga.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Shader {
+    Reduce,
+    /// reduce.wgsl followed by reduce_subgroup.wgsl's first passes (adapters with `SUBGROUP`).
+    ReduceSubgroup,
+    Softmax,
+    /// softmax.wgsl with its row merge in subgroup operations (adapters with `SUBGROUP`).
+    SoftmaxSubgroup,
+    LayerNorm,
+    Join,
+    Matmul,
+    /// matmul.wgsl reading f16 operands in place (packed pairs), accumulating in f32.
+    MatmulF16,
+    /// matmul.wgsl in native f16 (`SHADER_F16`): f16 operands, accumulators and output (the
+    /// opt-in of `wgtensor::set_f16_accumulation`).
+    MatmulF16Acc,
+    MatmulVec4,
+    Gather,
+    /// The first pass of an f32 sum over a packed row, four elements per load.
+    Sum,
+    /// scatter_add / index_add: key building, a bitonic sort and ordered segment sums.
+    Scatter,
+    /// Fused log-softmax + negative log-likelihood, forward and backward.
+    CrossEntropy,
+    /// Fused attention forward (attention_forward.wgsl + the helpers of attention.wgsl).
+    AttentionForward,
+    /// Fused attention backward: dq (and dS), dk and dv (attention_backward.wgsl + helpers).
+    AttentionBackward,
+    /// Block-quantized matrices: matvec/matmul, dequantize and row gather.
+    Quant,
+    /// Attention of one query position over a KV cache, online softmax in one pass.
+    AttentionDecode,
+    /// A generated elementwise kernel (one per op chain, dtypes and input packing).
+    Generated(GeneratedRef),
+}
+
+/// A generated kernel, compared and hashed by address: kernels are interned, so the address
+/// identifies the source without hashing it on every launch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GeneratedRef(pub &'static Generated);
+
+impl PartialEq for GeneratedRef {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Eq for GeneratedRef {}
+
+impl std::hash::Hash for GeneratedRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(self.0, state)
+    }
+}
+
+/// The helpers every shader shares (`is_nan`, f16 packing, `pow_c`, ...).
+pub(crate) const COMMON: &str = include_str!("../../shaders/common.wgsl");
+
+/// The error word's binding and helpers, prepended to the shaders that read ids.
+#[allow(dead_code)]
+pub(crate) const IDS: &str = include_str!("../../shaders/ids.wgsl");
+
+/// `common.wgsl` followed by `body`; `enable` directives of `body` (which WGSL wants before
+/// any declaration) go first.
+pub(crate) fn compose(body: &str) -> String {
+    compose_bound("", body)
+}
+
+/// [`compose`] with `bindings` (the declarations of a [`Bindings`] list) between `common.wgsl`
+/// and `body`: WGSL module-scope declarations may come in any order, so where they stand
+/// changes nothing in the compiled kernel.
+fn compose_bound(bindings: &str, body: &str) -> String {
+    // Normals are drawn in integer fixed point (bit-identical on every device); its tables
+    // only go into the kernels that use them.
+    let normal = if body.contains("normal_of(") {
+        NORMAL
+    } else {
+        ""
+    };
+    // `enable` directives must precede every declaration: hoist them above common.wgsl.
+    let mut enables = String::new();
+    let mut rest = body;
+    while let Some((line, tail)) = rest
+        .strip_prefix("enable ")
+        .and_then(|r| r.split_once('\n'))
+    {
+        enables.push_str("enable ");
+        enables.push_str(line);
+        enables.push('\n');
+        rest = tail;
+    }
+    format!("{enables}{COMMON}\n{normal}\n{bindings}{rest}")
+}
+
+/// A thread's pass over its elements of a row, composed into every row shader.
+#[allow(dead_code)]
+pub(crate) const ROW_FOLD: &str = include_str!("../../shaders/row_fold.wgsl");
+
+/// The row merge snippets of softmax (without and with subgroup operations).
+#[allow(dead_code)]
+pub(crate) const ROW_TREE: &str = include_str!("../../shaders/row_tree.wgsl");
+#[allow(dead_code)]
+pub(crate) const ROW_SUBGROUP: &str = include_str!("../../shaders/row_subgroup.wgsl");
+
+/// reduce.wgsl with the reduction table's part appended (its op codes and per-op cases,
+/// `ReduceOp::wgsl`), built on first use.
+fn reduce() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let file = include_str!("../../shaders/reduce.wgsl");
+        format!("{file}{}", ReduceOp::wgsl())
+    })
+}
+
+/// [`reduce`] followed by reduce_subgroup.wgsl's first passes.
+fn reduce_subgroup() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| format!("{}{SUBGROUP}{REDUCE_SUBGROUP}", reduce()))
+}
+
+/// The fused attention's helpers (composed after attention_forward/backward.wgsl).
+#[allow(dead_code)]
+pub(crate) const ATTENTION: &str = include_str!("../../shaders/attention.wgsl");
+
+/// `SubgroupInv`, the entry parameter of the kernels that use subgroup operations.
+pub(crate) const SUBGROUP: &str = include_str!("../../shaders/subgroup.wgsl");
+
+/// The subgroup first passes of reductions (composed after reduce.wgsl and subgroup.wgsl).
+pub(crate) const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce_subgroup.wgsl");
+
+/// `normal_of`: standard normals from Philox words in integer fixed point.
+pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
+
+/// How the source of a [`ShaderDef`] is assembled after `common.wgsl`.
+pub(crate) enum Body {
+    /// Files concatenated at compile time ([`wgsl!`]).
+    Text(&'static str),
+    /// A variant derived from a file by text replacement, built on first use.
+    Built(fn() -> &'static str),
+}
+
+/// One hand-written kernel: everything the pipeline cache and the tests ask of it.
+pub(crate) struct ShaderDef {
+    pub shader: Shader,
+    /// The file name, as labels and errors report it; a variant of a file names it with its
+    /// twist in parentheses (and is then no file of its own).
+    pub label: &'static str,
+    /// The file as written on disk (for a variant, the file it starts from).
+    pub raw: &'static str,
+    /// What wgpu compiles after `common.wgsl`.
+    pub body: Body,
+    /// Its storage bindings, declared from here (the files declare none).
+    pub bindings: &'static Bindings,
+    /// Whether it reads ids and so binds the device's error word as `@group(1)`.
+    pub checked: bool,
+    /// Whether naga adds its counter against infinite loops (see [`KernelCache::pipeline`]).
+    pub bounded_loops: bool,
+}
+
+impl ShaderDef {
+    const fn new(
+        shader: Shader,
+        label: &'static str,
+        raw: &'static str,
+        bindings: &'static Bindings,
+    ) -> Self {
+        ShaderDef {
+            shader,
+            label,
+            raw,
+            body: Body::Text(raw),
+            bindings,
+            checked: false,
+            bounded_loops: true,
+        }
+    }
+
+    /// Compiled as `body` rather than the file alone.
+    const fn body(mut self, body: Body) -> Self {
+        self.body = body;
+        self
+    }
+
+    /// Reads ids: `ids.wgsl` goes first and the error word is bound.
+    const fn checked(mut self, body: &'static str) -> Self {
+        self.body = Body::Text(body);
+        self.checked = true;
+        self
+    }
+
+    /// Built without naga's loop counters.
+    const fn unbounded(mut self) -> Self {
+        self.bounded_loops = false;
+        self
+    }
+}
+
+/// `shaders/` files concatenated at compile time, in order.
+macro_rules! wgsl {
+    ($($file:literal),+) => { concat!($(include_str!(concat!("../../shaders/", $file))),+) };
+}
+
+/// The table entry of `$file`, compiled as it is unless a builder below says otherwise.
+macro_rules! shader {
+    ($shader:expr, $file:literal, $bindings:expr) => {
+        ShaderDef::new($shader, $file, wgsl!($file), $bindings)
+    };
+}
+
+/// layer_norm.wgsl after the row merge, with the row-op table's part appended (the norms' op
+/// codes and `centered()`, `RowOp::norm_wgsl`), built on first use.
+fn norm() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let file = wgsl!("row_tree.wgsl", "row_fold.wgsl", "layer_norm.wgsl");
+        format!("{file}{}", RowOp::norm_wgsl())
+    })
+}
+
+// The binding list of each shader file (names and element types as its body reads them); a
+// file that several entries compile states it once. Meanings and params layouts are in each
+// file's header.
+
+/// reduce.wgsl: the data (f32 bits, or (value, index) pairs) and an auxiliary input (softmax's
+/// row maxima; other ops bind the data there too).
+const REDUCE: Bindings = Bindings::new(&[("src", "u32"), ("aux", "u32")], ("dst", "u32"));
+const SOFTMAX: Bindings = Bindings::new(&[("src", "f32")], ("dst", "f32"));
+/// layer_norm.wgsl: the input, weight and bias.
+const LAYER_NORM: Bindings = Bindings::new(
+    &[("src", "f32"), ("weight", "f32"), ("bias", "f32")],
+    ("dst", "f32"),
+);
+/// cross_entropy.wgsl: logits, targets, per-row log-sum-exp and per-row gradient scale.
+const CROSS_ENTROPY: Bindings = Bindings::new(
+    &[("x", "f32"), ("t", "u32"), ("lse", "f32"), ("g", "f32")],
+    ("dst", "f32"),
+);
+const JOIN: Bindings = Bindings::new(&[("src", "u32")], ("dst", "u32"));
+const MATMUL: Bindings = Bindings::new(&[("lhs", "f32"), ("rhs", "f32")], ("dst", "f32"));
+/// matmul.wgsl reading f16 operands in place as packed pairs (its `ld_a`/`ld_b` unpack them).
+const MATMUL_F16: Bindings = Bindings::new(&[("lhs", "u32"), ("rhs", "u32")], ("dst", "f32"));
+/// matmul.wgsl in native f16: operands and output.
+const MATMUL_F16_ACC: Bindings = Bindings::new(&[("lhs", "f16"), ("rhs", "f16")], ("dst", "f16"));
+const MATMUL_VEC4: Bindings = Bindings::new(
+    &[("lhs", "vec4<f32>"), ("rhs", "vec4<f32>")],
+    ("dst", "f32"),
+);
+/// gather.wgsl: the table and the ids.
+const GATHER: Bindings = Bindings::new(&[("src", "f32"), ("ids", "u32")], ("dst", "f32"));
+/// scatter.wgsl: ids or sorted pairs, and the values to add.
+const SCATTER: Bindings = Bindings::new(&[("a", "u32"), ("b", "f32")], ("out", "u32"));
+const SUM: Bindings = Bindings::new(&[("src", "vec4<f32>")], ("dst", "f32"));
+/// quant.wgsl: the per-block scales, the packed weights, and the activations or ids.
+const QUANT: Bindings = Bindings::new(
+    &[("scales", "u32"), ("body", "u32"), ("aux", "u32")],
+    ("dst", "f32"),
+);
+/// attention_decode.wgsl: the query and the key and value caches.
+const ATTENTION_DECODE: Bindings =
+    Bindings::new(&[("q", "f32"), ("k", "f32"), ("v", "f32")], ("dst", "f32"));
+/// The fused attention's inputs: q, k, v and the mask (read by attention.wgsl's helpers in both
+/// passes), then the backward's dO and [lse, D].
+const ATTENTION_INPUTS: [(&str, &str); 6] = [
+    ("q", "f32"),
+    ("k", "f32"),
+    ("v", "f32"),
+    ("mask", "f32"),
+    ("g", "f32"),
+    ("stats", "f32"),
+];
+const ATTENTION_FORWARD: Bindings = Bindings::new(ATTENTION_INPUTS.split_at(4).0, ("dst", "f32"));
+const ATTENTION_BACKWARD: Bindings = Bindings::new(&ATTENTION_INPUTS, ("dst", "f32"));
+
+/// Every hand-written kernel. Row shaders start with a row merge (`row_tree.wgsl`, or
+/// `subgroup.wgsl` and `row_subgroup.wgsl` on adapters with `SUBGROUP`) and the row pass
+/// (`row_fold.wgsl`); shaders that read ids with `ids.wgsl`;
+/// the fused attention's entry points come before their shared helpers.
+pub(crate) const SHADERS: [ShaderDef; 18] = [
+    shader!(Shader::Reduce, "reduce.wgsl", &REDUCE).body(Body::Built(reduce)),
+    ShaderDef::new(
+        Shader::ReduceSubgroup,
+        "reduce.wgsl (subgroups)",
+        wgsl!("reduce.wgsl"),
+        &REDUCE,
+    )
+    .body(Body::Built(reduce_subgroup)),
+    shader!(Shader::Softmax, "softmax.wgsl", &SOFTMAX).body(Body::Text(wgsl!(
+        "row_tree.wgsl",
+        "row_fold.wgsl",
+        "softmax.wgsl"
+    ))),
+    ShaderDef::new(
+        Shader::SoftmaxSubgroup,
+        "softmax.wgsl (subgroups)",
+        wgsl!("softmax.wgsl"),
+        &SOFTMAX,
+    )
+    .body(Body::Text(wgsl!(
+        "subgroup.wgsl",
+        "row_subgroup.wgsl",
+        "row_fold.wgsl",
+        "softmax.wgsl"
+    ))),
+    shader!(Shader::LayerNorm, "layer_norm.wgsl", &LAYER_NORM).body(Body::Built(norm)),
+    shader!(Shader::CrossEntropy, "cross_entropy.wgsl", &CROSS_ENTROPY).checked(wgsl!(
+        "ids.wgsl",
+        "row_tree.wgsl",
+        "row_fold.wgsl",
+        "cross_entropy.wgsl"
+    )),
+    shader!(Shader::Join, "join.wgsl", &JOIN),
+    shader!(Shader::Matmul, "matmul.wgsl", &MATMUL)
+        .body(Body::Built(matmul))
+        .unbounded(),
+    ShaderDef::new(
+        Shader::MatmulF16,
+        "matmul.wgsl (f16 operands)",
+        wgsl!("matmul.wgsl"),
+        &MATMUL_F16,
+    )
+    .body(Body::Built(matmul_f16))
+    .unbounded(),
+    ShaderDef::new(
+        Shader::MatmulF16Acc,
+        "matmul.wgsl (f16 accumulation)",
+        wgsl!("matmul.wgsl"),
+        &MATMUL_F16_ACC,
+    )
+    .body(Body::Built(matmul_f16_acc))
+    .unbounded(),
+    shader!(Shader::MatmulVec4, "matmul_vec4.wgsl", &MATMUL_VEC4)
+        .body(Body::Built(matmul_vec4))
+        .unbounded(),
+    shader!(Shader::Gather, "gather.wgsl", &GATHER).checked(wgsl!("ids.wgsl", "gather.wgsl")),
+    shader!(Shader::Scatter, "scatter.wgsl", &SCATTER).checked(wgsl!("ids.wgsl", "scatter.wgsl")),
+    shader!(Shader::Sum, "sum.wgsl", &SUM),
+    shader!(Shader::Quant, "quant.wgsl", &QUANT).checked(wgsl!("ids.wgsl", "quant.wgsl")),
+    shader!(
+        Shader::AttentionDecode,
+        "attention_decode.wgsl",
+        &ATTENTION_DECODE
+    ),
+    shader!(
+        Shader::AttentionForward,
+        "attention_forward.wgsl",
+        &ATTENTION_FORWARD
+    )
+    .body(Body::Text(wgsl!(
+        "attention_forward.wgsl",
+        "attention.wgsl"
+    ))),
+    shader!(
+        Shader::AttentionBackward,
+        "attention_backward.wgsl",
+        &ATTENTION_BACKWARD
+    )
+    .body(Body::Text(wgsl!(
+        "attention_backward.wgsl",
+        "attention.wgsl"
+    ))),
+];
+
+impl Shader {
+    /// Every hand-written shader, for tests that validate them all.
+    #[allow(dead_code)]
+    pub(crate) fn all() -> impl Iterator<Item = Shader> {
+        SHADERS.iter().map(|d| d.shader)
+    }
+
+    /// The table entry of a hand-written shader (`None` for a generated kernel).
+    fn def(self) -> Option<&'static ShaderDef> {
+        SHADERS.iter().find(|d| d.shader == self)
+    }
+
+    /// The label: the file name of a hand-written shader.
+    pub(crate) fn file(self) -> &'static str {
+        match (self, self.def()) {
+            (Shader::Generated(g), _) => &g.0.label,
+            (_, Some(d)) => d.label,
+            (_, None) => "unlisted shader",
+        }
+    }
+
+    /// The file as written on disk (checked shaders without `ids.wgsl`).
+    #[allow(dead_code)]
+    pub(crate) fn raw(self) -> &'static str {
+        self.def().map_or_else(|| self.body(), |d| d.raw)
+    }
+
+    /// The shader as compiled, without `common.wgsl` (checked shaders start with `ids.wgsl`).
+    pub(crate) fn body(self) -> &'static str {
+        match (self, self.def()) {
+            (Shader::Generated(g), _) => &g.0.source,
+            (
+                _,
+                Some(ShaderDef {
+                    body: Body::Text(t),
+                    ..
+                }),
+            ) => t,
+            (
+                _,
+                Some(ShaderDef {
+                    body: Body::Built(f),
+                    ..
+                }),
+            ) => f(),
+            (_, None) => "",
+        }
+    }
+
+    /// The source handed to wgpu: `common.wgsl`, the bindings of a hand-written shader's
+    /// entry, then the shader.
+    pub(crate) fn source(self) -> String {
+        match self.def() {
+            Some(d) => compose_bound(&d.bindings.wgsl(), self.body()),
+            None => compose(self.body()),
+        }
+    }
+
+    /// Whether the shader reads ids and so binds the device's error word as `@group(1)`.
+    pub(crate) fn checked(self) -> bool {
+        self.def().is_some_and(|d| d.checked)
+    }
+
+    /// Whether naga bounds the shader's loops (every shader but the matmuls).
+    pub(crate) fn bounded_loops(self) -> bool {
+        self.def().is_none_or(|d| d.bounded_loops)
+    }
+
+    /// Read-only input bindings before the output.
+    pub(crate) fn inputs(self) -> usize {
+        match (self, self.def()) {
+            (Shader::Generated(g), _) => g.0.inputs,
+            (_, Some(d)) => d.bindings.inputs.len(),
+            (_, None) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Shader, SHADERS};
+
+    #[test]
+    fn each_shader_has_one_table_entry() {
+        for (i, d) in SHADERS.iter().enumerate() {
+            let first = SHADERS.iter().position(|e| e.shader == d.shader);
+            assert_eq!(first, Some(i), "{} is listed twice", d.label);
+            assert_eq!(d.shader.file(), d.label);
+            assert!(
+                d.shader.body().contains(d.raw) || d.label.contains('('),
+                "{}",
+                d.label
+            );
+            assert_eq!(d.shader.inputs(), d.bindings.inputs.len());
+            // The declarations come from the entry, not the file: one place states the layout.
+            let declared = d
+                .raw
+                .lines()
+                .any(|l| !l.trim_start().starts_with("//") && l.contains("@binding"));
+            assert!(!declared, "{} declares its own bindings", d.label);
+            let source = d.shader.source();
+            for b in 0..=d.shader.inputs() + 1 {
+                let decl = format!("@group(0) @binding({b}) ");
+                assert_eq!(
+                    source.lines().filter(|l| l.starts_with(&decl)).count(),
+                    1,
+                    "{}: binding {b}",
+                    d.label
+                );
+            }
+        }
+        assert!(Shader::all().count() == SHADERS.len());
+    }
+}
