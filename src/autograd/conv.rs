@@ -2,17 +2,33 @@
 //! kernels as the forward (`cpu/conv.rs`), not from a gather's scatter.
 
 use super::record;
+use crate::cpu::batch_norm::BnGeom;
 use crate::cpu::conv::Geom;
 use crate::cpu::pool::PoolGeom;
 use crate::Tensor;
 use std::sync::Arc;
 
-pub(crate) fn conv2d_cpu(x: &Tensor, weight: &Tensor, geo: Geom, out: Tensor) -> Tensor {
+/// The convolution with its bias (when given) as one node: the bias gradient is the output
+/// gradient summed per channel, in the same backward.
+pub(crate) fn conv2d_cpu(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    geo: Geom,
+    out: Tensor,
+) -> Tensor {
     let (xs, ws) = (x.clone(), weight.clone());
-    record("conv2d", out, &[x, weight], move |g, needs| {
-        let need = [needs.first() == Some(&true), needs.get(1) == Some(&true)];
-        let [dx, dw] = Tensor::conv2d_cpu_grads(&xs, &ws, g, &geo, need)?;
-        Ok(vec![dx, dw])
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    let has_bias = bias.is_some();
+    record("conv2d", out, &inputs, move |g, needs| {
+        let need = [0, 1, 2].map(|i| needs.get(i) == Some(&true));
+        let [dx, dw, db] = Tensor::conv2d_cpu_grads(&xs, &ws, g, &geo, need)?;
+        let mut grads = vec![dx, dw];
+        if has_bias {
+            grads.push(db);
+        }
+        Ok(grads)
     })
 }
 
@@ -21,5 +37,34 @@ pub(crate) fn max_pool2d_cpu(x: &Tensor, geo: PoolGeom, idx: Arc<Vec<u32>>, out:
     let xs = x.clone();
     record("max_pool2d", out, &[x], move |g, _| {
         Ok(vec![Some(Tensor::max_pool2d_cpu_grad(&xs, g, &idx, &geo)?)])
+    })
+}
+
+/// Batch norm on the CPU as one node over `x` and the affine parameters (when given); the
+/// saved per-channel mean and `sqrt(var + eps)` are the forward's. `train`: the statistics
+/// were the batch's, so `dx` carries their gradient too.
+pub(crate) fn batch_norm_cpu(
+    x: &Tensor,
+    [weight, bias]: [Option<&Tensor>; 2],
+    geo: BnGeom,
+    (mean, std): (Arc<Vec<f32>>, Arc<Vec<f32>>),
+    train: bool,
+    out: Tensor,
+) -> Tensor {
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let (xs, ws, has_bias) = (x.clone(), weight.cloned(), bias.is_some());
+    record("batch_norm", out, &inputs, move |g, needs| {
+        let [dx, dw, db] =
+            Tensor::batch_norm_cpu_grads(&xs, ws.as_ref(), g, &geo, (&mean, &std), train)?;
+        let mut grads = vec![needs.first().copied().unwrap_or(false).then_some(dx)];
+        if ws.is_some() {
+            grads.push(Some(dw));
+        }
+        if has_bias {
+            grads.push(Some(db));
+        }
+        Ok(grads)
     })
 }

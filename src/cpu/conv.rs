@@ -13,6 +13,9 @@ use rayon::prelude::*;
 /// Unfolded elements per block (256 KiB of f32): a block and the gemm panels fit in L2.
 const BLOCK_ELEMS: usize = 1 << 16;
 
+/// Output rows at most this long unfold by a table (`Geom::table`).
+const TABLE_MAX_OW: usize = 16;
+
 /// Weight-gradient partial sums: images are split into at most this many fixed runs (not one
 /// per thread), each summed in order, then the runs in order.
 const WGRAD_PARTS: usize = 8;
@@ -157,6 +160,62 @@ impl Geom {
         });
     }
 
+    /// For small images (one block, rows of at most [`TABLE_MAX_OW`]): the input offset (from
+    /// the group's first channel) of every element of the unfolded block, `u32::MAX` in the
+    /// padding. Unfold and fold then run one flat loop per image instead of a short copy per
+    /// tap and row, in the same order, so with the same results.
+    fn table(&self) -> Option<Vec<u32>> {
+        let small = self.rows_per_block() >= self.out[0]
+            && self.out[1] <= TABLE_MAX_OW
+            && self.cg() * self.h * self.w < u32::MAX as usize;
+        if !small {
+            return None;
+        }
+        let s = self.s[1];
+        let mut t = vec![u32::MAX; self.kk() * self.l()];
+        self.walk(0, 0, self.out[0], |at, src, len| {
+            if let Some(src) = src {
+                for (k, d) in t[at..at + len].iter_mut().enumerate() {
+                    *d = (src + k * s) as u32;
+                }
+            }
+        });
+        Some(t)
+    }
+
+    /// [`Geom::unfold`] of the whole image by `table` (see [`Geom::table`]).
+    fn unfold_by(&self, table: &[u32], x: &[f32], gi: usize, cols: &mut [f32]) {
+        let xg = &x[gi * self.cg() * self.h * self.w..];
+        for (c, &t) in cols.iter_mut().zip(table) {
+            *c = if t == u32::MAX { 0.0 } else { xg[t as usize] };
+        }
+    }
+
+    /// [`Geom::fold`] of the whole image by `table`.
+    fn fold_by(&self, table: &[u32], cols: &[f32], gi: usize, dx: &mut [f32]) {
+        let dg = &mut dx[gi * self.cg() * self.h * self.w..];
+        for (&v, &t) in cols.iter().zip(table) {
+            if t != u32::MAX {
+                dg[t as usize] += v;
+            }
+        }
+    }
+
+    /// Unfolds rows `oy0..oy1` of group `gi`, by `table` when there is one (the whole image).
+    fn unfold_any(
+        &self,
+        table: Option<&[u32]>,
+        x: &[f32],
+        gi: usize,
+        oy: (usize, usize),
+        cols: &mut [f32],
+    ) {
+        match table {
+            Some(t) => self.unfold_by(t, x, gi, cols),
+            None => self.unfold(x, gi, oy.0, oy.1, cols),
+        }
+    }
+
     /// The output-row blocks `(oy0, oy1)` of one image.
     fn blocks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         let r = self.rows_per_block();
@@ -166,11 +225,14 @@ impl Geom {
     }
 }
 
-/// Convolution of packed `x` `[n, c, h, w]` with packed `wt` `[o, c / g, kh, kw]` (no bias):
-/// packed `[n, o, oh, ow]`.
-pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
+/// Convolution of packed `x` `[n, c, h, w]` with packed `wt` `[o, c / g, kh, kw]`, plus
+/// `bias` `[o]` when given: packed `[n, o, oh, ow]`. The bias is added to each block while it
+/// is in cache, after its sum (the rounding of a separate add).
+pub(crate) fn conv2d(x: &[f32], wt: &[f32], bias: Option<&[f32]>, geo: &Geom) -> Result<Vec<f32>> {
     let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
     let (chw, ow, cap) = (geo.chw(), geo.out[1], geo.block_cap());
+    let table = geo.table();
+    let table = table.as_deref();
     let mut out = try_vec::<f32>("conv2d", geo.n * geo.o * l)?;
     out.resize(geo.n * geo.o * l, 0.0);
     out.par_chunks_mut((geo.o * l).max(1))
@@ -182,10 +244,15 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
                 for gi in 0..geo.g {
                     for (oy0, oy1) in geo.blocks() {
                         let nb = (oy1 - oy0) * ow;
-                        geo.unfold(img, gi, oy0, oy1, &mut cols[..kk * nb]);
+                        geo.unfold_any(table, img, gi, (oy0, oy1), &mut cols[..kk * nb]);
                         let w = &wt[gi * og * kk..];
                         let y = &mut y[gi * og * l + oy0 * ow..];
                         mm((og, nb, kk), y, l, false, 1.0, (w, kk, 1), (cols, nb, 1));
+                        if let Some(bias) = bias {
+                            for (r, &bv) in bias[gi * og..(gi + 1) * og].iter().enumerate() {
+                                y[r * l..r * l + nb].iter_mut().for_each(|v| *v += bv);
+                            }
+                        }
                     }
                 }
             },
@@ -197,6 +264,8 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
 pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
     let (l, kk, og) = (geo.l(), geo.kk(), geo.og());
     let (chw, ow, cap) = (geo.chw(), geo.out[1], geo.block_cap());
+    let table = geo.table();
+    let table = table.as_deref();
     let mut dx = try_vec::<f32>("conv2d backward", geo.n * chw)?;
     dx.resize(geo.n * chw, 0.0);
     dx.par_chunks_mut(chw.max(1)).enumerate().for_each_init(
@@ -209,7 +278,10 @@ pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Ve
                     // cols[kk, nb] = W_g^T [kk, og] · gy block [og, nb]
                     let (w, gb) = (&wt[gi * og * kk..], &g[gi * og * l + oy0 * ow..]);
                     mm((kk, nb, og), cols, nb, false, 1.0, (w, 1, kk), (gb, l, 1));
-                    geo.fold(&cols[..kk * nb], gi, oy0, oy1, dimg);
+                    match table {
+                        Some(t) => geo.fold_by(t, &cols[..kk * nb], gi, dimg),
+                        None => geo.fold(&cols[..kk * nb], gi, oy0, oy1, dimg),
+                    }
                 }
             }
         },
@@ -224,6 +296,8 @@ pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Ve
     let wlen = geo.o * kk;
     let parts = geo.n.clamp(1, WGRAD_PARTS);
     let per = geo.n.div_ceil(parts);
+    let table = geo.table();
+    let table = table.as_deref();
     let mut partial = try_vec::<f32>("conv2d backward", parts * wlen)?;
     partial.resize(parts * wlen, 0.0);
     partial
@@ -237,7 +311,7 @@ pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Ve
                 for gi in 0..geo.g {
                     for (oy0, oy1) in geo.blocks() {
                         let nb = (oy1 - oy0) * ow;
-                        geo.unfold(img, gi, oy0, oy1, &mut cols[..kk * nb]);
+                        geo.unfold_any(table, img, gi, (oy0, oy1), &mut cols[..kk * nb]);
                         // dW_g [og, kk] += gy block [og, nb] · cols^T [nb, kk]
                         let (gb, dwg) = (&g[gi * og * l + oy0 * ow..], &mut dw[gi * og * kk..]);
                         mm((og, kk, nb), dwg, kk, true, 1.0, (gb, l, 1), (&cols, 1, nb));
@@ -251,4 +325,20 @@ pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Ve
     }
     partial.truncate(wlen);
     Ok(partial)
+}
+
+/// Gradient of the bias: `[o]`, each channel's output gradient summed over images and
+/// positions in f64, in order.
+pub(crate) fn conv2d_bias_grad(gy: &[f32], geo: &Geom) -> Vec<f32> {
+    let l = geo.l();
+    (0..geo.o)
+        .map(|oc| {
+            let mut s = 0f64;
+            for b in 0..geo.n {
+                let at = (b * geo.o + oc) * l;
+                s += gy[at..at + l].iter().map(|&v| v as f64).sum::<f64>();
+            }
+            s as f32
+        })
+        .collect()
 }

@@ -48,6 +48,7 @@ pub(crate) mod alloc;
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
 pub(crate) mod attention_decode;
+pub(crate) mod batch_norm;
 pub(crate) mod conv;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;

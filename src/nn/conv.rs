@@ -381,6 +381,38 @@ impl BatchNorm2d {
         self.channels
     }
 
+    /// Forward by the CPU kernel (one pass for the statistics, one for the output, one
+    /// autograd node) when the input, parameters and statistics are f32 CPU tensors; the
+    /// running statistics are updated on the host with the composition's arithmetic. `None`
+    /// when the kernel does not apply.
+    fn forward_cpu(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        let (mut rm, mut rv) = (lock(&self.running_mean), lock(&self.running_var));
+        let operands = [w, b, Some(&*rm), Some(&*rv)];
+        if !x.batch_norm_on_cpu(&operands, w.is_some()) {
+            return Ok(None);
+        }
+        if !self.training {
+            return Ok(Some(x.batch_norm_cpu(operands, self.eps)?.0));
+        }
+        let (y, mean, var) = x.batch_norm_cpu([w, b, None, None], self.eps)?;
+        let n = x.numel() / self.channels.max(1);
+        let unbiased = n as f32 / (n.max(2) - 1) as f32;
+        let m = self.momentum;
+        let update = |old: &Tensor, batch: &[f32], k: f32| -> Result<Tensor> {
+            let v: Vec<f32> = old
+                .to_vec::<f32>()?
+                .iter()
+                .zip(batch)
+                .map(|(&r, &s)| r * (1.0 - m) + s * k)
+                .collect();
+            Tensor::from_vec(v, &[self.channels], old.device())
+        };
+        *rm = update(&rm, &mean, m)?;
+        *rv = update(&rv, &var, m * unbiased)?;
+        Ok(Some(y))
+    }
+
     /// The running mean (a buffer), `[channels]`.
     ///
     /// ```
@@ -413,6 +445,9 @@ impl Module for BatchNorm2d {
                 lhs: x.shape().to_vec(),
                 rhs: vec![0, c, 0, 0],
             });
+        }
+        if let Some(y) = self.forward_cpu(x)? {
+            return Ok(y);
         }
         let dims = [0isize, 2, 3];
         let (mean, var) = if self.training {

@@ -412,7 +412,7 @@ impl Tensor {
         let [oh, ow] = win.out;
         let (l, kk) = (oh * ow, cg * kh * kw);
         let pointwise = kh == 1 && kw == 1 && win.s == [1, 1] && win.p == [0, 0];
-        if !pointwise && x.conv2d_on_cpu(weight) {
+        if !pointwise && x.conv2d_on_cpu(weight) && Tensor::conv2d_bias_on_cpu(bias) {
             let geo = crate::cpu::conv::Geom {
                 n,
                 c,
@@ -426,11 +426,7 @@ impl Tensor {
                 d: win.d,
                 out: win.out,
             };
-            let mut out = x.conv2d_cpu(weight, geo)?;
-            if let Some(b) = bias {
-                out = out.add(&b.reshape(&[1, o, 1, 1])?)?;
-            }
-            return restore(out, unbatched);
+            return restore(x.conv2d_cpu(weight, bias, geo)?, unbatched);
         }
         let cols = if pointwise {
             x.reshape(&[n, g, cg, h * w])?
@@ -578,16 +574,14 @@ impl Tensor {
                 p: padding,
                 out: win.out,
             };
-            let (values, indices) = x.max_pool2d_cpu(geo)?;
+            let (values, indices) = x.max_pool2d_cpu(geo, want_indices)?;
             if want_indices && h * w > 1 << 24 {
                 return Err(invalid(
                     "max_pool2d_with_indices",
                     format!("planes of {h} x {w} are too large for exact indices (at most 2^24)"),
                 ));
             }
-            let indices = want_indices
-                .then(|| restore(indices, unbatched))
-                .transpose()?;
+            let indices = indices.map(|i| restore(i, unbatched)).transpose()?;
             return Ok((restore(values, unbatched)?, indices));
         }
         let cols = win.windows(&x, f32::NEG_INFINITY)?;

@@ -2,6 +2,7 @@
 //! place of the index-map gather the other devices take. Only f32 tensors on the CPU come here.
 
 use super::Tensor;
+use crate::cpu::batch_norm::{self, BnGeom};
 use crate::cpu::conv::{self, Geom};
 use crate::cpu::pool::{self, PoolGeom};
 use crate::storage::CpuStorage;
@@ -19,27 +20,46 @@ impl Tensor {
             && weight.numel() > 0
     }
 
-    /// `conv2d` of the 4-d `self` without bias on the CPU, recorded for autograd.
-    pub(super) fn conv2d_cpu(&self, weight: &Tensor, geo: Geom) -> Result<Tensor> {
-        let op = "conv2d";
-        let (x, w) = (self.contiguous()?, weight.contiguous()?);
-        let y = conv::conv2d(x.host_f32(op)?, w.host_f32(op)?, &geo)?;
-        let out = self.derived(CpuStorage::F32(y), &[geo.n, geo.o, geo.out[0], geo.out[1]]);
-        Ok(crate::autograd::conv::conv2d_cpu(self, weight, geo, out))
+    /// Whether `conv2d`'s `bias` can be added by the CPU kernel (one f32 CPU tensor).
+    pub(super) fn conv2d_bias_on_cpu(bias: Option<&Tensor>) -> bool {
+        bias.is_none_or(|b| b.is_cpu() && b.dtype() == DType::F32)
     }
 
-    /// The gradients of [`Tensor::conv2d_cpu`] for the inputs in `need` (`[x, weight]`), from
-    /// the output gradient `g`.
+    /// `conv2d` of the 4-d `self` plus `bias` (checked by
+    /// [`Tensor::conv2d_bias_on_cpu`]) on the CPU, recorded for autograd as one node.
+    pub(super) fn conv2d_cpu(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        geo: Geom,
+    ) -> Result<Tensor> {
+        let op = "conv2d";
+        let (x, w) = (self.contiguous()?, weight.contiguous()?);
+        let b = bias.map(|b| b.contiguous()).transpose()?;
+        let bv = b.as_ref().map(|b| b.host_f32(op)).transpose()?;
+        let y = conv::conv2d(x.host_f32(op)?, w.host_f32(op)?, bv, &geo)?;
+        let out = self.derived(CpuStorage::F32(y), &[geo.n, geo.o, geo.out[0], geo.out[1]]);
+        Ok(crate::autograd::conv::conv2d_cpu(
+            self, weight, bias, geo, out,
+        ))
+    }
+
+    /// The gradients of [`Tensor::conv2d_cpu`] for the inputs in `need` (`[x, weight,
+    /// bias]`), from the output gradient `g`.
     pub(crate) fn conv2d_cpu_grads(
         x: &Tensor,
         weight: &Tensor,
         g: &Tensor,
         geo: &Geom,
-        need: [bool; 2],
-    ) -> Result<[Option<Tensor>; 2]> {
+        need: [bool; 3],
+    ) -> Result<[Option<Tensor>; 3]> {
         let op = "conv2d backward";
         let g = g.contiguous()?;
         let gy = g.host_f32(op)?;
+        let db = need[2].then(|| {
+            let v = conv::conv2d_bias_grad(gy, geo);
+            weight.derived(CpuStorage::F32(v), &[geo.o])
+        });
         let dx = if need[0] {
             let w = weight.contiguous()?;
             let v = conv::conv2d_input_grad(gy, w.host_f32(op)?, geo)?;
@@ -54,23 +74,29 @@ impl Tensor {
         } else {
             None
         };
-        Ok([dx, dw])
+        Ok([dx, dw, db])
     }
 
-    /// Max pooling of the 4-d f32 CPU `self`: the maxima (recorded for autograd) and their
-    /// plane offsets as a u32 tensor, both `[n, c, oh, ow]`.
-    pub(super) fn max_pool2d_cpu(&self, geo: PoolGeom) -> Result<(Tensor, Tensor)> {
+    /// Max pooling of the 4-d f32 CPU `self`: the maxima (recorded for autograd) and, when
+    /// `want_indices`, their plane offsets as a u32 tensor, both `[n, c, oh, ow]`.
+    pub(super) fn max_pool2d_cpu(
+        &self,
+        geo: PoolGeom,
+        want_indices: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let x = self.contiguous()?;
         let (v, idx) = pool::max_pool2d(x.host_f32("max_pool2d")?, &geo)?;
         let shape = [self.shape()[0], self.shape()[1], geo.out[0], geo.out[1]];
         let values = self.derived(CpuStorage::F32(v), &shape);
         let idx = Arc::new(idx);
-        let indices = Tensor::from_parts(
-            CpuStorage::U32(idx.to_vec()),
-            &shape,
-            DType::U32,
-            self.device().clone(),
-        );
+        let indices = want_indices.then(|| {
+            Tensor::from_parts(
+                CpuStorage::U32(idx.to_vec()),
+                &shape,
+                DType::U32,
+                self.device().clone(),
+            )
+        });
         let values = crate::autograd::conv::max_pool2d_cpu(self, geo, idx, values);
         Ok((values, indices))
     }
@@ -85,5 +111,75 @@ impl Tensor {
         let g = g.contiguous()?;
         let dx = pool::max_pool2d_backward(g.host_f32("max_pool2d backward")?, idx, geo)?;
         Ok(x.derived(CpuStorage::F32(dx), x.shape()))
+    }
+
+    /// Whether batch norm of `self` with these parameters and statistics runs the CPU kernel:
+    /// every operand an f32 CPU tensor, weight and bias both or neither.
+    pub(crate) fn batch_norm_on_cpu(&self, operands: &[Option<&Tensor>], affine: bool) -> bool {
+        let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
+        self.ndim() == 4
+            && f32_cpu(self)
+            && self.numel() > 0
+            && operands.iter().flatten().all(|t| f32_cpu(t))
+            && operands[..2].iter().all(|t| t.is_some() == affine)
+    }
+
+    /// Batch norm of the 4-d f32 CPU `self` per channel (dim 1) as one autograd node, with
+    /// `operands` = `[weight, bias, running_mean, running_var]`: the batch's statistics when
+    /// the running ones are `None` (training), else those. Returns the output and the
+    /// per-channel mean and biased variance it used.
+    pub(crate) fn batch_norm_cpu(
+        &self,
+        operands: [Option<&Tensor>; 4],
+        eps: f32,
+    ) -> Result<(Tensor, Vec<f32>, Vec<f32>)> {
+        let op = "batch_norm";
+        let &[n, c, h, w] = self.shape() else {
+            return Err(crate::Error::InvalidArgument {
+                op,
+                message: format!("input must be [N, C, H, W], got {:?}", self.shape()),
+            });
+        };
+        let geo = BnGeom { n, c, hw: h * w };
+        let packed = |t: Option<&Tensor>| t.map(|t| t.contiguous()).transpose();
+        let [wt, bt, rm, rv] = operands.map(packed);
+        let (x, wt, bt, rm, rv) = (self.contiguous()?, wt?, bt?, rm?, rv?);
+        fn host<'a>(t: &'a Option<Tensor>) -> Result<Option<&'a [f32]>> {
+            t.as_ref().map(|t| t.host_f32("batch_norm")).transpose()
+        }
+        let stats = match (host(&rm)?, host(&rv)?) {
+            (Some(m), Some(v)) => Some((m, v)),
+            _ => None,
+        };
+        let train = stats.is_none();
+        let f = batch_norm::forward(x.host_f32(op)?, &geo, stats, host(&wt)?, host(&bt)?, eps)?;
+        let out = self.derived(CpuStorage::F32(f.y), self.shape());
+        let saved = (Arc::new(f.mean.clone()), Arc::new(f.std));
+        let [weight, bias, ..] = operands;
+        let y = crate::autograd::conv::batch_norm_cpu(self, [weight, bias], geo, saved, train, out);
+        Ok((y, f.mean, f.var))
+    }
+
+    /// The gradients of [`Tensor::batch_norm_cpu`] (`dx`, `dweight`, `dbias`) from the output
+    /// gradient `g`.
+    pub(crate) fn batch_norm_cpu_grads(
+        x: &Tensor,
+        weight: Option<&Tensor>,
+        g: &Tensor,
+        geo: &BnGeom,
+        (mean, std): (&[f32], &[f32]),
+        train: bool,
+    ) -> Result<[Tensor; 3]> {
+        let op = "batch_norm backward";
+        let (xc, g) = (x.contiguous()?, g.contiguous()?);
+        let w = weight.map(|w| w.contiguous()).transpose()?;
+        let wv = w.as_ref().map(|w| w.host_f32(op)).transpose()?;
+        let (xv, gv) = (xc.host_f32(op)?, g.host_f32(op)?);
+        let (dx, dw, db) = batch_norm::backward(xv, gv, geo, mean, std, wv, train)?;
+        Ok([
+            x.derived(CpuStorage::F32(dx), x.shape()),
+            x.derived(CpuStorage::F32(dw), &[geo.c]),
+            x.derived(CpuStorage::F32(db), &[geo.c]),
+        ])
     }
 }
