@@ -144,7 +144,7 @@ impl Tensor {
         let packed = |t: Option<&Tensor>| t.map(|t| t.contiguous()).transpose();
         let [wt, bt, rm, rv] = operands.map(packed);
         let (x, wt, bt, rm, rv) = (self.contiguous()?, wt?, bt?, rm?, rv?);
-        fn host<'a>(t: &'a Option<Tensor>) -> Result<Option<&'a [f32]>> {
+        fn host(t: &Option<Tensor>) -> Result<Option<&[f32]>> {
             t.as_ref().map(|t| t.host_f32("batch_norm")).transpose()
         }
         let stats = match (host(&rm)?, host(&rv)?) {
