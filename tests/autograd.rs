@@ -209,9 +209,11 @@ fn matmul_all_shape_rules() {
         case("batched @ 2-D", &[&[2, 3, 4], &[4, 5]], |x| {
             x[0].matmul(&x[1])
         }),
-        case("4-D @ 2-D (weight shared by the batch)", &[&[2, 2, 3, 4], &[4, 5]], |x| {
-            x[0].matmul(&x[1])
-        }),
+        case(
+            "4-D @ 2-D (weight shared by the batch)",
+            &[&[2, 2, 3, 4], &[4, 5]],
+            |x| x[0].matmul(&x[1]),
+        ),
         case("permuted batch @ 2-D", &[&[3, 2, 4], &[4, 5]], |x| {
             x[0].transpose(0, 1)?.matmul(&x[1])
         }),

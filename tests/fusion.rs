@@ -280,3 +280,57 @@ fn four_wide_kernels_handle_tails_and_offsets() {
         }
     }
 }
+
+/// The backward formulas of elementwise ops run fused on the CPU too (gelu's is 11 ops): the
+/// gradient has the bits of the same formula run op by op, NaN, infinities and 0 included, in
+/// f32 and f16, at sizes below and above the parallel threshold.
+#[test]
+fn elementwise_backward_runs_fused_with_the_op_by_op_bits() -> Result<()> {
+    let cpu = Device::cpu();
+    for n in [5usize, 4097, 40_000] {
+        for dtype in [DType::F32, DType::F16] {
+            let mut xv = data(n, 31, 4.0);
+            xv[0] = 0.0;
+            xv[1] = f32::NAN;
+            xv[2] = f32::INFINITY;
+            xv[3] = f32::NEG_INFINITY;
+            let gv = data(n, 32, 2.0);
+            let x = Tensor::from_vec(xv.clone(), &[n], &cpu)?.to_dtype(dtype)?;
+            let g = Tensor::from_vec(gv, &[n], &cpu)?.to_dtype(dtype)?;
+            let leaf = || -> Result<Tensor> {
+                Ok(Tensor::from_vec(xv.clone(), &[n], &cpu)?
+                    .to_dtype(dtype)?
+                    .requires_grad_(true))
+            };
+            let bits = |t: &Tensor| -> Result<Vec<u32>> {
+                Ok(t.to_dtype(DType::F32)?
+                    .to_vec::<f32>()?
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect())
+            };
+            let l = leaf()?;
+            l.gelu()?.backward_with(&g)?;
+            let got = l.grad().expect("gelu's input gradient");
+            // gelu's gradient as the table states it, one op at a time.
+            let gelu = x.gelu()?;
+            let half = Tensor::full(&[], 0.5, dtype, &cpu)?;
+            let cdf = x.eq_scalar(0.0)?.where_cond(&half, &gelu.div(&x)?)?;
+            let pdf = x
+                .mul(&x)?
+                .mul_scalar(-0.5)?
+                .exp()?
+                .mul_scalar(1.0 / (2.0 * std::f32::consts::PI).sqrt())?;
+            let want = g.mul(&cdf.add(&x.mul(&pdf)?)?)?;
+            assert_eq!(bits(&got)?, bits(&want)?, "gelu n {n} {dtype:?}");
+            // And a binary op's: d(a / b)/db = -(g (a / b)) / b.
+            let a = Tensor::from_vec(data(n, 33, 3.0), &[n], &cpu)?.to_dtype(dtype)?;
+            let b = leaf()?;
+            a.div(&b)?.backward_with(&g)?;
+            let want_b = g.mul(&a.div(&x)?)?.div(&x)?.neg()?;
+            let got_b = b.grad().expect("the divisor's gradient");
+            assert_eq!(bits(&got_b)?, bits(&want_b)?, "div n {n} {dtype:?}");
+        }
+    }
+    Ok(())
+}

@@ -3,6 +3,7 @@
 
 use super::record;
 use crate::ops::{BinaryOp, UnaryOp};
+use crate::tensor::fused_on_cpu;
 use crate::{Result, Tensor};
 
 /// Sums a broadcast gradient back to `shape` (the input's shape before broadcasting): over the
@@ -30,12 +31,12 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Tenso
     record(op.name(), out, &[a, b], move |g, needs| {
         let (a, b) = (&a2, &b2);
         let ga = if needs[0] {
-            Some(sum_to(op.grad_a(a, b, &o, g)?, a.shape())?)
+            Some(sum_to(fused_on_cpu(|| op.grad_a(a, b, &o, g))?, a.shape())?)
         } else {
             None
         };
         let gb = if needs[1] {
-            Some(sum_to(op.grad_b(a, b, &o, g)?, b.shape())?)
+            Some(sum_to(fused_on_cpu(|| op.grad_b(a, b, &o, g))?, b.shape())?)
         } else {
             None
         };
@@ -47,7 +48,9 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: Tensor) -> Tenso
 pub(crate) fn scalar(op: BinaryOp, x: &Tensor, s: f32, scalar_first: bool, out: Tensor) -> Tensor {
     let (x2, o) = (x.clone(), out.clone());
     record(op.scalar_name(), out, &[x], move |g, _| {
-        Ok(vec![Some(op.grad_scalar(&x2, s, scalar_first, &o, g)?)])
+        Ok(vec![Some(fused_on_cpu(|| {
+            op.grad_scalar(&x2, s, scalar_first, &o, g)
+        })?)])
     })
 }
 
@@ -55,6 +58,6 @@ pub(crate) fn scalar(op: BinaryOp, x: &Tensor, s: f32, scalar_first: bool, out: 
 pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: Tensor) -> Tensor {
     let (x2, o) = (x.clone(), out.clone());
     record(op.name(), out, &[x], move |g, _| {
-        Ok(vec![Some(op.grad(&x2, &o, g)?)])
+        Ok(vec![Some(fused_on_cpu(|| op.grad(&x2, &o, g))?)])
     })
 }

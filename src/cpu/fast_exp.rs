@@ -11,32 +11,7 @@ const LANES: usize = 8;
 /// Elements per rayon task (enough work to amortise the task).
 const PAR_CHUNK: usize = 1 << 14;
 
-/// `exp(x)` for `x <= 0` (softmax's `x - max`), within 2 ulp of `f32::exp` (Cephes `expf`:
-/// `x = n ln2 + r`, a degree-6 polynomial in `r`, `2^n` built in the exponent bits). Below
-/// -87 the result would be subnormal: 0 is returned (relative to a row sum >= 1 it is nothing).
-#[inline(always)]
-pub(crate) fn exp_neg(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
-    const MAGIC: f32 = 12_582_912.0;
-    let xc = x.max(-87.0);
-    let t = xc * LOG2E + MAGIC;
-    let n = t - MAGIC;
-    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * r * r + r + 1.0;
-    // n in [-126, 0]: 2^n from its biased exponent; the integer is t's low bits.
-    let e = (t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32 + 127) as u32;
-    let v = y * f32::from_bits(e << 23);
-    if x < -87.0 {
-        0.0
-    } else {
-        v
-    }
-}
+pub(crate) use crate::ops::exp_neg;
 
 /// One row: `out = softmax(x)` (or log_softmax). A NaN or +inf in the row, or a row of -inf
 /// only, gives a NaN row (as the strided path and PyTorch).

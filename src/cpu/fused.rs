@@ -124,21 +124,33 @@ pub(crate) fn run(
         scalars,
     };
     Ok(match program.out_dtype() {
-        DType::F32 => CpuStorage::F32(job.fill(name, n, |c, j| Ok(c.f()?[j]))?),
-        DType::F16 => CpuStorage::F16(job.fill(name, n, |c, j| Ok(f16::from_f32(c.f()?[j])))?),
-        DType::I32 => CpuStorage::I32(job.fill(name, n, |c, j| match c {
-            Col::I(v) => Ok(v[j]),
+        DType::F32 => CpuStorage::F32(job.fill(name, n, |c, o| store(c.f()?, o, |x| x))?),
+        DType::F16 => CpuStorage::F16(job.fill(name, n, |c, o| store(c.f()?, o, f16::from_f32))?),
+        DType::I32 => CpuStorage::I32(job.fill(name, n, |c, o| match c {
+            Col::I(v) => store(v, o, |x| x),
             _ => Err(bug("an i32 output holds another type")),
         })?),
-        DType::U32 => CpuStorage::U32(job.fill(name, n, |c, j| match c {
-            Col::U(v) => Ok(v[j]),
+        DType::U32 => CpuStorage::U32(job.fill(name, n, |c, o| match c {
+            Col::U(v) => store(v, o, |x| x),
             _ => Err(bug("a u32 output holds another type")),
         })?),
-        DType::U8 => CpuStorage::U8(job.fill(name, n, |c, j| match c {
-            Col::U(v) => Ok(v[j] as u8),
+        DType::U8 => CpuStorage::U8(job.fill(name, n, |c, o| match c {
+            Col::U(v) => store(v, o, |x| x as u8),
             _ => Err(bug("a u8 output holds another type")),
         })?),
     })
+}
+
+/// Writes a block's last column to its output slots, converted by `f`.
+#[inline(always)]
+fn store<S: Copy, T>(col: &[S], out: &mut [MaybeUninit<T>], f: impl Fn(S) -> T) -> Result<()> {
+    if col.len() != out.len() {
+        return Err(bug("a block's column and output differ in length"));
+    }
+    for (o, &x) in out.iter_mut().zip(col) {
+        o.write(f(x));
+    }
+    Ok(())
 }
 
 struct Job<'a> {
@@ -149,12 +161,12 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// The output, block by block: every block evaluated into the calling thread's scratch and
-    /// stored through `get(last column, j)`.
+    /// stored through `put(last column, block's slots)`.
     fn fill<T: Send>(
         &self,
         name: &'static str,
         n: usize,
-        get: impl Fn(&Col, usize) -> Result<T> + Sync,
+        put: impl Fn(&Col, &mut [MaybeUninit<T>]) -> Result<()> + Sync,
     ) -> Result<Vec<T>> {
         let mut v: Vec<T> = try_vec(name, n)?;
         let spare = &mut v.spare_capacity_mut()[..n];
@@ -163,9 +175,7 @@ impl Job<'_> {
                 let mut cols = s.borrow_mut();
                 for (b, block) in out.chunks_mut(BLOCK).enumerate() {
                     let last = self.eval(&mut cols, start + b * BLOCK, block.len())?;
-                    for (j, o) in block.iter_mut().enumerate() {
-                        o.write(get(last, j)?);
-                    }
+                    put(last, block)?;
                 }
                 Ok(())
             })
@@ -272,7 +282,7 @@ impl Job<'_> {
 /// Elements `start..start + m` of the view `l` of `s` (walked over its own shape, which is the
 /// program's or, for a packed view, has as many elements), widened to the compute type.
 fn gather(s: &CpuStorage, l: &Layout, out: &mut Col, start: usize, m: usize) -> Result<()> {
-    fn go<T: Copy, U>(
+    fn go<T: Copy, U: Clone>(
         v: &[T],
         l: &Layout,
         out: &mut Vec<U>,
@@ -283,6 +293,25 @@ fn gather(s: &CpuStorage, l: &Layout, out: &mut Col, start: usize, m: usize) -> 
         if l.is_contiguous() {
             let base = l.offset + start;
             out.extend(v[base..base + m].iter().map(|&x| f(x)));
+        } else if l.strides.iter().all(|&s| s == 0) {
+            // One value broadcast (a 0-d operand such as a constant): no walk per element.
+            out.extend(std::iter::repeat_n(f(v[l.offset]), m));
+        } else if l.strides.last() == Some(&1) {
+            // Packed rows (a bias broadcast over rows, a narrowed view): copy row runs.
+            let d = l.shape.len();
+            let inner = l.shape[d - 1];
+            let (mut e, end) = (start, start + m);
+            while e < end {
+                let (mut r, col) = (e / inner, e % inner);
+                let mut at = l.offset + col;
+                for i in (0..d - 1).rev() {
+                    at += (r % l.shape[i]) * l.strides[i];
+                    r /= l.shape[i];
+                }
+                let len = (inner - col).min(end - e);
+                out.extend(v[at..at + len].iter().map(|&x| f(x)));
+                e += len;
+            }
         } else {
             walk(
                 &l.shape,

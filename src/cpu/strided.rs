@@ -24,15 +24,37 @@ pub(crate) fn walk<const K: usize>(
     end: usize,
     mut f: impl FnMut([usize; K]),
 ) {
+    let inner: [usize; K] = std::array::from_fn(|k| strides[k].last().copied().unwrap_or(0));
+    walk_runs(shape, strides, base, start, end, |mut pos, run| {
+        for _ in 0..run {
+            f(pos);
+            for k in 0..K {
+                pos[k] += inner[k];
+            }
+        }
+    });
+}
+
+/// [`walk`] by runs along the innermost dim: `f(offsets, run)` stands for the `run` elements
+/// from `offsets` on, operand `k` advancing by its innermost stride. Kernels whose innermost
+/// strides are 0 or 1 (a bias broadcast over rows, a narrowed view) loop over slices there.
+pub(crate) fn walk_runs<const K: usize>(
+    shape: &[usize],
+    strides: [&[usize]; K],
+    base: [usize; K],
+    start: usize,
+    end: usize,
+    mut f: impl FnMut([usize; K], usize),
+) {
     if start >= end {
         return;
     }
     let nd = shape.len();
     if nd == 0 {
-        f(base);
+        f(base, 1);
         return;
     }
-    // Unravel `start` once; afterwards advance with carries, so the inner dim costs one add.
+    // Unravel `start` once; afterwards advance with carries.
     let mut idx = vec![0usize; nd];
     let mut rem = start;
     for d in (0..nd).rev() {
@@ -50,18 +72,13 @@ pub(crate) fn walk<const K: usize>(
     loop {
         // Run along the innermost dim.
         let run = (shape[last] - idx[last]).min(remaining);
-        for _ in 0..run {
-            f(pos);
-            for k in 0..K {
-                pos[k] += strides[k][last];
-            }
-        }
+        f(pos, run);
         remaining -= run;
         if remaining == 0 {
             return;
         }
         for k in 0..K {
-            pos[k] -= strides[k][last] * (idx[last] + run);
+            pos[k] -= strides[k][last] * idx[last];
         }
         idx[last] = 0;
         // Carry into the outer dims.
@@ -150,17 +167,26 @@ fn map_strided<T: Copy + Sync, U: Send>(
     l: &Layout,
     f: impl Fn(T) -> U + Sync,
 ) -> Result<Vec<U>> {
+    let s = l.strides.last().copied().unwrap_or(0);
     build_vec(op, l.numel(), |off, out| {
-        let mut it = out.iter_mut();
-        walk(
+        let mut at = 0;
+        walk_runs(
             &l.shape,
             [&l.strides],
             [l.offset],
             off,
-            off + it.len(),
-            |[p]| {
-                if let Some(o) = it.next() {
-                    o.write(f(src[p]));
+            off + out.len(),
+            |[p], run| {
+                let o = &mut out[at..at + run];
+                at += run;
+                if s == 1 {
+                    for (o, &x) in o.iter_mut().zip(&src[p..p + run]) {
+                        o.write(f(x));
+                    }
+                } else {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        o.write(f(src[p + j * s]));
+                    }
                 }
             },
         );
@@ -187,17 +213,47 @@ pub(crate) fn map2<T: Copy + Sync, U: Send>(
             }
         });
     }
+    let (sa, sb) = (
+        la.strides.last().copied().unwrap_or(0),
+        lb.strides.last().copied().unwrap_or(0),
+    );
     build_vec(op, n, |off, out| {
-        let mut it = out.iter_mut();
-        walk(
+        let mut at = 0;
+        let strides = [&la.strides[..], &lb.strides[..]];
+        let end = off + out.len();
+        walk_runs(
             &la.shape,
-            [&la.strides, &lb.strides],
+            strides,
             [la.offset, lb.offset],
             off,
-            off + it.len(),
-            |[p, q]| {
-                if let Some(o) = it.next() {
-                    o.write(f(a[p], b[q]));
+            end,
+            |[p, q], run| {
+                let o = &mut out[at..at + run];
+                at += run;
+                // The innermost strides of broadcasts over rows are 0 or 1: slice loops there.
+                match (sa, sb) {
+                    (1, 1) => {
+                        for ((o, &x), &y) in o.iter_mut().zip(&a[p..p + run]).zip(&b[q..q + run]) {
+                            o.write(f(x, y));
+                        }
+                    }
+                    (1, 0) => {
+                        let y = b[q];
+                        for (o, &x) in o.iter_mut().zip(&a[p..p + run]) {
+                            o.write(f(x, y));
+                        }
+                    }
+                    (0, 1) => {
+                        let x = a[p];
+                        for (o, &y) in o.iter_mut().zip(&b[q..q + run]) {
+                            o.write(f(x, y));
+                        }
+                    }
+                    _ => {
+                        for (j, o) in o.iter_mut().enumerate() {
+                            o.write(f(a[p + j * sa], b[q + j * sb]));
+                        }
+                    }
                 }
             },
         );
@@ -227,6 +283,45 @@ mod tests {
                     })
                     .collect();
                 assert_eq!(got, want, "start {start} end {end}");
+            }
+        }
+    }
+
+    #[test]
+    fn map_paths_match_the_element_walk() {
+        let a: Vec<f32> = (0..60).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let b: Vec<f32> = (0..60).map(|i| (i * 7 % 11) as f32).collect();
+        let lay = |shape: &[usize], strides: &[usize], offset: usize| Layout {
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+        };
+        let shape = [3usize, 4, 5];
+        // Packed, a row broadcast (inner stride 1 / outer 0), a column broadcast (inner 0), a
+        // transposed view (inner stride 4), an offset narrowed view.
+        let views = [
+            lay(&shape, &[20, 5, 1], 0),
+            lay(&shape, &[0, 5, 1], 3),
+            lay(&shape, &[4, 1, 0], 1),
+            lay(&shape, &[1, 15, 3], 0),
+            lay(&shape, &[12, 6, 1], 2),
+        ];
+        for la in &views {
+            let want1: Vec<f32> = {
+                let mut v = vec![];
+                walk(&shape, [&la.strides], [la.offset], 0, 60, |[p]| {
+                    v.push(a[p] * 3.0)
+                });
+                v
+            };
+            assert_eq!(map1("t", &a, la, |x| x * 3.0).unwrap(), want1);
+            for lb in &views {
+                let mut want = vec![];
+                let st = [&la.strides[..], &lb.strides[..]];
+                walk(&shape, st, [la.offset, lb.offset], 0, 60, |[p, q]| {
+                    want.push(a[p] - b[q])
+                });
+                assert_eq!(map2("t", &a, la, &b, lb, |x, y| x - y).unwrap(), want);
             }
         }
     }

@@ -2,9 +2,9 @@
 //! remainder, NaN-propagating max/min) and the integer semantics WGSL gives `+ - * / %`: the CPU
 //! kernels call these, and the WGSL in `shaders/common.wgsl` spells out the same rules.
 
-/// erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7). The same formula runs in
+/// erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7; its `exp` within 2 ulp). The same formula runs in
 /// `shaders/common.wgsl`, so exact GELU agrees across devices to float rounding.
-#[inline]
+#[inline(always)]
 pub(crate) fn erf(x: f32) -> f32 {
     let s = x.signum();
     let a = x.abs();
@@ -12,7 +12,37 @@ pub(crate) fn erf(x: f32) -> f32 {
     let poly = t
         * (0.254_829_6
             + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    s * (1.0 - poly * (-a * a).exp())
+    // `exp_neg`, not libm's `exp`: no call per element, so GELU's loop vectorises.
+    s * (1.0 - poly * exp_neg(-a * a))
+}
+
+/// `exp(x)` for `x <= 0` (softmax's `x - max`), within 2 ulp of `f32::exp` (Cephes `expf`:
+/// `x = n ln2 + r`, a degree-6 polynomial in `r`, `2^n` built in the exponent bits). Below
+/// -87 the result would be subnormal: 0 is returned (relative to a row sum >= 1 it is nothing).
+/// Here, beside `erf`, because the op table's functions call it; the CPU kernels (softmax,
+/// attention) use it through `cpu::fast_exp`.
+#[inline(always)]
+pub(crate) fn exp_neg(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
+    let xc = x.max(-87.0);
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * r * r + r + 1.0;
+    // n in [-126, 0]: 2^n from its biased exponent; the integer is t's low bits.
+    let e = (t.to_bits().wrapping_sub(MAGIC.to_bits()) as i32 + 127) as u32;
+    let v = y * f32::from_bits(e << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        v
+    }
 }
 
 /// WGSL's float `%`: `a - b * trunc(a / b)`, the formula the shaders evaluate (not the exact

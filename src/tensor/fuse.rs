@@ -32,9 +32,40 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Whether elementwise ops on CPU tensors record programs too (run in one blocked pass when
 /// read, `cpu/fused.rs`) instead of running one by one: `WGTENSOR_CPU_FUSION=1` turns it on,
 /// read once per process.
+/// Also on inside [`fused_on_cpu`].
 pub(crate) fn cpu_fusion() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("WGTENSOR_CPU_FUSION").as_deref() == Ok("1"))
+        || CPU_SCOPE.with(|d| d.get() > 0)
+}
+
+thread_local! {
+    /// How many [`fused_on_cpu`] calls the current thread is inside.
+    static CPU_SCOPE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f`, an elementwise formula (the backward of an elementwise op: gelu's is 11 ops), with
+/// CPU ops recorded, and then runs the recorded chain as one blocked pass (`cpu/fused.rs`): one
+/// read of the operands and one write instead of a tensor per step. The fused pass calls the
+/// op-by-op kernels' scalar functions, so the result has the same bits. GPU ops always record;
+/// their chain stays pending, to fuse on with what reads it.
+pub(crate) fn fused_on_cpu(f: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            CPU_SCOPE.with(|d| d.set(d.get() - 1));
+        }
+    }
+    CPU_SCOPE.with(|d| d.set(d.get() + 1));
+    let scope = Scope;
+    let t = f();
+    drop(scope);
+    let t = t?;
+    if t.is_cpu() {
+        // Ops outside the scope run op by op and expect data, not a program.
+        t.0.storage.get()?;
+    }
+    Ok(t)
 }
 
 /// Nodes at most in one fused kernel.
