@@ -42,9 +42,10 @@ pub(crate) fn max_pool2d(x: &[f32], geo: &PoolGeom) -> Result<(Vec<f32>, Vec<u32
                     for i in 0..geo.k[0] {
                         let row = at0 + i * geo.w;
                         for (j, &c) in src[row..row + geo.k[1]].iter().enumerate() {
-                            if c > best.0 || (c.is_nan() && !best.0.is_nan()) {
-                                best = (c, (row + j) as u32);
-                            }
+                            // Selects, not branches: random data mispredicts half of them.
+                            let wins = (c > best.0) | (c.is_nan() & !best.0.is_nan());
+                            best.0 = if wins { c } else { best.0 };
+                            best.1 = if wins { (row + j) as u32 } else { best.1 };
                         }
                     }
                     v[oy * ow + ox] = best.0;
@@ -86,10 +87,17 @@ pub(crate) fn max_pool2d(x: &[f32], geo: &PoolGeom) -> Result<(Vec<f32>, Vec<u32
     };
     let ohw1 = ohw.max(1);
     if total >= PAR_THRESHOLD / 4 {
-        vals.par_chunks_mut(ohw1)
-            .zip(idx.par_chunks_mut(ohw1))
+        // Tasks of whole runs of planes (at least ~4K outputs), not one task per small plane.
+        let per = (4096 / ohw1).max(1);
+        vals.par_chunks_mut(ohw1 * per)
+            .zip(idx.par_chunks_mut(ohw1 * per))
             .enumerate()
-            .for_each(plane);
+            .for_each(|(t, (v, ix))| {
+                v.chunks_mut(ohw1)
+                    .zip(ix.chunks_mut(ohw1))
+                    .enumerate()
+                    .for_each(|(i, pair)| plane((t * per + i, pair)));
+            });
     } else {
         vals.chunks_mut(ohw1)
             .zip(idx.chunks_mut(ohw1))
@@ -112,7 +120,14 @@ pub(crate) fn max_pool2d_backward(g: &[f32], idx: &[u32], geo: &PoolGeom) -> Res
         }
     };
     if dx.len() >= PAR_THRESHOLD {
-        dx.par_chunks_mut(hw.max(1)).enumerate().for_each(plane);
+        let per = (4096 / hw.max(1)).max(1);
+        dx.par_chunks_mut(hw.max(1) * per)
+            .enumerate()
+            .for_each(|(t, d)| {
+                d.chunks_mut(hw.max(1))
+                    .enumerate()
+                    .for_each(|(i, d)| plane((t * per + i, d)));
+            });
     } else {
         dx.chunks_mut(hw.max(1)).enumerate().for_each(plane);
     }

@@ -149,6 +149,20 @@ pub(crate) fn where_cond(
     ) -> Result<Vec<T>> {
         let n = lm.numel();
         let mut out = super::alloc::try_vec("where_cond", n)?;
+        // Packed or single-element operands (the masks of relu's and friends' gradients, with
+        // a 0-d zero): one flat loop, no per-element index walk. Same elements chosen.
+        let step = |l: &Layout| {
+            if l.is_contiguous() {
+                Some(1)
+            } else {
+                l.strides.iter().all(|&s| s == 0).then_some(0)
+            }
+        };
+        if let (Some(a), Some(b), Some(c)) = (step(lm), step(lt), step(lf)) {
+            let (m, p, q) = (&mask[lm.offset..], &t[lt.offset..], &f[lf.offset..]);
+            out.extend((0..n).map(|i| if m[i * a] != 0 { p[i * b] } else { q[i * c] }));
+            return Ok(out);
+        }
         walk(
             &lm.shape,
             [&lm.strides, &lt.strides, &lf.strides],
