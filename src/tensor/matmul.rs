@@ -372,6 +372,7 @@ fn f16_weight_product(
 }
 
 /// Rounds every value to the nearest f16 and back, in place (vectorized slice conversions).
+#[cfg_attr(not(feature = "models"), allow(dead_code))]
 fn round_through_f16(v: &mut [f32]) {
     let mut h = vec![half::f16::ZERO; v.len().min(4096)];
     for c in v.chunks_mut(4096) {
@@ -387,6 +388,7 @@ impl Tensor {
     /// the product each rounded to f16 once) but without the f16 tensors in between: a layer
     /// with f16 weights on f32 activations (`models::Weight`). `None` when the operands have
     /// another dtype, shape or device.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn matmul_t_f16_weight(&self, w: &Tensor) -> Result<Option<Tensor>> {
         // No gradient is recorded here: operands that need one take the general path.
         if self.dtype() != DType::F32
