@@ -160,7 +160,14 @@ pub(crate) fn where_cond(
         };
         if let (Some(a), Some(b), Some(c)) = (step(lm), step(lt), step(lf)) {
             let (m, p, q) = (&mask[lm.offset..], &t[lt.offset..], &f[lf.offset..]);
-            out.extend((0..n).map(|i| if m[i * a] != 0 { p[i * b] } else { q[i * c] }));
+            if (a, b, c) == (1, 1, 0) && n > 0 {
+                // The gradient mask's case, as a zip the compiler vectorises.
+                let z = q[0];
+                let pick = |(&m, &p): (&u8, &T)| if m != 0 { p } else { z };
+                out.extend(m[..n].iter().zip(&p[..n]).map(pick));
+            } else {
+                out.extend((0..n).map(|i| if m[i * a] != 0 { p[i * b] } else { q[i * c] }));
+            }
             return Ok(out);
         }
         walk(
