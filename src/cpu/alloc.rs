@@ -14,6 +14,7 @@
 
 use crate::{Error, Result};
 use std::collections::HashMap;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -112,33 +113,43 @@ pub(crate) fn zeros_f32(n: usize) -> Vec<f32> {
 /// cache: a kernel that writes its whole output pays no separate single-threaded zero-fill
 /// pass over memory before it. The pieces are fixed by `chunk`, not by the thread count.
 pub(crate) fn fill_chunks(
-    mut v: Vec<f32>,
+    v: Vec<f32>,
     n: usize,
     chunk: usize,
     par: bool,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) -> Vec<f32> {
-    use rayon::prelude::*;
-    use std::mem::MaybeUninit;
-    v.clear();
-    v.reserve_exact(n);
-    let run = |(i, c): (usize, &mut [MaybeUninit<f32>])| {
+    fill_chunks_uninit(v, n, chunk, par, |i, c| {
         for m in c.iter_mut() {
             m.write(0.0);
         }
         // SAFETY: every element of `c` was initialised just above, and `MaybeUninit<f32>` has
         // `f32`'s layout.
-        let c = unsafe { &mut *(c as *mut [MaybeUninit<f32>] as *mut [f32]) };
-        f(i, c)
-    };
+        f(i, unsafe { &mut *(c as *mut [MaybeUninit<f32>] as *mut [f32]) })
+    })
+}
+
+/// [`fill_chunks`] for a kernel that writes every element of its piece itself (no zeroing):
+/// `f` must initialise all of `chunk` (the norms' forward writes each row whole).
+pub(crate) fn fill_chunks_uninit(
+    mut v: Vec<f32>,
+    n: usize,
+    chunk: usize,
+    par: bool,
+    f: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    v.clear();
+    v.reserve_exact(n);
+    let run = |(i, c): (usize, &mut [MaybeUninit<f32>])| f(i, c);
     let spare = &mut v.spare_capacity_mut()[..n];
     if par {
         spare.par_chunks_mut(chunk.max(1)).enumerate().for_each(run);
     } else {
         spare.chunks_mut(chunk.max(1)).enumerate().for_each(run);
     }
-    // SAFETY: the pieces cover `0..n` and each was initialised by its task (a panic in `f`
-    // unwinds before this line, leaving `v` empty).
+    // SAFETY: the pieces cover `0..n` and `f` initialised each whole (a panic in `f` unwinds
+    // before this line, leaving `v` empty).
     unsafe { v.set_len(n) };
     v
 }

@@ -6,11 +6,12 @@
 //! the output; no allocation per row, rayon over blocks of rows. A row's result never depends
 //! on how rows are split across threads.
 
-use super::alloc::{fill_chunks, try_vec};
+use super::alloc::{fill_chunks_uninit, try_vec};
 use super::strided::PAR_THRESHOLD;
 use crate::ops::RowOp;
 use crate::Result;
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 const LANES: usize = 8;
 
@@ -66,7 +67,8 @@ fn by_blocks(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) 
     }
 }
 
-/// The norm of the rows `first..` of the packed `[rows, len]` data `x`, into `out` (whole rows).
+/// The norm of the rows `first..` of the packed `[rows, len]` data `x`, into `out` (whole rows: every
+/// element of `out` is written).
 #[inline(always)]
 fn forward_rows(
     x: &[f32],
@@ -74,7 +76,7 @@ fn forward_rows(
     (weight, bias): (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
     first: usize,
-    out: &mut [f32],
+    out: &mut [MaybeUninit<f32>],
 ) {
     for (r, o) in out.chunks_mut(len).enumerate() {
         let xs = &x[(first + r) * len..][..len];
@@ -83,22 +85,22 @@ fn forward_rows(
         match (weight, bias) {
             (Some(w), Some(b)) => {
                 for (((o, &v), &w), &b) in o.iter_mut().zip(xs).zip(w).zip(b) {
-                    *o = (v - mean) * rstd * w + b;
+                    o.write((v - mean) * rstd * w + b);
                 }
             }
             (Some(w), None) => {
                 for ((o, &v), &w) in o.iter_mut().zip(xs).zip(w) {
-                    *o = (v - mean) * rstd * w;
+                    o.write((v - mean) * rstd * w);
                 }
             }
             (None, Some(b)) => {
                 for ((o, &v), &b) in o.iter_mut().zip(xs).zip(b) {
-                    *o = (v - mean) * rstd + b;
+                    o.write((v - mean) * rstd + b);
                 }
             }
             (None, None) => {
                 for (o, &v) in o.iter_mut().zip(xs) {
-                    *o = (v - mean) * rstd;
+                    o.write((v - mean) * rstd);
                 }
             }
         }
@@ -116,7 +118,7 @@ fn forward_rows_avx2(
     wb: (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
     first: usize,
-    out: &mut [f32],
+    out: &mut [MaybeUninit<f32>],
 ) {
     forward_rows(x, len, wb, eps, first, out)
 }
@@ -135,7 +137,7 @@ pub(crate) fn norm(
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let par = x.len() >= PAR_THRESHOLD;
-    Ok(fill_chunks(
+    Ok(fill_chunks_uninit(
         out,
         x.len(),
         ROWS_PER_TASK * len,
