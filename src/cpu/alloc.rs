@@ -125,7 +125,9 @@ pub(crate) fn fill_chunks(
         }
         // SAFETY: every element of `c` was initialised just above, and `MaybeUninit<f32>` has
         // `f32`'s layout.
-        f(i, unsafe { &mut *(c as *mut [MaybeUninit<f32>] as *mut [f32]) })
+        f(i, unsafe {
+            &mut *(c as *mut [MaybeUninit<f32>] as *mut [f32])
+        })
     })
 }
 
