@@ -383,7 +383,7 @@ impl BatchNorm2d {
 
     /// Forward by the CPU kernel (one pass for the statistics, one for the output, one
     /// autograd node) when the input, parameters and statistics are f32 CPU tensors; the
-    /// running statistics are updated on the host with the composition's arithmetic. `None`
+    /// running statistics are updated by tensor ops with the composition's arithmetic. `None`
     /// when the kernel does not apply.
     fn forward_cpu(&self, x: &Tensor) -> Result<Option<Tensor>> {
         let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
@@ -399,17 +399,14 @@ impl BatchNorm2d {
         let n = x.numel() / self.channels.max(1);
         let unbiased = n as f32 / (n.max(2) - 1) as f32;
         let m = self.momentum;
-        let update = |old: &Tensor, batch: &[f32], k: f32| -> Result<Tensor> {
-            let v: Vec<f32> = old
-                .to_vec::<f32>()?
-                .iter()
-                .zip(batch)
-                .map(|(&r, &s)| r * (1.0 - m) + s * k)
-                .collect();
-            Tensor::from_vec(v, &[self.channels], old.device())
+        // `r (1 - m) + s k` as tensor ops, each rounding as the scalar formula would: the
+        // statistics stay tensors, never read back.
+        let update = |old: &Tensor, batch: Vec<f32>, k: f32| -> Result<Tensor> {
+            let batch = Tensor::from_vec(batch, &[self.channels], old.device())?;
+            old.mul_scalar(1.0 - m)?.add(&batch.mul_scalar(k)?)
         };
-        *rm = update(&rm, &mean, m)?;
-        *rv = update(&rv, &var, m * unbiased)?;
+        *rm = update(&rm, mean, m)?;
+        *rv = update(&rv, var, m * unbiased)?;
         Ok(Some(y))
     }
 
