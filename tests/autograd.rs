@@ -511,3 +511,47 @@ fn attention_ops() {
         }),
     ]);
 }
+
+/// GELU's CPU gradient is one pass of its own kernel; the other devices run the op table's
+/// formula. They agree at sizes 0, 1, one past a parallel block and on a transposed view, and
+/// a NaN input gives a NaN gradient there only.
+#[test]
+fn gelu_gradient_one_pass_matches_every_device() -> Result<()> {
+    let cpu = Device::cpu();
+    for shape in [&[0usize][..], &[1], &[4097], &[3, 4097]] {
+        let n: usize = shape.iter().product();
+        let mut xv = data(n, 41, 4.0);
+        if n > 1 {
+            xv[1] = f32::NAN;
+        }
+        let gv = data(n, 42, 2.0);
+        let grad = |d: &Device| -> Result<Vec<f32>> {
+            let leaf = Tensor::from_vec(xv.clone(), shape, d)?.requires_grad_(true);
+            // A 2-d input goes through as its transpose's transpose: a strided view.
+            let x = if shape.len() == 2 {
+                leaf.t()?.contiguous()?.t()?
+            } else {
+                leaf.clone()
+            };
+            let g = Tensor::from_vec(gv.clone(), shape, d)?;
+            x.gelu()?.backward_with(&g)?;
+            Ok(values(&leaf.grad().expect("gelu's input gradient")))
+        };
+        let want = grad(&cpu)?;
+        assert_eq!(want.len(), n);
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(w.is_nan(), i == 1 && n > 1, "cpu gelu grad [{i}] = {w}");
+        }
+        for d in devices() {
+            let got = grad(&d)?;
+            assert_close(
+                &got,
+                &want,
+                1e-4,
+                1e-5,
+                &format!("gelu grad {shape:?} on {d}"),
+            );
+        }
+    }
+    Ok(())
+}

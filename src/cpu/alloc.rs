@@ -22,7 +22,7 @@ use std::sync::Mutex;
 /// them from its bins without page faults.
 pub(crate) const POOL_MIN: usize = 4096;
 /// Freed buffers kept per size.
-pub(crate) const POOL_PER_SIZE: usize = 8;
+pub(crate) const POOL_PER_SIZE: usize = 64;
 /// Bytes kept in the pool at most.
 pub(crate) const POOL_MAX_BYTES: u64 = 256 << 20;
 

@@ -4,7 +4,7 @@
 //! f16 computes in f32 and rounds once; i32 / u32 follow WGSL ([`crate::ops::IntElem`]).
 
 use super::storage::CpuStorage;
-use super::strided::{build_vec, map1, map2};
+use super::strided::{build_vec, map1, map2, zip_slices};
 use super::typed::{dtype_of, Scalar};
 use crate::ops::{BinaryFn, BinaryOp, BinaryVisitor, UnaryFn, UnaryOp, UnaryVisitor};
 use crate::shape::Layout;
@@ -123,5 +123,17 @@ pub(crate) fn arange(n: usize, start: f32, step: f32) -> Result<Vec<f32>> {
         for (i, o) in out.iter_mut().enumerate() {
             o.write(start + (off + i) as f32 * step);
         }
+    })
+}
+
+/// GELU's input gradient `g · (Φ(x) + x φ(x))` of packed f32 `x` and `g` in one pass
+/// (`gelu_slope`), where the table's formula is 11 ops.
+pub(crate) fn gelu_backward(x: &[f32], g: &[f32]) -> Result<Vec<f32>> {
+    debug_assert_eq!(x.len(), g.len());
+    build_vec("gelu backward", x.len(), |off, out| {
+        let end = off + out.len();
+        zip_slices(&x[off..end], &g[off..end], out, &|x, g| {
+            g * crate::ops::gelu_slope(x)
+        });
     })
 }

@@ -139,6 +139,62 @@ pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Result
     map_strided(op, src, l, |x| x)
 }
 
+/// `out[i] = f(src[i])`, compiled for AVX2 and FMA where the CPU has them: the op's scalar
+/// function inlines into the loop, which then vectorises 8 lanes wide instead of SSE's 4 (GELU's
+/// forward ran 2x slower in the portable build). Rust never contracts a multiply and an add into
+/// an FMA on its own, so both builds give the same bits.
+#[inline]
+pub(crate) fn map_slice<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
+    #[inline(always)]
+    fn body<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
+        for (o, &x) in out.iter_mut().zip(src) {
+            o.write(f(x));
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "avx2", enable = "fma")]
+        fn with_features<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
+            body(src, out, f)
+        }
+        // SAFETY: the CPU supports every feature enabled (checked just above).
+        return unsafe { with_features(src, out, f) };
+    }
+    body(src, out, f)
+}
+
+/// `out[i] = f(a[i], b[i])`, compiled for AVX2 and FMA where the CPU has them (as
+/// [`map_slice`]).
+#[inline]
+pub(crate) fn zip_slices<T: Copy, U>(
+    a: &[T],
+    b: &[T],
+    out: &mut [MaybeUninit<U>],
+    f: &impl Fn(T, T) -> U,
+) {
+    #[inline(always)]
+    fn body<T: Copy, U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T, T) -> U) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            o.write(f(x, y));
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "avx2", enable = "fma")]
+        fn with_features<T: Copy, U>(
+            a: &[T],
+            b: &[T],
+            out: &mut [MaybeUninit<U>],
+            f: &impl Fn(T, T) -> U,
+        ) {
+            body(a, b, out, f)
+        }
+        // SAFETY: the CPU supports every feature enabled (checked just above).
+        return unsafe { with_features(a, b, out, f) };
+    }
+    body(a, b, out, f)
+}
+
 /// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
 pub(crate) fn map1<T: Copy + Sync, U: Send>(
     op: &'static str,
@@ -151,9 +207,7 @@ pub(crate) fn map1<T: Copy + Sync, U: Send>(
         let src = &src[l.offset..l.offset + n];
         return build_vec(op, n, |off, out| {
             let end = off + out.len();
-            for (o, &x) in out.iter_mut().zip(&src[off..end]) {
-                o.write(f(x));
-            }
+            map_slice(&src[off..end], out, &f);
         });
     }
     map_strided(op, src, l, f)
@@ -208,9 +262,7 @@ pub(crate) fn map2<T: Copy + Sync, U: Send>(
         let b = &b[lb.offset..lb.offset + n];
         return build_vec(op, n, |off, out| {
             let end = off + out.len();
-            for ((o, &x), &y) in out.iter_mut().zip(&a[off..end]).zip(&b[off..end]) {
-                o.write(f(x, y));
-            }
+            zip_slices(&a[off..end], &b[off..end], out, &f);
         });
     }
     let (sa, sb) = (

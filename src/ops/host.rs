@@ -16,6 +16,16 @@ pub(crate) fn erf(x: f32) -> f32 {
     s * (1.0 - poly * exp_neg(-a * a))
 }
 
+/// GELU's slope `d/dx x Φ(x) = Φ(x) + x φ(x)`, with `Φ` from the forward's own `erf` and
+/// `φ(x) = e^(-x²/2) / √(2π)` through `exp_neg` (its argument is never positive), so a loop of
+/// it vectorises. The CPU's one-pass GELU backward.
+#[inline(always)]
+pub(crate) fn gelu_slope(x: f32) -> f32 {
+    const INV_SQRT_2PI: f32 = 0.398_942_3;
+    let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+    cdf + x * (exp_neg(-0.5 * x * x) * INV_SQRT_2PI)
+}
+
 /// `exp(x)` for `x <= 0` (softmax's `x - max`), within 2 ulp of `f32::exp` (Cephes `expf`:
 /// `x = n ln2 + r`, a degree-6 polynomial in `r`, `2^n` built in the exponent bits). Below
 /// -87 the result would be subnormal: 0 is returned (relative to a row sum >= 1 it is nothing).

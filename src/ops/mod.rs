@@ -418,7 +418,7 @@ unary_ops! {
         },
         wgsl: "if (bitcast<u32>(x) == 0xff800000u) { return 0.0; }
                return 0.5 * x * (1.0 + erf_approx(x * 0.70710678118654752));",
-        grad: |x, y, g| g.mul(&gelu_grad(x, y)?),
+        grad: |x, y, g| gelu_backward(x, y, g),
     }
     /// `ln(1 + e^self)`, PyTorch's `softplus` (beta 1, threshold 20: `x` itself above 20).
     ///

@@ -166,6 +166,19 @@ fn winner_grad(
     wins.where_cond(g, &half)
 }
 
+/// GELU's input gradient `g · gelu'(x)`. On the CPU (f32 operands of one shape) one pass of
+/// `cpu::elementwise::gelu_backward`; elsewhere [`gelu_grad`]'s ops (one fused kernel on a GPU).
+fn gelu_backward(x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let op = "gelu backward";
+    let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == crate::DType::F32;
+    if f32_cpu(x) && f32_cpu(g) && x.shape() == g.shape() {
+        let (xc, gc) = (x.contiguous()?, g.contiguous()?);
+        let v = crate::cpu::elementwise::gelu_backward(xc.host_f32(op)?, gc.host_f32(op)?)?;
+        return Ok(g.derived(crate::storage::CpuStorage::F32(v), x.shape()));
+    }
+    g.mul(&gelu_grad(x, y)?)
+}
+
 /// d/dx x Φ(x) = Φ(x) + x φ(x). Φ(x) is recovered as gelu(x) / x (the forward's own erf, so
 /// CPU and GPU agree with their forwards), with Φ(0) = 1/2.
 fn gelu_grad(x: &Tensor, gelu: &Tensor) -> Result<Tensor> {
