@@ -129,6 +129,19 @@ pub mod testing {
         crate::gpu::registry::registry().gl_probed()
     }
 
+    /// Lets (`true`, the default) or stops `conv2d` on GPU devices taking the implicit-GEMM
+    /// kernel on this thread, and returns the previous setting: tests compare that kernel with
+    /// the gather + matmul path it replaces.
+    ///
+    /// ```
+    /// let was = wgtensor::testing::set_conv2d_implicit(false);
+    /// assert!(was);
+    /// wgtensor::testing::set_conv2d_implicit(was);
+    /// ```
+    pub fn set_conv2d_implicit(on: bool) -> bool {
+        crate::tensor::conv_gpu::set_implicit(on)
+    }
+
     /// Makes "autotuning off" the default of this process when `WGTENSOR_AUTOTUNE` is unset
     /// (the test harness calls it, so test binaries keep kernel choices fixed; the autotuning
     /// tests set the variable).

@@ -10,6 +10,7 @@ mod chunked;
 mod compare;
 mod conv;
 mod conv_cpu;
+pub(crate) mod conv_gpu;
 mod convert;
 mod create;
 mod cross_entropy;

@@ -32,12 +32,13 @@ fn validate(name: &str, source: &str) {
         );
         if name.starts_with("matmul")
             || name.starts_with("attention_decode")
+            || name.starts_with("conv2d")
             || name.starts_with("attention_forward")
             || name.starts_with("attention_backward")
             || (name == "quant.wgsl" && ep.name == "matvec")
         {
             // Matmul tiles its own 2-D workgroups, the quantized matvec takes one workgroup per
-            // weight row, decode attention 64 invocations per head and fused attention 64
+            // weight row, decode attention 64 invocations per head, conv2d 16 x 8 per tile and fused attention 64
             // per tile of rows (all dispatched with
             // `launch_workgroups`); they must stay within WebGPU's default 256 invocations per
             // workgroup.

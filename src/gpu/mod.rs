@@ -64,6 +64,7 @@ pub(crate) mod autotune;
 pub(crate) mod bindings;
 pub(crate) mod buffer;
 pub(crate) mod codegen;
+pub(crate) mod conv;
 pub(crate) mod device;
 pub(crate) mod elementwise;
 pub(crate) mod gather;

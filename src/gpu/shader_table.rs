@@ -45,6 +45,8 @@ pub(crate) enum Shader {
     Quant,
     /// Attention of one query position over a KV cache, online softmax in one pass.
     AttentionDecode,
+    /// 2-d convolution as an implicit GEMM (no im2col buffer).
+    Conv2d,
     /// A generated elementwise kernel (one per op chain, dtypes and input packing).
     Generated(GeneratedRef),
 }
@@ -273,6 +275,11 @@ const QUANT: Bindings = Bindings::new(
 /// attention_decode.wgsl: the query and the key and value caches.
 const ATTENTION_DECODE: Bindings =
     Bindings::new(&[("q", "f32"), ("k", "f32"), ("v", "f32")], ("dst", "f32"));
+/// conv2d.wgsl: the input, the weight and the bias.
+const CONV2D: Bindings = Bindings::new(
+    &[("x", "f32"), ("weight", "f32"), ("bias", "f32")],
+    ("dst", "f32"),
+);
 /// The fused attention's inputs: q, k, v and the mask (read by attention.wgsl's helpers in both
 /// passes), then the backward's dO and [lse, D].
 const ATTENTION_INPUTS: [(&str, &str); 6] = [
@@ -290,7 +297,7 @@ const ATTENTION_BACKWARD: Bindings = Bindings::new(&ATTENTION_INPUTS, ("dst", "f
 /// `subgroup.wgsl` and `row_subgroup.wgsl` on adapters with `SUBGROUP`) and the row pass
 /// (`row_fold.wgsl`); shaders that read ids with `ids.wgsl`;
 /// the fused attention's entry points come before their shared helpers.
-pub(crate) const SHADERS: [ShaderDef; 18] = [
+pub(crate) const SHADERS: [ShaderDef; 19] = [
     shader!(Shader::Reduce, "reduce.wgsl", &REDUCE).body(Body::Built(reduce)),
     ShaderDef::new(
         Shader::ReduceSubgroup,
@@ -355,6 +362,7 @@ pub(crate) const SHADERS: [ShaderDef; 18] = [
         "attention_decode.wgsl",
         &ATTENTION_DECODE
     ),
+    shader!(Shader::Conv2d, "conv2d.wgsl", &CONV2D),
     shader!(
         Shader::AttentionForward,
         "attention_forward.wgsl",

@@ -12,7 +12,7 @@
 use crate::error::{check_rank, invalid, mismatch};
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Options of [`Tensor::conv2d`], PyTorch's `stride`, `padding`, `dilation` and `groups`
 /// (`[height, width]` pairs; [`Conv2dOptions::default`] is stride 1, no padding, dilation 1,
@@ -345,8 +345,10 @@ impl Tensor {
     ///
     /// `self` is `[N, C, H, W]` (or unbatched `[C, H, W]`), `weight` is `[O, C / groups, kH, kW]`
     /// and `bias` is `[O]`; the result is `[N, O, H', W']` with
-    /// `H' = (H + 2 * padding - dilation * (kH - 1) - 1) / stride + 1`. On a GPU it is an im2col
-    /// gather (a cached index map) and the tuned batched matmul; on the CPU (f32) each image is
+    /// `H' = (H + 2 * padding - dilation * (kH - 1) - 1) / stride + 1`. On a GPU (f32) one
+    /// implicit-GEMM kernel reads the windows in place, with no im2col matrix; f16, shapes past
+    /// its index range and a weight that needs its gradient (which reuses the im2col matrix)
+    /// take an im2col gather through a cached index map and the tuned batched matmul. On the CPU (f32) each image is
     /// unfolded a block of output rows at a time straight into the gemm crate's kernels, and
     /// both gradients run the same way. A 1x1 kernel with stride 1 and no padding is a matmul.
     /// Gradients flow to the input, the weight and the bias.
@@ -412,21 +414,31 @@ impl Tensor {
         let [oh, ow] = win.out;
         let (l, kk) = (oh * ow, cg * kh * kw);
         let pointwise = kh == 1 && kw == 1 && win.s == [1, 1] && win.p == [0, 0];
+        let geo = crate::cpu::conv::Geom {
+            n,
+            c,
+            h,
+            w,
+            o,
+            g,
+            k: [kh, kw],
+            s: win.s,
+            p: win.p,
+            d: win.d,
+            out: win.out,
+        };
         if !pointwise && x.conv2d_on_cpu(weight) && Tensor::conv2d_bias_on_cpu(bias) {
-            let geo = crate::cpu::conv::Geom {
-                n,
-                c,
-                h,
-                w,
-                o,
-                g,
-                k: [kh, kw],
-                s: win.s,
-                p: win.p,
-                d: win.d,
-                out: win.out,
-            };
             return restore(x.conv2d_cpu(weight, bias, geo)?, unbatched);
+        }
+        if !pointwise {
+            // The implicit GEMM when it applies; its backward builds the index map on demand.
+            let dev = x.device().clone();
+            let map: super::conv_gpu::MapFn = Arc::new(move || {
+                index_map(&dev, format!("conv{}", win.key()), || Ok(win.conv_map()))
+            });
+            if let Some(out) = x.conv2d_implicit(weight, bias, geo, map)? {
+                return restore(out, unbatched);
+            }
         }
         let cols = if pointwise {
             x.reshape(&[n, g, cg, h * w])?

@@ -1,0 +1,115 @@
+//! The GPU's implicit-GEMM convolution (`gpu/conv.rs`, `shaders/conv2d.wgsl`): one kernel
+//! reads the input's windows in place, with no im2col matrix, in place of the gather + matmul
+//! that other shapes and dtypes take, and that a weight needing its gradient takes too. Its
+//! backward is the gather + matmul composition's (the same ops and order as that path's).
+
+use super::{data_n, DataN, Tensor};
+use crate::cpu::conv::Geom;
+use crate::storage::Storage;
+use crate::{DType, Result};
+use std::cell::Cell;
+use std::sync::Arc;
+
+thread_local! {
+    /// Whether `conv2d` on a GPU may take the implicit-GEMM kernel on this thread (tests turn
+    /// it off to compare with the gather + matmul path).
+    static IMPLICIT: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Lets (`true`, the default) or stops `conv2d` on GPU devices taking the implicit-GEMM
+/// kernel on this thread; returns the previous setting.
+pub(crate) fn set_implicit(on: bool) -> bool {
+    IMPLICIT.with(|c| c.replace(on))
+}
+
+/// The cached im2col index map of a convolution's window (`[g * kk * l]` u32 entries, the
+/// padding pointing one past the image), built by `conv.rs`.
+pub(super) type MapFn = Arc<dyn Fn() -> Result<Tensor> + Send + Sync>;
+
+impl Tensor {
+    /// `conv2d` of the 4-d `self` by the implicit-GEMM kernel when it applies (f32 tensors on
+    /// one GPU device, a shape [`crate::gpu::conv::conv2d_fits`] accepts), recorded for
+    /// autograd as one node; `None` otherwise.
+    pub(super) fn conv2d_implicit(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        geo: Geom,
+        map: MapFn,
+    ) -> Result<Option<Tensor>> {
+        let op = "conv2d";
+        let f32s = [Some(self), Some(weight), bias]
+            .into_iter()
+            .flatten()
+            .all(|t| t.dtype() == DType::F32 && t.device() == self.device());
+        // A weight gradient needs the im2col matrix anyway (`dW = Σ g @ colsᵀ`): the gather +
+        // matmul forward makes it once and its backward reuses it, which on software adapters
+        // beats this kernel plus a gather in the backward. Input and bias gradients need no
+        // im2col matrix, so they come through here.
+        let weight_grad = crate::is_grad_enabled() && crate::autograd::tracked(weight);
+        if !IMPLICIT.with(Cell::get) || weight_grad || self.is_cpu() || !f32s || self.numel() == 0 {
+            return Ok(None);
+        }
+        let out = {
+            let _guard = crate::no_grad();
+            let (x, w) = (self.contiguous()?, weight.contiguous()?);
+            let b = bias.map(Tensor::contiguous).transpose()?;
+            let DataN::Gpu([xb, wb]) = data_n(op, [&x, &w])? else {
+                return Ok(None);
+            };
+            if !crate::gpu::conv::conv2d_fits(&geo, xb.device.max_workgroups_per_dim()) {
+                return Ok(None);
+            }
+            let bb = match &b {
+                Some(b) => match b.gpu_data()? {
+                    Some(bb) => Some(bb),
+                    None => return Ok(None),
+                },
+                None => None,
+            };
+            let storage = Storage::from(xb.device.conv2d(xb, wb, bb, &geo)?);
+            x.derived(storage, &[geo.n, geo.o, geo.out[0], geo.out[1]])
+        };
+        Ok(Some(record(self, weight, bias, geo, map, out)))
+    }
+}
+
+/// Records the implicit-GEMM convolution (taken only when the weight needs no gradient) with
+/// the gradients of the gather + matmul composition: `dx` = col2im of `Wᵀ @ g` (the gather's
+/// backward, an ordered `index_add`), `db` = `g` summed per channel.
+fn record(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    geo: Geom,
+    map: MapFn,
+    out: Tensor,
+) -> Tensor {
+    let (xs, ws) = (x.clone(), weight.clone());
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    let has_bias = bias.is_some();
+    crate::autograd::record("conv2d", out, &inputs, move |g, needs| {
+        let need = [0, 2].map(|i| needs.get(i) == Some(&true));
+        let (n, gr) = (geo.n, geo.g);
+        let m = geo.o / gr;
+        let kk = geo.c / gr * geo.k[0] * geo.k[1];
+        let (l, image) = (geo.out[0] * geo.out[1], geo.c * geo.h * geo.w);
+        let mut grads = vec![None, None];
+        if need[0] {
+            let gm = g.contiguous()?.reshape(&[n, gr, m, l])?;
+            let wm = ws.reshape(&[gr, m, kk])?.transpose(-1, -2)?;
+            let dcols = wm.matmul(&gm)?.reshape(&[n, gr * kk * l])?;
+            let zeros = Tensor::zeros(&[n, image + 1], DType::F32, g.device())?;
+            let dx = zeros
+                .index_add_untracked(1, &map()?, &dcols)?
+                .narrow(1, 0, image)?
+                .reshape(xs.shape())?;
+            grads[0] = Some(dx);
+        }
+        if has_bias {
+            grads.push(need[1].then(|| g.sum_dims(&[0, 2, 3], false)).transpose()?);
+        }
+        Ok(grads)
+    })
+}
