@@ -362,7 +362,8 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
         "attention_decode.wgsl",
         &ATTENTION_DECODE
     ),
-    shader!(Shader::Conv2d, "conv2d.wgsl", &CONV2D),
+    // Every loop of conv2d.wgsl is bounded by its params (at most 32,768 k steps).
+    shader!(Shader::Conv2d, "conv2d.wgsl", &CONV2D).unbounded(),
     shader!(
         Shader::AttentionForward,
         "attention_forward.wgsl",
