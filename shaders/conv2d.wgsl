@@ -136,11 +136,13 @@ fn conv2d(
                 let dx = i32((t - i * kw) * dw);
                 let plane = ci * hw;
                 for (var e = 0u; e < 4u; e = e + 1u) {
-                    let iy = y0[e] + dy;
-                    let ix = x0[e] + dx;
-                    if (live[e] && iy >= 0 && iy < i32(h) && ix >= 0 && ix < i32(w)) {
-                        v[e] = x[base[e] + plane + u32(iy) * w + u32(ix)];
-                    }
+                    // Branch-free: a tap in the padding (a negative coordinate wraps past
+                    // h or w) reads element 0 and keeps 0.
+                    let iy = u32(y0[e] + dy);
+                    let ix = u32(x0[e] + dx);
+                    let ok = live[e] && iy < h && ix < w;
+                    let at = select(0u, base[e] + plane + iy * w + ix, ok);
+                    v[e] = select(0.0, x[at], ok);
                 }
             }
             xs[(gk + kr) * (BN / 4u) + gc / 4u] = v;
