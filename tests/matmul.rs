@@ -692,3 +692,69 @@ fn split_k_matches_the_reference() {
         }
     }
 }
+
+/// Products whose CPU gemm is split across threads by rows or by columns, and the folded
+/// `[.., K] · [K, N]` of a linear layer, each hashed by its bits.
+#[test]
+fn cpu_matmul_bits_child() {
+    if !common::is_child("cpu_matmul_bits_child") {
+        return;
+    }
+    let cpu = Device::cpu();
+    // (M, K, N): many rows; few rows (column split); depth past one gemm block (2048); odd N.
+    for (i, &(m, k, n)) in [
+        (2048usize, 64usize, 64usize),
+        (20, 2048, 256),
+        (300, 2048, 65),
+        (64, 2048, 64),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let a = Tensor::from_vec(data(m * k, 70 + i as u64, 1.0), &[m, k], &cpu).unwrap();
+        let b = Tensor::from_vec(data(k * n, 80 + i as u64, 1.0), &[n, k], &cpu).unwrap();
+        // B transposed, as a linear layer's weight; and A transposed, as its weight gradient.
+        let c = values(&a.matmul(&b.t().unwrap()).unwrap());
+        let at = values(
+            &a.t()
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .t()
+                .unwrap()
+                .matmul(&b.t().unwrap())
+                .unwrap(),
+        );
+        assert_eq!(c.len(), m * n);
+        let h = [c, at].concat().iter().fold(0xcbf29ce484222325u64, |h, v| {
+            (h ^ v.to_bits() as u64).wrapping_mul(0x100000001b3)
+        });
+        println!("BITS matmul {m}x{k}x{n} {h:016x}");
+    }
+    let x = Tensor::from_vec(data(32 * 64 * 64, 90, 1.0), &[32, 64, 64], &cpu).unwrap();
+    let w = Tensor::from_vec(data(192 * 64, 91, 1.0), &[192, 64], &cpu).unwrap();
+    let y = values(&x.matmul(&w.t().unwrap()).unwrap());
+    let h = y.iter().fold(0xcbf29ce484222325u64, |h, v| {
+        (h ^ v.to_bits() as u64).wrapping_mul(0x100000001b3)
+    });
+    println!("BITS linear {h:016x}");
+    common::child_done("cpu_matmul_bits_child");
+}
+
+/// The CPU matmul gives the same bits at 1, 2 and 3 threads: the parts of a split product
+/// each sum an element's products in the order one gemm call does.
+#[test]
+fn cpu_matmul_gives_the_same_bits_at_any_thread_count() {
+    let lines = |threads: &str| -> Vec<String> {
+        let out = common::run_child("cpu_matmul_bits_child", &[("RAYON_NUM_THREADS", threads)]);
+        let v: Vec<String> = out
+            .lines()
+            .filter_map(|l| l.find("BITS ").map(|i| l[i..].to_string()))
+            .collect();
+        assert_eq!(v.len(), 5, "{out}");
+        v
+    };
+    let one = lines("1");
+    assert_eq!(one, lines("2"), "1 vs 2 threads");
+    assert_eq!(one, lines("3"), "1 vs 3 threads");
+}
