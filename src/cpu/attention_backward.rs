@@ -35,14 +35,39 @@ pub(crate) struct Saved<'a> {
 /// One dQ task: batch, first query row, its dQ rows and (when asked for) its dS rows.
 type DqTask<'a> = (usize, usize, &'a mut [f32], Option<&'a mut [f32]>);
 
-/// Both passes of the backward.
+/// The backward: one pass per batch where that serves ([`one_pass`]), else both passes.
 pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
+    run(spec, t, want_ds, one_pass(spec))
+}
+
+/// The backward, in one pass per batch when `one` (valid only where [`one_pass`]'s tile
+/// condition holds), else in two.
+fn run(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool, one: bool) -> Grads {
     let Spec {
         batch, l, s, e, ev, ..
     } = *spec;
     let pass = Pass { spec, t };
     let mut dq = super::alloc::zeros_f32(batch * l * e);
     let mut ds = want_ds.then(|| super::alloc::zeros_f32(batch * l * s));
+    if one {
+        let mut dk = super::alloc::zeros_f32(batch * s * e);
+        let mut dv = super::alloc::zeros_f32(batch * s * ev);
+        if !dq.is_empty() && !dk.is_empty() && !dv.is_empty() {
+            let mut ds_b: Vec<Option<&mut [f32]>> = match ds.as_mut() {
+                Some(v) => v.chunks_mut(l * s).map(Some).collect(),
+                None => (0..batch).map(|_| None).collect(),
+            };
+            dq.par_chunks_mut(l * e)
+                .zip(dk.par_chunks_mut(s * e))
+                .zip(dv.par_chunks_mut(s * ev))
+                .zip(ds_b.par_iter_mut())
+                .enumerate()
+                .for_each_init(Work::default, |w, (b, (((dq, dk), dv), ds))| {
+                    pass.batch_block(b, (dq, dk, dv), ds.as_deref_mut(), w)
+                });
+        }
+        return Grads { dq, dk, dv, ds };
+    }
     if !dq.is_empty() {
         // One task per (batch, query block); ds is split along the same blocks.
         let mut ds_blocks = ds.as_mut().map(|v| {
@@ -80,6 +105,22 @@ pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
             });
     }
     Grads { dq, dk, dv, ds }
+}
+
+/// Whether one task per batch computing each tile once (and writing dQ, dK and dV from it)
+/// serves better than the two passes, which compute every tile twice but split a batch's work
+/// across threads. Only when there are batches enough for every thread, and only when the two
+/// passes would cut the same tiles (a causal block ends mid key block only when the last query
+/// block is partial and there are more keys than queries), so both give the same bits: the
+/// same tile products, accumulated in the same order (key blocks ascending for dQ, query
+/// blocks ascending for dK and dV, the first contribution overwriting).
+fn one_pass(spec: &Spec<'_>) -> bool {
+    same_tiles(spec) && spec.batch >= 2 * rayon::current_num_threads()
+}
+
+/// Whether both ways cut the same tiles (see [`one_pass`]).
+fn same_tiles(spec: &Spec<'_>) -> bool {
+    BQ == BK && (!spec.causal || spec.s <= spec.l || spec.l.is_multiple_of(BQ))
 }
 
 /// Per-task scratch: the score block and its gradient.
@@ -228,6 +269,71 @@ impl Pass<'_> {
         }
     }
 
+    /// Every gradient of batch `b` (see [`one_pass`]): each tile once, query blocks in order,
+    /// each adding to its dQ rows and to the dK and dV rows of its key block.
+    fn batch_block(
+        &self,
+        b: usize,
+        (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
+        mut ds: Option<&mut [f32]>,
+        w: &mut Work,
+    ) {
+        let (spec, t) = (self.spec, self.t);
+        let Spec { l, s, e, ev, .. } = *spec;
+        let (qall, gall) = (&t.q[b * l * e..], &t.g[b * l * ev..]);
+        let kb = &t.k[b * s * e..(b + 1) * s * e];
+        let vb = &t.v[b * s * ev..(b + 1) * s * ev];
+        // Key blocks some query block has written (the first write overwrites; untouched
+        // blocks keep the buffers' zeros).
+        let mut touched = vec![false; s.div_ceil(BK)];
+        let mut i0 = 0;
+        while i0 < l {
+            let rows = BQ.min(l - i0);
+            let (qb, gb) = (&qall[i0 * e..], &gall[i0 * ev..]);
+            let dqb = &mut dq[i0 * e..(i0 + rows) * e];
+            let kend = spec.key_end(i0 + rows - 1);
+            let mut j0 = 0;
+            while j0 < kend {
+                let cols = BK.min(kend - j0);
+                let (p, dp) = w.blocks(rows * cols);
+                let kv = (&kb[j0 * e..], &vb[j0 * ev..]);
+                self.tile(b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
+                if let Some(dsb) = ds.as_deref_mut() {
+                    for r in 0..rows {
+                        let dst = &mut dsb[(i0 + r) * s + j0..(i0 + r) * s + j0 + cols];
+                        dst.copy_from_slice(&dp[r * cols..(r + 1) * cols]);
+                    }
+                }
+                let k_blk = (&kb[j0 * e..], e, 1);
+                let dp_rows = (&*dp, cols, 1);
+                mm((rows, e, cols), dqb, e, j0 > 0, spec.scale, dp_rows, k_blk);
+                let acc = std::mem::replace(&mut touched[j0 / BK], true);
+                let dvb = &mut dv[j0 * ev..(j0 + cols) * ev];
+                mm(
+                    (cols, ev, rows),
+                    dvb,
+                    ev,
+                    acc,
+                    1.0,
+                    (p, 1, cols),
+                    (gb, ev, 1),
+                );
+                let dkb = &mut dk[j0 * e..(j0 + cols) * e];
+                mm(
+                    (cols, e, rows),
+                    dkb,
+                    e,
+                    acc,
+                    spec.scale,
+                    (dp, 1, cols),
+                    (qb, e, 1),
+                );
+                j0 += cols;
+            }
+            i0 += rows;
+        }
+    }
+
     /// The dK and dV rows of keys `j0..` of batch `b`, over every query block that sees them.
     fn dkv_block(&self, b: usize, j0: usize, dk: &mut [f32], dv: &mut [f32], w: &mut Work) {
         let (spec, t) = (self.spec, self.t);
@@ -271,6 +377,101 @@ impl Pass<'_> {
             // No query attends these keys: zero gradients (the buffers start at 0).
             dk.fill(0.0);
             dv.fill(0.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::attention::{forward, Dropout, MaskView};
+    use super::*;
+
+    /// One pass per batch gives the bits of the two passes wherever it may be chosen: causal
+    /// or not, L != S, partial blocks, several key blocks, a float mask (with its dS) and
+    /// dropout.
+    #[test]
+    fn one_pass_gives_the_bits_of_two() {
+        let shapes = [
+            (3usize, 64usize, 64usize, 16usize, 16usize),
+            (2, 130, 70, 8, 5),
+            (2, 70, 130, 3, 4),
+            (4, 128, 200, 16, 16),
+            (2, 1, 1, 1, 1),
+        ];
+        for (batch, l, s, e, ev) in shapes {
+            let val = |n: usize, m: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| ((i * m % 97) as f32 - 48.0) * 0.021)
+                    .collect()
+            };
+            let (q, k, v) = (
+                val(batch * l * e, 7),
+                val(batch * s * e, 11),
+                val(batch * s * ev, 13),
+            );
+            let g = val(batch * l * ev, 17);
+            let mask = val(batch * l * s, 19);
+            for (causal, masked, drop) in [
+                (true, false, false),
+                (false, true, false),
+                (true, true, true),
+            ] {
+                let spec = Spec {
+                    batch,
+                    l,
+                    s,
+                    e,
+                    ev,
+                    scale: 0.3,
+                    causal,
+                    mask: masked.then(|| MaskView {
+                        data: &mask,
+                        batch_offsets: (0..batch).map(|b| b * l * s).collect(),
+                        row_stride: s,
+                        col_stride: 1,
+                        replace: false,
+                    }),
+                    dropout: drop.then_some(Dropout {
+                        p: 0.25,
+                        seed: 5,
+                        offset: 9,
+                    }),
+                };
+                if !same_tiles(&spec) {
+                    continue;
+                }
+                let (out, lse) = forward(&spec, &q, &k, &v);
+                let d: Vec<f32> = (0..batch * l)
+                    .map(|r| (0..ev).map(|c| g[r * ev + c] * out[r * ev + c]).sum())
+                    .collect();
+                let saved = Saved {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    lse: &lse,
+                    g: &g,
+                    d: &d,
+                };
+                let (one, two) = (
+                    run(&spec, &saved, masked, true),
+                    run(&spec, &saved, masked, false),
+                );
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                let what = format!(
+                    "[{batch}, {l}, {s}, {e}, {ev}] causal {causal} mask {masked} dropout {drop}"
+                );
+                assert_eq!(bits(&one.dq), bits(&two.dq), "dq {what}");
+                assert_eq!(bits(&one.dk), bits(&two.dk), "dk {what}");
+                assert_eq!(bits(&one.dv), bits(&two.dv), "dv {what}");
+                assert_eq!(
+                    one.ds.as_deref().map(bits),
+                    two.ds.as_deref().map(bits),
+                    "ds {what}"
+                );
+                // (With one key the softmax is constant: dQ and dK are 0.)
+                assert!(one.dv.iter().any(|&x| x != 0.0));
+                assert!(s == 1 || one.dq.iter().any(|&x| x != 0.0));
+            }
         }
     }
 }
