@@ -5,6 +5,7 @@
 
 use super::reduce::Rows;
 use super::strided::PAR_THRESHOLD;
+use std::mem::MaybeUninit;
 
 /// Lanes per chunk: two SSE or one AVX register.
 const LANES: usize = 8;
@@ -13,10 +14,10 @@ const PAR_CHUNK: usize = 1 << 14;
 
 pub(crate) use crate::ops::exp_neg;
 
-/// One row: `out = softmax(x)` (or log_softmax). A NaN or +inf in the row, or a row of -inf
-/// only, gives a NaN row (as the strided path and PyTorch).
+/// One row: `out = softmax(x)` (or log_softmax), every element of `out` written. A NaN or
+/// +inf in the row, or a row of -inf only, gives a NaN row (as the strided path and PyTorch).
 #[inline(always)]
-fn row(x: &[f32], out: &mut [f32], log: bool) {
+fn row(x: &[f32], out: &mut [MaybeUninit<f32>], log: bool) {
     let mut mx = [f32::NEG_INFINITY; LANES];
     let mut nan = [false; LANES];
     let mut xs = x.chunks_exact(LANES);
@@ -33,7 +34,28 @@ fn row(x: &[f32], out: &mut [f32], log: bool) {
     }
     let m = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if nan.iter().any(|&b| b) || m.is_infinite() {
-        out.fill(f32::NAN);
+        out.iter_mut().for_each(|o| {
+            o.write(f32::NAN);
+        });
+        return;
+    }
+    if log {
+        let mut acc = [0f32; LANES];
+        let mut xs = x.chunks_exact(LANES);
+        for c in &mut xs {
+            for j in 0..LANES {
+                acc[j] += exp_neg(c[j] - m);
+            }
+        }
+        let mut sum = acc.iter().sum::<f32>();
+        for &v in xs.remainder() {
+            sum += exp_neg(v - m);
+        }
+        // (x - m) - ln Σ, not x - (m + ln Σ): m + ln Σ would round away small differences.
+        let ls = sum.ln();
+        for (o, &v) in out.iter_mut().zip(x) {
+            o.write((v - m) - ls);
+        }
         return;
     }
     let mut acc = [0f32; LANES];
@@ -42,32 +64,25 @@ fn row(x: &[f32], out: &mut [f32], log: bool) {
     for (o, c) in (&mut os).zip(&mut xs) {
         for j in 0..LANES {
             let e = exp_neg(c[j] - m);
-            o[j] = e;
+            o[j].write(e);
             acc[j] += e;
         }
     }
     let mut sum = acc.iter().sum::<f32>();
     for (o, &v) in os.into_remainder().iter_mut().zip(xs.remainder()) {
-        *o = exp_neg(v - m);
-        sum += *o;
+        sum += *o.write(exp_neg(v - m));
     }
-    if log {
-        // (x - m) - ln Σ, not x - (m + ln Σ): m + ln Σ would round away small differences.
-        let ls = sum.ln();
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = (v - m) - ls;
-        }
-    } else {
-        let inv = 1.0 / sum;
-        for o in out.iter_mut() {
-            *o *= inv;
-        }
+    let inv = 1.0 / sum;
+    for o in out.iter_mut() {
+        // SAFETY: the loops above wrote every element of `out`.
+        let v = unsafe { o.assume_init_read() };
+        o.write(v * inv);
     }
 }
 
 /// `rows` of length `len` in `out[r * len..]`, row `r` read at `src[rows.base(r)..]`.
 #[inline(always)]
-fn block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
+fn block(src: &[f32], rows: &Rows, first: usize, out: &mut [MaybeUninit<f32>], log: bool) {
     for (k, o) in out.chunks_exact_mut(rows.len).enumerate() {
         let b = rows.base(first + k);
         row(&src[b..b + rows.len], o, log);
@@ -76,18 +91,18 @@ fn block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool) {
 
 multiversion! {
     /// [`block`], compiled for AVX2 and FMA where the CPU has them.
-    fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [f32], log: bool)
+    fn run_block(src: &[f32], rows: &Rows, first: usize, out: &mut [MaybeUninit<f32>], log: bool)
         => block, ["avx2", "fma"]
 }
 
 /// Softmax of every row of `rows` (contiguous: `rows.stride == 1`), packed into `n` outputs.
-/// Each task zeroes and writes its own rows (`alloc::fill_chunks`): no serial zero-fill first.
+/// Each task writes its own rows whole (`alloc::fill_chunks_uninit`): no zero-fill first.
 pub(crate) fn softmax_rows(src: &[f32], rows: &Rows, n: usize, log: bool) -> Vec<f32> {
     let len = rows.len;
     debug_assert!(len > 0 && rows.stride == 1 && n.is_multiple_of(len));
     let out = super::alloc::take_f32(n).unwrap_or_default();
     let per_task = (PAR_CHUNK / len).max(1);
-    super::alloc::fill_chunks(out, n, per_task * len, n >= PAR_THRESHOLD, |t, o| {
+    super::alloc::fill_chunks_uninit(out, n, per_task * len, n >= PAR_THRESHOLD, |t, o| {
         run_block(src, rows, t * per_task, o, log)
     })
 }

@@ -157,6 +157,90 @@ pub(crate) fn norm(
 /// `dx`, and the weight and bias gradients when asked for.
 pub(crate) type LayerNormGrads = (Vec<f32>, Option<(Vec<f32>, Vec<f32>)>);
 
+/// What the backward's row blocks need besides the data.
+struct RowsBack<'a> {
+    len: usize,
+    weight: Option<&'a [f32]>,
+    eps: f32,
+    centered: bool,
+    want_wb: bool,
+}
+
+/// The backward of the rows `first..` (`dxs` holds whole rows): their `dx`, and when asked
+/// the partial weight and bias gradients of these rows added into `part` (`[2, len]`).
+#[inline(always)]
+fn backward_rows(
+    spec: &RowsBack<'_>,
+    (x, g): (&[f32], &[f32]),
+    first: usize,
+    dxs: &mut [f32],
+    part: &mut [f32],
+) {
+    let RowsBack {
+        len,
+        weight,
+        eps,
+        centered,
+        want_wb,
+    } = *spec;
+    let mut gh = vec![0f32; len];
+    for (r, d) in dxs.chunks_mut(len).enumerate() {
+        let at = (first + r) * len;
+        let (xs, gs) = (&x[at..at + len], &g[at..at + len]);
+        let (mean, rstd) = stats(xs, eps, centered);
+        match weight {
+            Some(w) => gh
+                .iter_mut()
+                .zip(gs)
+                .zip(w)
+                .for_each(|((h, &g), &w)| *h = g * w),
+            None => gh.copy_from_slice(gs),
+        }
+        let n = len as f64;
+        // h - 0.0 is h, bit for bit.
+        let a = if centered {
+            (lane_sum(&gh, |v| v) / n) as f32
+        } else {
+            0.0
+        };
+        // mean(ĝ · x̂), x̂ recomputed from the cached row.
+        let mut acc = [0f64; LANES];
+        let mut hc = gh.chunks_exact(LANES);
+        let mut vc = xs.chunks_exact(LANES);
+        for (h, v) in (&mut hc).zip(&mut vc) {
+            for k in 0..LANES {
+                acc[k] += (h[k] * ((v[k] - mean) * rstd)) as f64;
+            }
+        }
+        for (k, (&h, &v)) in hc.remainder().iter().zip(vc.remainder()).enumerate() {
+            acc[k] += (h * ((v - mean) * rstd)) as f64;
+        }
+        let b = (acc.iter().sum::<f64>() / n) as f32;
+        for ((d, &h), &v) in d.iter_mut().zip(&gh).zip(xs) {
+            *d = rstd * (h - a - (v - mean) * rstd * b);
+        }
+        if want_wb {
+            let (pw, pb) = part.split_at_mut(len);
+            for (((pw, pb), &gv), &v) in pw.iter_mut().zip(pb).zip(gs).zip(xs) {
+                *pw += gv * ((v - mean) * rstd);
+                *pb += gv;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// [`backward_rows`], compiled for AVX2 where the CPU has it (no FMA: the lanes and
+    /// operations are explicit, so the bits are the baseline build's).
+    fn backward_block(
+        spec: &RowsBack<'_>,
+        xg: (&[f32], &[f32]),
+        first: usize,
+        dxs: &mut [f32],
+        part: &mut [f32]
+    ) => backward_rows, ["avx2"]
+}
+
 /// The gradients of the norm `op` ([`norm`]) from the output gradient `g` (same shape as
 /// `x`): `dx`, and when `want_wb` the `[len]` sums over rows of `g * x̂` (weight) and `g`
 /// (bias). With `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
@@ -176,48 +260,21 @@ pub(crate) fn norm_backward(
     let rows = x.len() / len;
     let tasks = rows.div_ceil(ROWS_PER_TASK);
     let mut dx = try_vec::<f32>(op, x.len())?;
+    // Zeroed, though every element is written: a pooled buffer's `resize` touches no new
+    // pages, and the rows are written through `&mut [f32]` blocks.
     dx.resize(x.len(), 0.0);
     // Per task: the partial weight and bias gradients of its rows.
     let mut partial = try_vec::<f32>(op, if want_wb { tasks * 2 * len } else { 0 })?;
     partial.resize(if want_wb { tasks * 2 * len } else { 0 }, 0.0);
+    let spec = RowsBack {
+        len,
+        weight,
+        eps,
+        centered,
+        want_wb,
+    };
     let task = |t: usize, dxs: &mut [f32], part: &mut [f32]| {
-        let mut gh = vec![0f32; len];
-        for (r, d) in dxs.chunks_mut(len).enumerate() {
-            let at = (t * ROWS_PER_TASK + r) * len;
-            let (xs, gs) = (&x[at..at + len], &g[at..at + len]);
-            let (mean, rstd) = stats(xs, eps, centered);
-            match weight {
-                Some(w) => gh
-                    .iter_mut()
-                    .zip(gs)
-                    .zip(w)
-                    .for_each(|((h, &g), &w)| *h = g * w),
-                None => gh.copy_from_slice(gs),
-            }
-            let n = len as f64;
-            // h - 0.0 is h, bit for bit.
-            let a = if centered {
-                (lane_sum(&gh, |v| v) / n) as f32
-            } else {
-                0.0
-            };
-            // mean(ĝ · x̂), x̂ recomputed from the cached row.
-            let mut acc = [0f64; LANES];
-            for (k, (&h, &v)) in gh.iter().zip(xs).enumerate() {
-                acc[k % LANES] += (h * ((v - mean) * rstd)) as f64;
-            }
-            let b = (acc.iter().sum::<f64>() / n) as f32;
-            for ((d, &h), &v) in d.iter_mut().zip(&gh).zip(xs) {
-                *d = rstd * (h - a - (v - mean) * rstd * b);
-            }
-            if want_wb {
-                let (pw, pb) = part.split_at_mut(len);
-                for (((pw, pb), &gv), &v) in pw.iter_mut().zip(pb).zip(gs).zip(xs) {
-                    *pw += gv * ((v - mean) * rstd);
-                    *pb += gv;
-                }
-            }
-        }
+        backward_block(&spec, (x, g), t * ROWS_PER_TASK, dxs, part)
     };
     let block = ROWS_PER_TASK * len;
     if want_wb {
