@@ -154,23 +154,42 @@ impl Mat {
             return self.run_split(a, p, b, q, c, workers);
         }
         // SAFETY: bounds asserted above; `c` is exclusively borrowed and does not alias `a`/`b`.
-        // With `read_dst = false` gemm computes `dst := 1.0 · lhs · rhs` and only stores to dst
-        // (it zeroes alpha and takes its write-only paths), so uninitialised `c` is never read.
+        unsafe {
+            self.gemm(
+                (m, n),
+                c.as_mut_ptr().cast::<f32>(),
+                a.as_ptr().add(p),
+                b.as_ptr().add(q),
+            )
+        }
+    }
+
+    /// One single-threaded gemm call: `dst[m × n]` (row stride `self.n`) `:= A · B` with A at
+    /// `a` and B at `b` read through this product's strides.
+    ///
+    /// # Safety
+    /// Every element `a + i * a_rs + l * a_ks` and `b + l * b_ks + j * b_cs` (`i < m`, `l < k`,
+    /// `j < n`) is readable, every `dst + i * self.n + j` writable and touched by no other
+    /// thread during the call, and `dst` does not alias `a` or `b`. With `read_dst = false`
+    /// gemm computes `dst := 1.0 · lhs · rhs` and only stores to dst (it zeroes alpha and takes
+    /// its write-only paths), so `dst` may be uninitialised.
+    unsafe fn gemm(&self, (m, n): (usize, usize), dst: *mut f32, a: *const f32, b: *const f32) {
+        // SAFETY: the caller's contract.
         unsafe {
             gemm::gemm(
                 m,
                 n,
-                k,
-                c.as_mut_ptr().cast::<f32>(),
+                self.k,
+                dst,
                 1,
-                n as isize,
+                self.n as isize,
                 false,
-                a.as_ptr().add(p),
-                a_ks as isize,
-                a_rs as isize,
-                b.as_ptr().add(q),
-                b_cs as isize,
-                b_ks as isize,
+                a,
+                self.a_ks as isize,
+                self.a_rs as isize,
+                b,
+                self.b_cs as isize,
+                self.b_ks as isize,
                 0.0,
                 1.0,
                 false,
@@ -221,27 +240,12 @@ impl Mat {
                 // column); the parts' column ranges are disjoint, so no two threads write
                 // one element, and `c` outlives the parallel loop.
                 unsafe {
-                    gemm::gemm(
-                        m,
-                        nc,
-                        self.k,
+                    self.gemm(
+                        (m, nc),
                         base.get().add(c0),
-                        1,
-                        n as isize,
-                        false,
                         a.as_ptr().add(p),
-                        self.a_ks as isize,
-                        self.a_rs as isize,
                         b.as_ptr().add(q + c0 * self.b_cs),
-                        self.b_cs as isize,
-                        self.b_ks as isize,
-                        0.0,
-                        1.0,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    );
+                    )
                 }
             });
         }

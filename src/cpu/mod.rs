@@ -7,13 +7,17 @@
 /// never contracts a multiply and an add into an FMA on its own, so both builds give the same
 /// bits.
 macro_rules! multiversion {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) => $body:ident, [$($f:tt),+]) => {
+    ($(#[$m:meta])* $v:vis fn $name:ident($($a:ident: $t:ty),* $(,)?) => $body:ident, [$($f:tt),+]) => {
+        multiversion! { $(#[$m])* $v fn $name[]($($a: $t),*) => $body, [$($f),+] }
+    };
+    // Generic parameters go in square brackets: `fn name[T: Copy, U](..)`.
+    ($(#[$m:meta])* $v:vis fn $name:ident[$($g:tt)*]($($a:ident: $t:ty),* $(,)?) => $body:ident, [$($f:tt),+]) => {
         $(#[$m])*
-        fn $name($($a: $t),*) {
+        $v fn $name<$($g)*>($($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
             if $(std::arch::is_x86_feature_detected!($f))&&+ {
                 $(#[target_feature(enable = $f)])+
-                fn with_features($($a: $t),*) {
+                fn with_features<$($g)*>($($a: $t),*) {
                     $body($($a),*)
                 }
                 // SAFETY: the CPU supports every feature enabled (checked just above).

@@ -139,60 +139,40 @@ pub(crate) fn contiguous<T: Copy + Send + Sync>(src: &[T], l: &Layout) -> Result
     map_strided(op, src, l, |x| x)
 }
 
-/// `out[i] = f(src[i])`, compiled for AVX2 and FMA where the CPU has them: the op's scalar
-/// function inlines into the loop, which then vectorises 8 lanes wide instead of SSE's 4 (GELU's
-/// forward ran 2x slower in the portable build). Rust never contracts a multiply and an add into
-/// an FMA on its own, so both builds give the same bits.
-#[inline]
-pub(crate) fn map_slice<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
-    #[inline(always)]
-    fn body<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
-        for (o, &x) in out.iter_mut().zip(src) {
-            o.write(f(x));
-        }
+#[inline(always)]
+fn map_body<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
+    for (o, &x) in out.iter_mut().zip(src) {
+        o.write(f(x));
     }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        #[target_feature(enable = "avx2", enable = "fma")]
-        fn with_features<T: Copy, U>(src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U) {
-            body(src, out, f)
-        }
-        // SAFETY: the CPU supports every feature enabled (checked just above).
-        return unsafe { with_features(src, out, f) };
-    }
-    body(src, out, f)
 }
 
-/// `out[i] = f(a[i], b[i])`, compiled for AVX2 and FMA where the CPU has them (as
-/// [`map_slice`]).
-#[inline]
-pub(crate) fn zip_slices<T: Copy, U>(
-    a: &[T],
-    b: &[T],
-    out: &mut [MaybeUninit<U>],
-    f: &impl Fn(T, T) -> U,
-) {
-    #[inline(always)]
-    fn body<T: Copy, U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T, T) -> U) {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            o.write(f(x, y));
-        }
+#[inline(always)]
+fn zip_body<T: Copy, U>(a: &[T], b: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T, T) -> U) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        o.write(f(x, y));
     }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        #[target_feature(enable = "avx2", enable = "fma")]
-        fn with_features<T: Copy, U>(
-            a: &[T],
-            b: &[T],
-            out: &mut [MaybeUninit<U>],
-            f: &impl Fn(T, T) -> U,
-        ) {
-            body(a, b, out, f)
-        }
-        // SAFETY: the CPU supports every feature enabled (checked just above).
-        return unsafe { with_features(a, b, out, f) };
-    }
-    body(a, b, out, f)
+}
+
+multiversion! {
+    /// `out[i] = f(src[i])`, compiled for AVX2 and FMA where the CPU has them: the op's scalar
+    /// function inlines into the loop, which then vectorises 8 lanes wide instead of SSE's 4
+    /// (GELU's forward ran 2x slower in the portable build). Rust never contracts a multiply
+    /// and an add into an FMA on its own, so both builds give the same bits.
+    #[inline]
+    pub(crate) fn map_slice[T: Copy, U](src: &[T], out: &mut [MaybeUninit<U>], f: &impl Fn(T) -> U)
+        => map_body, ["avx2", "fma"]
+}
+
+multiversion! {
+    /// `out[i] = f(a[i], b[i])`, compiled for AVX2 and FMA where the CPU has them (as
+    /// [`map_slice`]).
+    #[inline]
+    pub(crate) fn zip_slices[T: Copy, U](
+        a: &[T],
+        b: &[T],
+        out: &mut [MaybeUninit<U>],
+        f: &impl Fn(T, T) -> U
+    ) => zip_body, ["avx2", "fma"]
 }
 
 /// `f(x)` for every element of the view `l` of `src`, packed row-major (any element types).
