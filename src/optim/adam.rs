@@ -304,6 +304,16 @@ impl Adam {
                     state.insert(name.to_string(), Moments::host(m, v, step));
                     return Ok(new);
                 }
+                // On a GPU the moments run as kernels of their own before the parameter's,
+                // which then reads them rather than computing both again from the gradient; a
+                // weight gradient (often a transposed view of a matmul) is packed once, so
+                // every kernel reads packed data, four elements per invocation. The same
+                // operations in the same order: the same values.
+                let g = if g.is_contiguous() && g.layout().offset == 0 {
+                    g
+                } else {
+                    g.contiguous()?.materialized()?
+                };
                 let (m, v, step) = match prev {
                     Some(s) => (
                         s.m.mul_scalar(b1)?.add(&g.mul_scalar(1.0 - b1)?)?,
@@ -312,6 +322,7 @@ impl Adam {
                     ),
                     None => (g.mul_scalar(1.0 - b1)?, g.mul(&g)?.mul_scalar(1.0 - b2)?, 1),
                 };
+                let (m, v) = (m.materialized()?, v.materialized()?);
                 let bc1 = 1.0 - b1.powi(step);
                 let bc2 = 1.0 - b2.powi(step);
                 let denom = v.sqrt()?.div_scalar(bc2.sqrt())?.add_scalar(eps)?;

@@ -262,3 +262,13 @@ impl Fuser {
         *map.last().expect("a pending program has at least one node")
     }
 }
+
+impl Tensor {
+    /// Runs this tensor's pending program now (its kernel is recorded, not waited for), so that
+    /// later ops read its buffer instead of inlining the program and computing it again. A
+    /// materialised tensor is returned as it is.
+    pub(crate) fn materialized(self) -> Result<Tensor> {
+        self.0.storage.get()?;
+        Ok(self)
+    }
+}
