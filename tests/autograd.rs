@@ -555,3 +555,30 @@ fn gelu_gradient_one_pass_matches_every_device() -> Result<()> {
     }
     Ok(())
 }
+
+/// A linear layer's weight gradient (`x @ w.t()`, the rhs a transposed view): on every device
+/// it has the bits of `(xᵀ dy)ᵀ` written out, and it arrives packed (a GPU computes it as
+/// `dyᵀ x`, the same sums of the same products, so the optimizer needs no strided pass).
+#[test]
+fn linear_weight_gradient_is_packed_with_the_bits_of_x_t_dy() -> Result<()> {
+    for d in devices() {
+        for (m, k, n) in [(128, 784, 256), (7, 5, 3), (1, 9, 4)] {
+            let x = Tensor::from_slice(&data(m * k, 3, 1.0), &[m, k], &d)?;
+            let w = Tensor::from_slice(&data(n * k, 5, 0.1), &[n, k], &d)?.requires_grad_(true);
+            let dy = Tensor::from_slice(&data(m * n, 9, 1.0), &[m, n], &d)?;
+            x.matmul(&w.t()?)?.mul(&dy)?.sum_all()?.backward()?;
+            let g = w.grad().expect("weight gradient");
+            let want = x.t()?.matmul(&dy)?.t()?.to_vec::<f32>()?;
+            let got = g.to_vec::<f32>()?;
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{d} {m}x{k}x{n}: the weight gradient's bits");
+            if d.is_gpu() {
+                assert!(g.is_contiguous(), "{d} {m}x{k}x{n}: packed");
+            }
+        }
+    }
+    Ok(())
+}

@@ -37,7 +37,9 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Tensor {
             let rows = a.numel() / k.max(1);
             let a_rows = a.reshape(&[rows, k])?;
             let g_rows = g.reshape(&[rows, n])?;
-            Some(a_rows.t()?.matmul(&g_rows)?.reshape(b2.shape())?)
+            Some(same_shape(weight_grad(&b, &a_rows, &g_rows)?, b2.shape())?)
+        } else if needs[1] && b.ndim() == 2 && a.ndim() == 2 {
+            Some(same_shape(weight_grad(&b, &a, &g)?, b2.shape())?)
         } else if needs[1] {
             let d = a.transpose(-2, -1)?.matmul(&g)?;
             Some(reduce_batch(d, b.shape())?.reshape(b2.shape())?)
@@ -46,6 +48,26 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Tensor {
         };
         Ok(vec![ga, gb])
     })
+}
+
+/// `Aᵀ G` for a 2-D rhs `b`. On a GPU, when `b` is a transposed view (a linear layer's
+/// `weight.t()`), it is computed as `(Gᵀ A)ᵀ`: the same sums of the same products, and the
+/// gradient that reaches the weight through the transpose is then packed, so the optimizer reads
+/// it without a strided pass of its own.
+fn weight_grad(b: &Tensor, a: &Tensor, g: &Tensor) -> Result<Tensor> {
+    if b.device().is_gpu() && !b.is_contiguous() && b.t()?.is_contiguous() {
+        return g.t()?.matmul(a)?.t();
+    }
+    a.t()?.matmul(g)
+}
+
+/// `t` reshaped to `shape`, or kept as it is (a transposed view stays one) when it has it.
+fn same_shape(t: Tensor, shape: &[usize]) -> Result<Tensor> {
+    if t.shape() == shape {
+        Ok(t)
+    } else {
+        t.reshape(shape)
+    }
 }
 
 /// Sums the batch dims of a gradient back to an operand's (possibly fewer or size-1) batch dims.
