@@ -52,9 +52,97 @@ impl Dropout {
     }
 }
 
+/// Where one operand's rows live in its storage: row `i` of batch `b` starts at
+/// `offs[b] + i * rs`, its elements adjacent. The kernels read a head-split view such as
+/// `[N, L, H, D]` seen as `[N, H, L, D]` in place, and write their outputs in the layout the
+/// caller views them in, so neither side needs a packing copy.
+#[derive(Clone, Debug)]
+pub(crate) struct RowsAt {
+    pub offs: Vec<usize>,
+    pub rs: usize,
+}
+
+impl RowsAt {
+    /// Packed `[batch, rows, cols]`.
+    pub(crate) fn packed(batch: usize, rows: usize, cols: usize) -> RowsAt {
+        RowsAt {
+            offs: (0..batch).map(|b| b * rows * cols).collect(),
+            rs: cols,
+        }
+    }
+
+    /// The first element of row `i` of batch `b`.
+    #[inline]
+    pub(crate) fn row(&self, b: usize, i: usize) -> usize {
+        self.offs[b] + i * self.rs
+    }
+}
+
+/// An output buffer that parallel tasks write in place, each task whole rows of its own (in a
+/// strided layout one task's rows interleave with another's, so no task may hold a slice of
+/// the whole span).
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: the tasks sharing an `OutPtr` write disjoint elements (each whole rows of its own),
+// and the buffer outlives the parallel loop that shares it.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    pub(crate) fn new(v: &mut [f32]) -> OutPtr {
+        OutPtr {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+        }
+    }
+
+    /// The `n` elements from `at`.
+    ///
+    /// # Safety
+    /// No other thread touches these elements while the slice lives, and the buffer outlives
+    /// it.
+    #[inline]
+    pub(crate) unsafe fn slice<'a>(self, at: usize, n: usize) -> &'a mut [f32] {
+        assert!(at + n <= self.len, "attention output row out of bounds");
+        // SAFETY: in bounds (asserted); exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), n) }
+    }
+
+    /// `dst[m × n]` at `at` with row stride `ldd`, as [`mm`](super::matmul::mm) computes it.
+    ///
+    /// # Safety
+    /// No other thread touches the `m × n` block while the call runs.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) unsafe fn mm(
+        self,
+        (m, n, k): (usize, usize, usize),
+        (at, ldd): (usize, usize),
+        accumulate: bool,
+        beta: f32,
+        a: (&[f32], usize, usize),
+        b: (&[f32], usize, usize),
+    ) {
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(
+            at + (m - 1) * ldd + n <= self.len,
+            "attention output block out of bounds"
+        );
+        // SAFETY: the block is in bounds (asserted) and exclusive by the caller's contract.
+        unsafe { super::matmul::mm_raw((m, n, k), self.ptr.add(at), ldd, accumulate, beta, a, b) }
+    }
+}
+
 /// Sizes and options of one attention: `batch` independent problems of `L` queries against `S`
-/// keys, head dim `E` (queries, keys) and `Ev` (values). q `[batch, L, E]`, k `[batch, S, E]`,
-/// v `[batch, S, Ev]`, all packed.
+/// keys, head dim `E` (queries, keys) and `Ev` (values): q `[batch, L, E]`, k `[batch, S, E]`,
+/// v `[batch, S, Ev]` and the output `[batch, L, Ev]`, each where its [`RowsAt`] says.
 pub(crate) struct Spec<'a> {
     pub batch: usize,
     pub l: usize,
@@ -65,6 +153,11 @@ pub(crate) struct Spec<'a> {
     pub causal: bool,
     pub mask: Option<MaskView<'a>>,
     pub dropout: Option<Dropout>,
+    pub q_at: RowsAt,
+    pub k_at: RowsAt,
+    pub v_at: RowsAt,
+    /// Where the forward writes its output (inside a `batch * L * Ev` buffer).
+    pub o_at: RowsAt,
 }
 
 impl Spec<'_> {
@@ -119,8 +212,10 @@ struct Scratch {
     bad: Vec<bool>,
 }
 
-/// The forward: `(out [batch, L, Ev], lse [batch, L])`. `lse` is the per-row log-sum-exp of
-/// the masked, scaled scores (NaN for a row softmax makes NaN), all the backward needs.
+/// The forward: `(out, lse [batch, L])`, `out` a `batch * L * Ev` buffer laid out as
+/// `spec.o_at` says. `lse` is the per-row log-sum-exp of the masked, scaled scores (NaN for a
+/// row softmax makes NaN), all the backward needs. q, k and v are their whole storages, read
+/// where `spec`'s layouts say.
 pub(crate) fn forward(spec: &Spec<'_>, q: &[f32], k: &[f32], v: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let Spec { batch, l, ev, .. } = *spec;
     let mut out = super::alloc::zeros_f32(batch * l * ev);
@@ -128,24 +223,19 @@ pub(crate) fn forward(spec: &Spec<'_>, q: &[f32], k: &[f32], v: &[f32]) -> (Vec<
     if out.is_empty() {
         return (out, lse);
     }
-    out.par_chunks_mut(l * ev)
-        .zip(lse.par_chunks_mut(l))
-        .enumerate()
-        .for_each(|(b, (ob, lb))| {
-            ob.par_chunks_mut(BQ * ev)
-                .zip(lb.par_chunks_mut(BQ))
-                .enumerate()
-                .for_each_init(
-                    || Scratch {
-                        s: vec![0.0; BQ * BK],
-                        acc: vec![0.0; BQ * ev],
-                        m: vec![0.0; BQ],
-                        l: vec![0.0; BQ],
-                        bad: vec![false; BQ],
-                    },
-                    |sc, (qb, (o, ls))| forward_block(spec, (q, k, v), b, qb * BQ, o, ls, sc),
-                );
-        });
+    let o = OutPtr::new(&mut out);
+    lse.par_chunks_mut(l).enumerate().for_each(|(b, lb)| {
+        lb.par_chunks_mut(BQ).enumerate().for_each_init(
+            || Scratch {
+                s: vec![0.0; BQ * BK],
+                acc: vec![0.0; BQ * ev],
+                m: vec![0.0; BQ],
+                l: vec![0.0; BQ],
+                bad: vec![false; BQ],
+            },
+            |sc, (qb, ls)| forward_block(spec, (q, k, v), b, qb * BQ, o, ls, sc),
+        );
+    });
     (out, lse)
 }
 
@@ -159,7 +249,7 @@ multiversion! {
         qkv: (&[f32], &[f32], &[f32]),
         b: usize,
         i0: usize,
-        out: &mut [f32],
+        out: OutPtr,
         lse: &mut [f32],
         sc: &mut Scratch
     ) => block, ["avx2", "fma"]
@@ -173,15 +263,16 @@ fn block(
     (q, k, v): (&[f32], &[f32], &[f32]),
     b: usize,
     i0: usize,
-    out: &mut [f32],
+    out: OutPtr,
     lse: &mut [f32],
     sc: &mut Scratch,
 ) {
     let Spec { l, s, e, ev, .. } = *spec;
+    let (q_rs, k_rs, v_rs) = (spec.q_at.rs, spec.k_at.rs, spec.v_at.rs);
     let rows = lse.len();
-    let qb = &q[(b * l + i0) * e..];
-    let kb = &k[b * s * e..(b + 1) * s * e];
-    let vb = &v[b * s * ev..(b + 1) * s * ev];
+    let qb = &q[spec.q_at.row(b, i0)..];
+    let kb = &k[spec.k_at.row(b, 0)..];
+    let vb = &v[spec.v_at.row(b, 0)..];
     let acc = &mut sc.acc[..rows * ev];
     acc.fill(0.0);
     sc.m[..rows].fill(f32::NEG_INFINITY);
@@ -193,8 +284,8 @@ fn block(
         let cols = BK.min(kend - j0);
         let st = &mut sc.s[..rows * cols];
         // S = Q_blk · K_blkᵀ: K's row j is column j of the product.
-        let k_t = (&kb[j0 * e..], 1, e);
-        mm((rows, cols, e), st, cols, false, 1.0, (qb, e, 1), k_t);
+        let k_t = (&kb[j0 * k_rs..], 1, k_rs);
+        mm((rows, cols, e), st, cols, false, 1.0, (qb, q_rs, 1), k_t);
         for r in 0..rows {
             let i = i0 + r;
             let row = &mut st[r * cols..(r + 1) * cols];
@@ -223,13 +314,14 @@ fn block(
             }
         }
         // acc += P · V_blk.
-        let v_blk = (&vb[j0 * ev..], ev, 1);
+        let v_blk = (&vb[j0 * v_rs..], v_rs, 1);
         mm((rows, ev, cols), acc, ev, true, 1.0, (st, cols, 1), v_blk);
         j0 += cols;
     }
     for r in 0..rows {
         let (m, sum) = (sc.m[r], sc.l[r]);
-        let o = &mut out[r * ev..(r + 1) * ev];
+        // SAFETY: row `(b, i0 + r)` is this task's alone.
+        let o = unsafe { out.slice(spec.o_at.row(b, i0 + r), ev) };
         // A NaN or +inf score, or a row with nothing to attend, gives a NaN row (as softmax).
         if sc.bad[r] || sum == 0.0 {
             o.fill(f32::NAN);

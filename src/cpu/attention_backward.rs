@@ -7,13 +7,14 @@
 //! task per block of queries writes `dQ` (and `dS` when the mask needs it), one task per block
 //! of keys writes `dK` and `dV`.
 
-use super::attention::{Spec, BK, BQ};
+use super::attention::{OutPtr, RowsAt, Spec, BK, BQ};
 use super::fast_exp::exp_le0;
 use super::matmul::mm;
 use rayon::prelude::*;
 
-/// Gradients of one attention: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, and
-/// `ds [batch, L, S]` when asked for (a float mask that needs its gradient).
+/// Gradients of one attention: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, each
+/// laid out as its [`Saved`] layout says, and `ds [batch, L, S]` (packed) when asked for (a
+/// float mask that needs its gradient).
 pub(crate) struct Grads {
     pub dq: Vec<f32>,
     pub dk: Vec<f32>,
@@ -21,19 +22,21 @@ pub(crate) struct Grads {
     pub ds: Option<Vec<f32>>,
 }
 
-/// The inputs of the backward: the forward's operands, its `lse`, the upstream gradient `g`
-/// (`[batch, L, Ev]`) and `d = rowsum(g ∘ out)` (`[batch, L]`).
+/// The inputs of the backward: the forward's operands (whole storages, read where the spec's
+/// layouts say), its `lse`, the upstream gradient `g` (`[batch, L, Ev]` where `g_at` says),
+/// `d = rowsum(g ∘ out)` (`[batch, L]`), and where to write each gradient.
 pub(crate) struct Saved<'a> {
     pub q: &'a [f32],
     pub k: &'a [f32],
     pub v: &'a [f32],
     pub lse: &'a [f32],
     pub g: &'a [f32],
+    pub g_at: RowsAt,
     pub d: &'a [f32],
+    pub dq_at: RowsAt,
+    pub dk_at: RowsAt,
+    pub dv_at: RowsAt,
 }
-
-/// One dQ task: batch, first query row, its dQ rows and (when asked for) its dS rows.
-type DqTask<'a> = (usize, usize, &'a mut [f32], Option<&'a mut [f32]>);
 
 /// The backward: one pass per batch where that serves ([`one_pass`]), else both passes.
 pub(crate) fn backward(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool) -> Grads {
@@ -46,62 +49,35 @@ fn run(spec: &Spec<'_>, t: &Saved<'_>, want_ds: bool, one: bool) -> Grads {
     let Spec {
         batch, l, s, e, ev, ..
     } = *spec;
-    let pass = Pass { spec, t };
     let mut dq = super::alloc::zeros_f32(batch * l * e);
-    let mut ds = want_ds.then(|| super::alloc::zeros_f32(batch * l * s));
-    if one {
-        let mut dk = super::alloc::zeros_f32(batch * s * e);
-        let mut dv = super::alloc::zeros_f32(batch * s * ev);
-        if !dq.is_empty() && !dk.is_empty() && !dv.is_empty() {
-            let mut ds_b: Vec<Option<&mut [f32]>> = match ds.as_mut() {
-                Some(v) => v.chunks_mut(l * s).map(Some).collect(),
-                None => (0..batch).map(|_| None).collect(),
-            };
-            dq.par_chunks_mut(l * e)
-                .zip(dk.par_chunks_mut(s * e))
-                .zip(dv.par_chunks_mut(s * ev))
-                .zip(ds_b.par_iter_mut())
-                .enumerate()
-                .for_each_init(Work::default, |w, (b, (((dq, dk), dv), ds))| {
-                    pass.batch_block(b, (dq, dk, dv), ds.as_deref_mut(), w)
-                });
-        }
-        return Grads { dq, dk, dv, ds };
-    }
-    if !dq.is_empty() {
-        // One task per (batch, query block); ds is split along the same blocks.
-        let mut ds_blocks = ds.as_mut().map(|v| {
-            v.chunks_mut(l * s)
-                .flat_map(|x| x.chunks_mut(BQ * s))
-                .collect::<Vec<_>>()
-                .into_iter()
-        });
-        let mut tasks: Vec<DqTask<'_>> = Vec::new();
-        for (b, dqb) in dq.chunks_mut(l * e).enumerate() {
-            for (qb, blk) in dqb.chunks_mut(BQ * e).enumerate() {
-                let dsb = ds_blocks.as_mut().and_then(|it| it.next());
-                tasks.push((b, qb * BQ, blk, dsb));
-            }
-        }
-        tasks
-            .into_par_iter()
-            .for_each_init(Work::default, |w, (b, i0, dqb, dsb)| {
-                pass.dq_block(b, i0, dqb, dsb, w)
-            });
-    }
     let mut dk = super::alloc::zeros_f32(batch * s * e);
     let mut dv = super::alloc::zeros_f32(batch * s * ev);
-    if !dk.is_empty() && !dv.is_empty() {
-        dk.par_chunks_mut(s * e)
-            .zip(dv.par_chunks_mut(s * ev))
-            .enumerate()
-            .for_each(|(b, (dkb, dvb))| {
-                dkb.par_chunks_mut(BK * e)
-                    .zip(dvb.par_chunks_mut(BK * ev))
-                    .enumerate()
-                    .for_each_init(Work::default, |w, (kb, (dk, dv))| {
-                        pass.dkv_block(b, kb * BK, dk, dv, w)
-                    });
+    let mut ds = want_ds.then(|| super::alloc::zeros_f32(batch * l * s));
+    if dq.is_empty() || dk.is_empty() || dv.is_empty() {
+        return Grads { dq, dk, dv, ds };
+    }
+    let out = Outs {
+        dq: OutPtr::new(&mut dq),
+        dk: OutPtr::new(&mut dk),
+        dv: OutPtr::new(&mut dv),
+        ds: ds.as_mut().map(|v| OutPtr::new(v)),
+    };
+    let pass = Pass { spec, t, out };
+    if one {
+        (0..batch)
+            .into_par_iter()
+            .for_each_init(Work::default, |w, b| pass.batch_block(b, w));
+    } else {
+        let (nq, nk) = (l.div_ceil(BQ), s.div_ceil(BK));
+        (0..batch * nq)
+            .into_par_iter()
+            .for_each_init(Work::default, |w, i| {
+                pass.dq_block(i / nq, (i % nq) * BQ, w)
+            });
+        (0..batch * nk)
+            .into_par_iter()
+            .for_each_init(Work::default, |w, i| {
+                pass.dkv_block(i / nk, (i % nk) * BK, w)
             });
     }
     Grads { dq, dk, dv, ds }
@@ -189,194 +165,166 @@ fn scores_grad_rows(
     }
 }
 
-/// One backward's sizes and saved inputs, shared by the tasks of both passes.
+/// The gradient buffers, written in place by the tasks (each its own rows).
+#[derive(Clone, Copy)]
+struct Outs {
+    dq: OutPtr,
+    dk: OutPtr,
+    dv: OutPtr,
+    ds: Option<OutPtr>,
+}
+
+/// One backward's sizes, saved inputs and outputs, shared by the tasks.
 #[derive(Clone, Copy)]
 struct Pass<'a> {
     spec: &'a Spec<'a>,
     t: &'a Saved<'a>,
+    out: Outs,
 }
 
 impl Pass<'_> {
-    /// One `rows × cols` tile of both passes: `p = Q_blk · K_blkᵀ` and `dp = dO_blk · V_blkᵀ`,
-    /// which `scores_grad` turns into the probabilities and dS. `q`, `g` start at the tile's
-    /// first query row; `k`, `v` at its first key.
-    #[allow(clippy::too_many_arguments)]
+    /// One `rows × cols` tile (query rows `i0..` and keys `j0..` of batch `b`):
+    /// `p = Q_blk · K_blkᵀ` and `dp = dO_blk · V_blkᵀ`, which `scores_grad` turns into the
+    /// probabilities and dS.
     fn tile(
         &self,
         b: usize,
         (i0, rows): (usize, usize),
         (j0, cols): (usize, usize),
-        (q, g): (&[f32], &[f32]),
-        (k, v): (&[f32], &[f32]),
         p: &mut [f32],
         dp: &mut [f32],
     ) {
-        let (e, ev) = (self.spec.e, self.spec.ev);
-        mm((rows, cols, e), p, cols, false, 1.0, (q, e, 1), (k, 1, e));
-        mm(
-            (rows, cols, ev),
-            dp,
-            cols,
-            false,
-            1.0,
-            (g, ev, 1),
-            (v, 1, ev),
-        );
-        scores_grad(self.spec, self.t, b, (i0, rows), (j0, cols), p, dp);
+        let (spec, t) = (self.spec, self.t);
+        let (e, ev) = (spec.e, spec.ev);
+        let q = (&t.q[spec.q_at.row(b, i0)..], spec.q_at.rs, 1);
+        let k_t = (&t.k[spec.k_at.row(b, j0)..], 1, spec.k_at.rs);
+        mm((rows, cols, e), p, cols, false, 1.0, q, k_t);
+        let g = (&t.g[t.g_at.row(b, i0)..], t.g_at.rs, 1);
+        let v_t = (&t.v[spec.v_at.row(b, j0)..], 1, spec.v_at.rs);
+        mm((rows, cols, ev), dp, cols, false, 1.0, g, v_t);
+        scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
     }
 
-    /// The dQ rows `i0..` of batch `b` (and their dS rows), over every key block they attend.
-    fn dq_block(
+    /// Copies the tile's dS into the packed `ds` (a float mask's gradient), when asked for.
+    fn keep_ds(
         &self,
         b: usize,
-        i0: usize,
-        dq: &mut [f32],
-        mut ds: Option<&mut [f32]>,
-        w: &mut Work,
+        (i0, rows): (usize, usize),
+        (j0, cols): (usize, usize),
+        dp: &[f32],
+    ) {
+        let Some(ds) = self.out.ds else {
+            return;
+        };
+        let (l, s) = (self.spec.l, self.spec.s);
+        for r in 0..rows {
+            // SAFETY: the tile's (query row, key block) cells of dS are this task's alone.
+            let dst = unsafe { ds.slice((b * l + i0 + r) * s + j0, cols) };
+            dst.copy_from_slice(&dp[r * cols..(r + 1) * cols]);
+        }
+    }
+
+    /// `dQ_blk (+)= scale · dS · K_blk` (the first key block overwrites).
+    fn add_dq(&self, b: usize, (i0, rows): (usize, usize), (j0, cols): (usize, usize), dp: &[f32]) {
+        let (spec, t) = (self.spec, self.t);
+        let k_blk = (&t.k[spec.k_at.row(b, j0)..], spec.k_at.rs, 1);
+        let at = (t.dq_at.row(b, i0), t.dq_at.rs);
+        // SAFETY: dQ rows `i0..i0 + rows` of batch `b` are this task's alone.
+        unsafe {
+            let dims = (rows, spec.e, cols);
+            self.out
+                .dq
+                .mm(dims, at, j0 > 0, spec.scale, (dp, cols, 1), k_blk)
+        }
+    }
+
+    /// `dV_blk (+)= Pdᵀ · dO_blk` and `dK_blk (+)= scale · dSᵀ · Q_blk` (overwriting unless
+    /// `acc`).
+    #[allow(clippy::too_many_arguments)]
+    fn add_dkv(
+        &self,
+        b: usize,
+        (i0, rows): (usize, usize),
+        (j0, cols): (usize, usize),
+        (p, dp): (&[f32], &[f32]),
+        acc: bool,
     ) {
         let (spec, t) = (self.spec, self.t);
-        let Spec { l, s, e, ev, .. } = *spec;
-        let rows = dq.len() / e;
-        let qb = &t.q[(b * l + i0) * e..];
-        let gb = &t.g[(b * l + i0) * ev..];
-        let kb = &t.k[b * s * e..(b + 1) * s * e];
-        let vb = &t.v[b * s * ev..(b + 1) * s * ev];
-        let kend = spec.key_end(i0 + rows - 1);
-        let mut j0 = 0;
-        while j0 < kend {
-            let cols = BK.min(kend - j0);
-            let (p, dp) = w.blocks(rows * cols);
-            let kv = (&kb[j0 * e..], &vb[j0 * ev..]);
-            self.tile(b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
-            if let Some(dsb) = ds.as_deref_mut() {
-                for r in 0..rows {
-                    let dst = &mut dsb[r * s + j0..r * s + j0 + cols];
-                    dst.copy_from_slice(&dp[r * cols..(r + 1) * cols]);
-                }
-            }
-            // dQ += scale · dS · K_blk (the first block overwrites).
-            let k_blk = (&kb[j0 * e..], e, 1);
-            mm(
-                (rows, e, cols),
-                dq,
-                e,
-                j0 > 0,
+        let g = (&t.g[t.g_at.row(b, i0)..], t.g_at.rs, 1);
+        let q = (&t.q[spec.q_at.row(b, i0)..], spec.q_at.rs, 1);
+        let dv_at = (t.dv_at.row(b, j0), t.dv_at.rs);
+        let dk_at = (t.dk_at.row(b, j0), t.dk_at.rs);
+        // SAFETY: dK and dV rows `j0..j0 + cols` of batch `b` are this task's alone.
+        unsafe {
+            self.out
+                .dv
+                .mm((cols, spec.ev, rows), dv_at, acc, 1.0, (p, 1, cols), g);
+            self.out.dk.mm(
+                (cols, spec.e, rows),
+                dk_at,
+                acc,
                 spec.scale,
-                (dp, cols, 1),
-                k_blk,
+                (dp, 1, cols),
+                q,
             );
-            j0 += cols;
         }
     }
 
     /// Every gradient of batch `b` (see [`one_pass`]): each tile once, query blocks in order,
     /// each adding to its dQ rows and to the dK and dV rows of its key block.
-    fn batch_block(
-        &self,
-        b: usize,
-        (dq, dk, dv): (&mut [f32], &mut [f32], &mut [f32]),
-        mut ds: Option<&mut [f32]>,
-        w: &mut Work,
-    ) {
-        let (spec, t) = (self.spec, self.t);
-        let Spec { l, s, e, ev, .. } = *spec;
-        let (qall, gall) = (&t.q[b * l * e..], &t.g[b * l * ev..]);
-        let kb = &t.k[b * s * e..(b + 1) * s * e];
-        let vb = &t.v[b * s * ev..(b + 1) * s * ev];
+    fn batch_block(&self, b: usize, w: &mut Work) {
+        let Spec { l, s, .. } = *self.spec;
         // Key blocks some query block has written (the first write overwrites; untouched
         // blocks keep the buffers' zeros).
         let mut touched = vec![false; s.div_ceil(BK)];
         let mut i0 = 0;
         while i0 < l {
             let rows = BQ.min(l - i0);
-            let (qb, gb) = (&qall[i0 * e..], &gall[i0 * ev..]);
-            let dqb = &mut dq[i0 * e..(i0 + rows) * e];
-            let kend = spec.key_end(i0 + rows - 1);
+            let kend = self.spec.key_end(i0 + rows - 1);
             let mut j0 = 0;
             while j0 < kend {
                 let cols = BK.min(kend - j0);
                 let (p, dp) = w.blocks(rows * cols);
-                let kv = (&kb[j0 * e..], &vb[j0 * ev..]);
-                self.tile(b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
-                if let Some(dsb) = ds.as_deref_mut() {
-                    for r in 0..rows {
-                        let dst = &mut dsb[(i0 + r) * s + j0..(i0 + r) * s + j0 + cols];
-                        dst.copy_from_slice(&dp[r * cols..(r + 1) * cols]);
-                    }
-                }
-                let k_blk = (&kb[j0 * e..], e, 1);
-                let dp_rows = (&*dp, cols, 1);
-                mm((rows, e, cols), dqb, e, j0 > 0, spec.scale, dp_rows, k_blk);
+                self.tile(b, (i0, rows), (j0, cols), p, dp);
+                self.keep_ds(b, (i0, rows), (j0, cols), dp);
+                self.add_dq(b, (i0, rows), (j0, cols), dp);
                 let acc = std::mem::replace(&mut touched[j0 / BK], true);
-                let dvb = &mut dv[j0 * ev..(j0 + cols) * ev];
-                mm(
-                    (cols, ev, rows),
-                    dvb,
-                    ev,
-                    acc,
-                    1.0,
-                    (p, 1, cols),
-                    (gb, ev, 1),
-                );
-                let dkb = &mut dk[j0 * e..(j0 + cols) * e];
-                mm(
-                    (cols, e, rows),
-                    dkb,
-                    e,
-                    acc,
-                    spec.scale,
-                    (dp, 1, cols),
-                    (qb, e, 1),
-                );
+                self.add_dkv(b, (i0, rows), (j0, cols), (p, dp), acc);
                 j0 += cols;
             }
             i0 += rows;
         }
     }
 
-    /// The dK and dV rows of keys `j0..` of batch `b`, over every query block that sees them.
-    fn dkv_block(&self, b: usize, j0: usize, dk: &mut [f32], dv: &mut [f32], w: &mut Work) {
-        let (spec, t) = (self.spec, self.t);
-        let Spec { l, s, e, ev, .. } = *spec;
-        let cols = dk.len() / e;
-        let kv = (&t.k[(b * s + j0) * e..], &t.v[(b * s + j0) * ev..]);
-        let qall = &t.q[b * l * e..(b + 1) * l * e];
-        let gall = &t.g[b * l * ev..(b + 1) * l * ev];
+    /// The dQ rows `i0..` of batch `b` (and their dS rows), over every key block they attend.
+    fn dq_block(&self, b: usize, i0: usize, w: &mut Work) {
+        let rows = BQ.min(self.spec.l - i0);
+        let kend = self.spec.key_end(i0 + rows - 1);
+        let mut j0 = 0;
+        while j0 < kend {
+            let cols = BK.min(kend - j0);
+            let (p, dp) = w.blocks(rows * cols);
+            self.tile(b, (i0, rows), (j0, cols), p, dp);
+            self.keep_ds(b, (i0, rows), (j0, cols), dp);
+            self.add_dq(b, (i0, rows), (j0, cols), dp);
+            j0 += cols;
+        }
+    }
+
+    /// The dK and dV rows of keys `j0..` of batch `b`, over every query block that sees them
+    /// (none: they keep the buffers' zeros).
+    fn dkv_block(&self, b: usize, j0: usize, w: &mut Work) {
+        let Spec { l, s, .. } = *self.spec;
+        let cols = BK.min(s - j0);
         // Rows before j0 see none of these keys under a causal mask.
-        let start = if spec.causal { j0.min(l) } else { 0 };
+        let start = if self.spec.causal { j0.min(l) } else { 0 };
         let mut i0 = start;
         while i0 < l {
             let rows = BQ.min(l - i0);
             let (p, dp) = w.blocks(rows * cols);
-            let (qb, gb) = (&qall[i0 * e..], &gall[i0 * ev..]);
-            self.tile(b, (i0, rows), (j0, cols), (qb, gb), kv, p, dp);
-            // dV += Pdᵀ · dO_blk, dK += scale · dSᵀ · Q_blk (the first block overwrites).
-            let acc = i0 > start;
-            mm(
-                (cols, ev, rows),
-                dv,
-                ev,
-                acc,
-                1.0,
-                (p, 1, cols),
-                (gb, ev, 1),
-            );
-            let q_blk = (qb, e, 1);
-            mm(
-                (cols, e, rows),
-                dk,
-                e,
-                acc,
-                spec.scale,
-                (dp, 1, cols),
-                q_blk,
-            );
+            self.tile(b, (i0, rows), (j0, cols), p, dp);
+            self.add_dkv(b, (i0, rows), (j0, cols), (p, dp), i0 > start);
             i0 += rows;
-        }
-        if start >= l {
-            // No query attends these keys: zero gradients (the buffers start at 0).
-            dk.fill(0.0);
-            dv.fill(0.0);
         }
     }
 }
@@ -386,11 +334,56 @@ mod tests {
     use super::super::attention::{forward, Dropout, MaskView};
     use super::*;
 
-    /// One pass per batch gives the bits of the two passes wherever it may be chosen: causal
-    /// or not, L != S, partial blocks, several key blocks, a float mask (with its dS) and
-    /// dropout.
+    /// Rows of a `[batch, rows, cols]` operand laid out as `[batch / h, rows, h, cols]` (a
+    /// head split: batch `b` is head `b % h` of item `b / h`).
+    fn split(batch: usize, h: usize, rows: usize, cols: usize) -> RowsAt {
+        RowsAt {
+            offs: (0..batch)
+                .map(|b| (b / h) * rows * h * cols + (b % h) * cols)
+                .collect(),
+            rs: h * cols,
+        }
+    }
+
+    /// `packed` (`[batch, rows, cols]`) written where `at` says.
+    fn scatter(packed: &[f32], at: &RowsAt, rows: usize, cols: usize) -> Vec<f32> {
+        let mut out = vec![f32::NAN; packed.len()];
+        for (b, _) in at.offs.iter().enumerate() {
+            for i in 0..rows {
+                let src = &packed[(b * rows + i) * cols..][..cols];
+                out[at.row(b, i)..][..cols].copy_from_slice(src);
+            }
+        }
+        out
+    }
+
+    /// The inverse of [`scatter`].
+    fn gather(data: &[f32], at: &RowsAt, rows: usize, cols: usize) -> Vec<f32> {
+        let mut out = Vec::with_capacity(data.len());
+        for b in 0..at.offs.len() {
+            for i in 0..rows {
+                out.extend_from_slice(&data[at.row(b, i)..][..cols]);
+            }
+        }
+        out
+    }
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// [`bits`] with -0 read as +0: gemm may take another path for another row stride, and
+    /// an exact zero's sign can come out either way.
+    fn bits0(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|&v| (v + 0.0).to_bits()).collect()
+    }
+
+    /// One pass per batch gives the bits of the two passes wherever it may be chosen (causal
+    /// or not, L != S, partial blocks, several key blocks, a float mask with its dS, dropout),
+    /// and operands read and gradients written in a head-split layout give the bits of the
+    /// packed ones.
     #[test]
-    fn one_pass_gives_the_bits_of_two() {
+    fn one_pass_and_strided_layouts_give_the_bits_of_two_packed_passes() {
         let shapes = [
             (3usize, 64usize, 64usize, 16usize, 16usize),
             (2, 130, 70, 8, 5),
@@ -399,6 +392,7 @@ mod tests {
             (2, 1, 1, 1, 1),
         ];
         for (batch, l, s, e, ev) in shapes {
+            let h = if batch % 2 == 0 { 2 } else { 1 };
             let val = |n: usize, m: usize| -> Vec<f32> {
                 (0..n)
                     .map(|i| ((i * m % 97) as f32 - 48.0) * 0.021)
@@ -416,30 +410,39 @@ mod tests {
                 (false, true, false),
                 (true, true, true),
             ] {
-                let spec = Spec {
-                    batch,
-                    l,
-                    s,
-                    e,
-                    ev,
-                    scale: 0.3,
-                    causal,
-                    mask: masked.then(|| MaskView {
-                        data: &mask,
-                        batch_offsets: (0..batch).map(|b| b * l * s).collect(),
-                        row_stride: s,
-                        col_stride: 1,
-                        replace: false,
-                    }),
-                    dropout: drop.then_some(Dropout {
-                        p: 0.25,
-                        seed: 5,
-                        offset: 9,
-                    }),
+                let what = format!(
+                    "[{batch}, {l}, {s}, {e}, {ev}] causal {causal} mask {masked} dropout {drop}"
+                );
+                let spec_with = |ats: [RowsAt; 4]| {
+                    let [q_at, k_at, v_at, o_at] = ats;
+                    Spec {
+                        batch,
+                        l,
+                        s,
+                        e,
+                        ev,
+                        scale: 0.3,
+                        causal,
+                        mask: masked.then(|| MaskView {
+                            data: &mask,
+                            batch_offsets: (0..batch).map(|b| b * l * s).collect(),
+                            row_stride: s,
+                            col_stride: 1,
+                            replace: false,
+                        }),
+                        dropout: drop.then_some(Dropout {
+                            p: 0.25,
+                            seed: 5,
+                            offset: 9,
+                        }),
+                        q_at,
+                        k_at,
+                        v_at,
+                        o_at,
+                    }
                 };
-                if !same_tiles(&spec) {
-                    continue;
-                }
+                let pk = |rows, cols| RowsAt::packed(batch, rows, cols);
+                let spec = spec_with([pk(l, e), pk(s, e), pk(s, ev), pk(l, ev)]);
                 let (out, lse) = forward(&spec, &q, &k, &v);
                 let d: Vec<f32> = (0..batch * l)
                     .map(|r| (0..ev).map(|c| g[r * ev + c] * out[r * ev + c]).sum())
@@ -450,27 +453,82 @@ mod tests {
                     v: &v,
                     lse: &lse,
                     g: &g,
+                    g_at: pk(l, ev),
                     d: &d,
+                    dq_at: pk(l, e),
+                    dk_at: pk(s, e),
+                    dv_at: pk(s, ev),
                 };
-                let (one, two) = (
-                    run(&spec, &saved, masked, true),
-                    run(&spec, &saved, masked, false),
-                );
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                let what = format!(
-                    "[{batch}, {l}, {s}, {e}, {ev}] causal {causal} mask {masked} dropout {drop}"
-                );
-                assert_eq!(bits(&one.dq), bits(&two.dq), "dq {what}");
-                assert_eq!(bits(&one.dk), bits(&two.dk), "dk {what}");
-                assert_eq!(bits(&one.dv), bits(&two.dv), "dv {what}");
-                assert_eq!(
-                    one.ds.as_deref().map(bits),
-                    two.ds.as_deref().map(bits),
-                    "ds {what}"
-                );
+                let two = run(&spec, &saved, masked, false);
                 // (With one key the softmax is constant: dQ and dK are 0.)
-                assert!(one.dv.iter().any(|&x| x != 0.0));
-                assert!(s == 1 || one.dq.iter().any(|&x| x != 0.0));
+                assert!(two.dv.iter().any(|&x| x != 0.0));
+                assert!(s == 1 || two.dq.iter().any(|&x| x != 0.0));
+                if same_tiles(&spec) {
+                    let one = run(&spec, &saved, masked, true);
+                    assert_eq!(bits(&one.dq), bits(&two.dq), "dq {what}");
+                    assert_eq!(bits(&one.dk), bits(&two.dk), "dk {what}");
+                    assert_eq!(bits(&one.dv), bits(&two.dv), "dv {what}");
+                    assert_eq!(
+                        one.ds.as_deref().map(bits),
+                        two.ds.as_deref().map(bits),
+                        "ds {what}"
+                    );
+                }
+                // The same problem with every operand and output head-split.
+                let (qa, ka, va) = (
+                    split(batch, h, l, e),
+                    split(batch, h, s, e),
+                    split(batch, h, s, ev),
+                );
+                let (ga, oa) = (split(batch, h, l, ev), split(batch, h, l, ev));
+                let (qs, ks, vs) = (
+                    scatter(&q, &qa, l, e),
+                    scatter(&k, &ka, s, e),
+                    scatter(&v, &va, s, ev),
+                );
+                let gs = scatter(&g, &ga, l, ev);
+                let sspec = spec_with([qa.clone(), ka.clone(), va.clone(), oa.clone()]);
+                let (out_s, lse_s) = forward(&sspec, &qs, &ks, &vs);
+                assert_eq!(bits(&gather(&out_s, &oa, l, ev)), bits(&out), "out {what}");
+                assert_eq!(bits(&lse_s), bits(&lse), "lse {what}");
+                let ssaved = Saved {
+                    q: &qs,
+                    k: &ks,
+                    v: &vs,
+                    lse: &lse,
+                    g: &gs,
+                    g_at: ga,
+                    d: &d,
+                    dq_at: qa.clone(),
+                    dk_at: ka.clone(),
+                    dv_at: va.clone(),
+                };
+                for one in [false, true] {
+                    if one && !same_tiles(&sspec) {
+                        continue;
+                    }
+                    let r = run(&sspec, &ssaved, masked, one);
+                    assert_eq!(
+                        bits0(&gather(&r.dq, &qa, l, e)),
+                        bits0(&two.dq),
+                        "strided dq {what}"
+                    );
+                    assert_eq!(
+                        bits0(&gather(&r.dk, &ka, s, e)),
+                        bits0(&two.dk),
+                        "strided dk {what}"
+                    );
+                    assert_eq!(
+                        bits0(&gather(&r.dv, &va, s, ev)),
+                        bits0(&two.dv),
+                        "strided dv {what}"
+                    );
+                    assert_eq!(
+                        r.ds.as_deref().map(bits),
+                        two.ds.as_deref().map(bits),
+                        "strided ds {what}"
+                    );
+                }
             }
         }
     }

@@ -108,6 +108,9 @@ multiversion! {
     ) => rows_block, ["avx2", "fma"]
 }
 
+/// One task of [`rows`]: its index and its pieces of the loss, valid and lse outputs.
+type RowsTask<'a> = (usize, ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]));
+
 /// `[loss[n], valid[n], lse[n]]` of the packed logits `x` `[n, c]`; targets are validated
 /// (`0..c` or the ignored class) by the caller.
 pub(crate) fn rows(x: &[f32], n: usize, c: usize, targets: &[i64], spec: &CeSpec) -> Vec<f32> {
@@ -115,9 +118,7 @@ pub(crate) fn rows(x: &[f32], n: usize, c: usize, targets: &[i64], spec: &CeSpec
     let (loss, rest) = out.split_at_mut(n);
     let (valid, lse) = rest.split_at_mut(n);
     let (per, par) = tasks(n, c);
-    let run = |(t, ((l, v), s)): (usize, ((&mut [f32], &mut [f32]), &mut [f32]))| {
-        run_rows((x, c, t * per), targets, spec, l, v, s)
-    };
+    let run = |(t, ((l, v), s)): RowsTask<'_>| run_rows((x, c, t * per), targets, spec, l, v, s);
     if par {
         loss.par_chunks_mut(per)
             .zip(valid.par_chunks_mut(per))

@@ -277,6 +277,31 @@ pub(crate) fn mm(
     ldd: usize,
     accumulate: bool,
     beta: f32,
+    a: (&[f32], usize, usize),
+    b: (&[f32], usize, usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!((m - 1) * ldd + n <= dst.len());
+    // SAFETY: the block is inside `dst` (asserted), which is exclusively borrowed.
+    unsafe { mm_raw((m, n, k), dst.as_mut_ptr(), ldd, accumulate, beta, a, b) }
+}
+
+/// [`mm`] into a raw destination (the attention's outputs, whose blocks interleave with other
+/// tasks' blocks in a strided layout).
+///
+/// # Safety
+/// Every `dst + i * ldd + j` (`i < m`, `j < n`) is valid to write (and to read when
+/// `accumulate`), touched by no other thread during the call, and aliases neither operand.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) unsafe fn mm_raw(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    ldd: usize,
+    accumulate: bool,
+    beta: f32,
     (a, a_rs, a_cs): (&[f32], usize, usize),
     (b, b_rs, b_cs): (&[f32], usize, usize),
 ) {
@@ -286,23 +311,23 @@ pub(crate) fn mm(
     if k == 0 {
         if !accumulate {
             for r in 0..m {
-                dst[r * ldd..r * ldd + n].fill(0.0);
+                // SAFETY: row `r`'s `n` elements are the caller's to write.
+                unsafe { std::slice::from_raw_parts_mut(dst.add(r * ldd), n).fill(0.0) };
             }
         }
         return;
     }
-    // The bounds of every index gemm forms (internal invariants of the callers' blocking).
-    assert!((m - 1) * ldd + n <= dst.len());
+    // The bounds of every index gemm reads (internal invariants of the callers' blocking).
     assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len());
     assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len());
-    // SAFETY: the asserts above bound every element gemm reads or writes; `dst` is exclusively
-    // borrowed and does not alias `a` or `b`. With `accumulate = false` gemm never reads dst.
+    // SAFETY: the asserts above bound every element gemm reads; the caller vouches for `dst`.
+    // With `accumulate = false` gemm never reads dst.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             1,
             ldd as isize,
             accumulate,

@@ -11,10 +11,10 @@
 use super::Tensor;
 use super::{backend, Backend, Data};
 use crate::autograd::elementwise::sum_to;
-use crate::cpu::attention::{self as ca, Dropout, MaskView, Spec};
+use crate::cpu::attention::{self as ca, Dropout, MaskView, RowsAt, Spec};
 use crate::cpu::attention_backward as cab;
 use crate::gpu::attention::{AttnParams, GpuDropout, GpuMask, Operand};
-use crate::shape::broadcast_shapes;
+use crate::shape::{broadcast_shapes, Layout};
 use crate::storage::CpuStorage;
 use crate::{DType, Error, Result};
 use std::cell::Cell;
@@ -61,8 +61,8 @@ impl Problem {
         s
     }
 
-    /// The CPU spec over this problem's host data.
-    fn cpu_spec<'a>(&self, mask: Option<MaskView<'a>>) -> Spec<'a> {
+    /// The CPU spec over this problem's host data; the forward's output goes where `o_at` says.
+    fn cpu_spec<'a>(&self, mask: Option<MaskView<'a>>, o_at: RowsAt) -> Spec<'a> {
         let (batch, l, s, e, ev) = self.spec;
         Spec {
             batch,
@@ -74,7 +74,67 @@ impl Problem {
             causal: self.causal,
             mask,
             dropout: self.dropout,
+            q_at: self.rows_at(&self.q),
+            k_at: self.rows_at(&self.k),
+            v_at: self.rows_at(&self.v),
+            o_at,
         }
+    }
+
+    /// The storage offset of every batch's first element in the view `lay` (batch dims first).
+    fn batch_offsets(&self, lay: &Layout) -> Vec<usize> {
+        let nb = self.batch_shape.len();
+        (0..self.spec.0)
+            .map(|b| {
+                let (mut rem, mut at) = (b, lay.offset);
+                for d in (0..nb).rev() {
+                    let n = self.batch_shape[d];
+                    at += (rem % n) * lay.strides[d];
+                    rem /= n;
+                }
+                at
+            })
+            .collect()
+    }
+
+    /// Where the rows of the full-shape view `t` (unit-stride rows) sit in its storage.
+    fn rows_at(&self, t: &Tensor) -> RowsAt {
+        let lay = t.layout();
+        RowsAt {
+            offs: self.batch_offsets(lay),
+            rs: lay.strides[self.batch_shape.len()],
+        }
+    }
+
+    /// A new `[batch.., rows, cols]` buffer's layout laid out in `t`'s dim order (outermost in
+    /// memory first, cols innermost): an output shaped like a head-split view `t` (`[N, L, H,
+    /// D]` seen as `[N, H, L, D]`) then merges its heads back without a copy.
+    fn like(&self, t: &Tensor, rows: usize, cols: usize) -> Like {
+        let full = self.full(rows, cols);
+        let nd = full.len();
+        let st = &t.layout().strides;
+        let mut order: Vec<usize> = (0..nd - 1).collect();
+        // Stable: dims of equal stride (size 1, or broadcast) keep their logical order.
+        order.sort_by(|&a, &b| st[b].cmp(&st[a]));
+        order.push(nd - 1);
+        let phys: Vec<usize> = order.iter().map(|&d| full[d]).collect();
+        let packed = Layout::contiguous(&phys);
+        let mut strides = vec![0; nd];
+        let mut inv = vec![0isize; nd];
+        for (i, &d) in order.iter().enumerate() {
+            strides[d] = packed.strides[i];
+            inv[d] = i as isize;
+        }
+        let lay = Layout {
+            shape: full,
+            strides,
+            offset: 0,
+        };
+        let at = RowsAt {
+            offs: self.batch_offsets(&lay),
+            rs: lay.strides[nd - 2],
+        };
+        Like { phys, inv, at }
     }
 
     fn mask_view(&self) -> Result<Option<MaskView<'_>>> {
@@ -84,24 +144,29 @@ impl Problem {
         let data = m.view.host_f32(OP)?;
         let lay = m.view.layout();
         let nb = self.batch_shape.len();
-        let batch = self.spec.0;
-        let mut batch_offsets = Vec::with_capacity(batch);
-        for b in 0..batch {
-            let (mut rem, mut at) = (b, lay.offset);
-            for d in (0..nb).rev() {
-                let n = self.batch_shape[d];
-                at += (rem % n) * lay.strides[d];
-                rem /= n;
-            }
-            batch_offsets.push(at);
-        }
         Ok(Some(MaskView {
             data,
-            batch_offsets,
+            batch_offsets: self.batch_offsets(lay),
             row_stride: lay.strides[nb],
             col_stride: lay.strides[nb + 1],
             replace: m.replace,
         }))
+    }
+}
+
+/// An output buffer's layout from [`Problem::like`]: packed as `phys`, viewed through the
+/// permutation `inv` in the problem's full shape, its rows where `at` says.
+struct Like {
+    phys: Vec<usize>,
+    inv: Vec<isize>,
+    at: RowsAt,
+}
+
+impl Like {
+    /// `data` (laid out as this says) as a tensor of `like`'s device, in the full shape.
+    fn view(&self, like: &Tensor, data: Vec<f32>) -> Result<Tensor> {
+        like.derived(CpuStorage::F32(data), &self.phys)
+            .permute(&self.inv)
     }
 }
 
@@ -277,13 +342,17 @@ fn prepare(call: Call<'_>) -> Result<Option<Problem>> {
             offset,
         }
     });
+    // In the full shape `[batch.., rows, cols]`. The CPU kernels read any view whose rows
+    // are unit-stride in place (a head split, a broadcast); a GPU's read packed buffers.
+    let on_gpu = q.is_gpu();
     let packed = |t: &Tensor, rows: usize, cols: usize| -> Result<Tensor> {
         let mut shape = batch_shape.clone();
         shape.extend([rows, cols]);
-        t.detach()
-            .expand(&shape)?
-            .contiguous()?
-            .reshape(&[batch, rows, cols])
+        let x = t.detach().expand(&shape)?;
+        if !on_gpu && (cols == 1 || x.layout().strides.last() == Some(&1)) {
+            return Ok(x);
+        }
+        x.contiguous()
     };
     let (qp, kp, vp) = crate::no_grad_scope(|| -> Result<_> {
         Ok((packed(q, l, e)?, packed(k, s, e)?, packed(v, s, ev)?))
@@ -329,14 +398,17 @@ fn prepare(call: Call<'_>) -> Result<Option<Problem>> {
 /// `(out [batch.., L, Ev], lse [batch, L])`.
 fn forward(p: &Problem) -> Result<(Tensor, Tensor)> {
     let (batch, l, _, _, ev) = p.spec;
-    let (out, lse) = match p.q.data()? {
+    match p.q.data()? {
         Data::Cpu(_) => {
-            let spec = p.cpu_spec(p.mask_view()?);
-            let (o, lse) = ca::forward(&spec, p.q.cpu_data()?, p.k.cpu_data()?, p.v.cpu_data()?);
-            (
-                p.q.derived(CpuStorage::F32(o), &[batch, l, ev]),
+            // The output in q's dim order (see `Problem::like`).
+            let o_like = p.like(&p.q, l, ev);
+            let spec = p.cpu_spec(p.mask_view()?, o_like.at.clone());
+            let (q, k, v) = (p.q.host_f32(OP)?, p.k.host_f32(OP)?, p.v.host_f32(OP)?);
+            let (o, lse) = ca::forward(&spec, q, k, v);
+            Ok((
+                o_like.view(&p.q, o)?,
                 p.q.derived(CpuStorage::F32(lse), &[batch, l]),
-            )
+            ))
         }
         Data::Gpu(qb) => {
             let params = gpu_params(p)?;
@@ -346,18 +418,17 @@ fn forward(p: &Problem) -> Result<(Tensor, Tensor)> {
                 [operand(&p.q)?, operand(&p.k)?, operand(&p.v)?],
             )?;
             let flat = p.q.derived(buf, &[batch * l * ev + batch * l]);
-            (
-                flat.narrow(0, 0, batch * l * ev)?
-                    .reshape(&[batch, l, ev])?,
+            Ok((
+                flat.narrow(0, 0, batch * l * ev)?.reshape(&p.full(l, ev))?,
                 flat.narrow(0, batch * l * ev, batch * l)?
                     .reshape(&[batch, l])?,
-            )
+            ))
         }
-    };
-    Ok((out.reshape(&p.full(l, ev))?, lse))
+    }
 }
 
-/// Gradients of the recorded inputs (q, k, v, and the float mask when it is one).
+/// Gradients of the recorded inputs (q, k, v, and the float mask when it is one), each in
+/// the full shape.
 fn backward(
     p: &Problem,
     out: &Tensor,
@@ -367,34 +438,42 @@ fn backward(
 ) -> Result<Vec<Option<Tensor>>> {
     let (batch, l, s, e, ev) = p.spec;
     let want_ds = needs.get(3).copied().unwrap_or(false);
-    let g = g.contiguous()?.reshape(&[batch, l, ev])?;
-    // D = rowsum(dO ∘ O), the softmax backward's per-row term.
-    let d = g
-        .mul(&out.reshape(&[batch, l, ev])?)?
-        .sum(-1, false)?
-        .contiguous()?;
+    // D = rowsum(dO ∘ O), the softmax backward's per-row term: `[batch.., L]`, packed.
+    let d = g.mul(out)?.sum(-1, false)?.contiguous()?;
     let (dq, dk, dv, ds) = match p.q.data()? {
         Data::Cpu(_) => {
-            let spec = p.cpu_spec(p.mask_view()?);
+            // The upstream gradient read in place when its rows are unit-stride; the
+            // gradients written in their operands' dim order (see `Problem::like`).
+            let g = if ev == 1 || g.layout().strides.last() == Some(&1) {
+                g.clone()
+            } else {
+                g.contiguous()?
+            };
             let lse_c = lse.contiguous()?;
+            let (dq_l, dk_l, dv_l) = (p.like(&p.q, l, e), p.like(&p.k, s, e), p.like(&p.v, s, ev));
+            let spec = p.cpu_spec(p.mask_view()?, RowsAt::packed(batch, l, ev));
             let saved = cab::Saved {
-                q: p.q.cpu_data()?,
-                k: p.k.cpu_data()?,
-                v: p.v.cpu_data()?,
+                q: p.q.host_f32(OP)?,
+                k: p.k.host_f32(OP)?,
+                v: p.v.host_f32(OP)?,
                 lse: lse_c.cpu_data()?,
-                g: g.cpu_data()?,
+                g: g.host_f32(OP)?,
+                g_at: p.rows_at(&g),
                 d: d.cpu_data()?,
+                dq_at: dq_l.at.clone(),
+                dk_at: dk_l.at.clone(),
+                dv_at: dv_l.at.clone(),
             };
             let r = cab::backward(&spec, &saved, want_ds);
-            let make = |v: Vec<f32>, shape: &[usize]| p.q.derived(CpuStorage::F32(v), shape);
             (
-                make(r.dq, &[batch, l, e]),
-                make(r.dk, &[batch, s, e]),
-                make(r.dv, &[batch, s, ev]),
-                r.ds.map(|v| make(v, &[batch, l, s])),
+                dq_l.view(&p.q, r.dq)?,
+                dk_l.view(&p.q, r.dk)?,
+                dv_l.view(&p.q, r.dv)?,
+                r.ds.map(|v| p.q.derived(CpuStorage::F32(v), &p.full(l, s))),
             )
         }
         Data::Gpu(qb) => {
+            let g = g.contiguous()?;
             let params = gpu_params(p)?;
             let stats = Tensor::cat(&[&lse.reshape(&[batch * l])?, &d.reshape(&[batch * l])?], 0)?;
             let (dq, dkv) = qb.device.attention_backward(
@@ -415,26 +494,23 @@ fn backward(
             let dk_len = batch * s * e;
             let dkv = p.q.derived(dkv, &[dk_len + batch * s * ev]);
             (
-                dq.narrow(0, 0, dq_len)?.reshape(&[batch, l, e])?,
-                dkv.narrow(0, 0, dk_len)?.reshape(&[batch, s, e])?,
+                dq.narrow(0, 0, dq_len)?.reshape(&p.full(l, e))?,
+                dkv.narrow(0, 0, dk_len)?.reshape(&p.full(s, e))?,
                 dkv.narrow(0, dk_len, batch * s * ev)?
-                    .reshape(&[batch, s, ev])?,
+                    .reshape(&p.full(s, ev))?,
                 want_ds
-                    .then(|| dq.narrow(0, dq_len, batch * l * s)?.reshape(&[batch, l, s]))
+                    .then(|| dq.narrow(0, dq_len, batch * l * s)?.reshape(&p.full(l, s)))
                     .transpose()?,
             )
         }
     };
     let mut grads = vec![
-        needs[0].then(|| dq.reshape(&p.full(l, e))).transpose()?,
-        needs[1].then(|| dk.reshape(&p.full(s, e))).transpose()?,
-        needs[2].then(|| dv.reshape(&p.full(s, ev))).transpose()?,
+        needs[0].then_some(dq),
+        needs[1].then_some(dk),
+        needs[2].then_some(dv),
     ];
     if needs.len() > 3 {
-        grads.push(match ds {
-            Some(ds) if want_ds => Some(ds.reshape(&p.full(l, s))?),
-            _ => None,
-        });
+        grads.push(ds.filter(|_| want_ds));
     }
     Ok(grads)
 }
