@@ -8,7 +8,7 @@
 //! written by one task in a fixed order: the same input gives the same bits on every run.
 
 use super::fast_exp::exp_neg;
-use super::matmul::mm;
+use super::matmul::{mm, OutPtr};
 use rayon::prelude::*;
 
 /// Query rows per task.
@@ -75,68 +75,6 @@ impl RowsAt {
     #[inline]
     pub(crate) fn row(&self, b: usize, i: usize) -> usize {
         self.offs[b] + i * self.rs
-    }
-}
-
-/// An output buffer that parallel tasks write in place, each task whole rows of its own (in a
-/// strided layout one task's rows interleave with another's, so no task may hold a slice of
-/// the whole span).
-#[derive(Clone, Copy)]
-pub(crate) struct OutPtr {
-    ptr: *mut f32,
-    len: usize,
-}
-
-// SAFETY: the tasks sharing an `OutPtr` write disjoint elements (each whole rows of its own),
-// and the buffer outlives the parallel loop that shares it.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    pub(crate) fn new(v: &mut [f32]) -> OutPtr {
-        OutPtr {
-            ptr: v.as_mut_ptr(),
-            len: v.len(),
-        }
-    }
-
-    /// The `n` elements from `at`.
-    ///
-    /// # Safety
-    /// No other thread touches these elements while the slice lives, and the buffer outlives
-    /// it.
-    #[inline]
-    pub(crate) unsafe fn slice<'a>(self, at: usize, n: usize) -> &'a mut [f32] {
-        assert!(at + n <= self.len, "attention output row out of bounds");
-        // SAFETY: in bounds (asserted); exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), n) }
-    }
-
-    /// `dst[m × n]` at `at` with row stride `ldd`, as [`mm`](super::matmul::mm) computes it.
-    ///
-    /// # Safety
-    /// No other thread touches the `m × n` block while the call runs.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub(crate) unsafe fn mm(
-        self,
-        (m, n, k): (usize, usize, usize),
-        (at, ldd): (usize, usize),
-        accumulate: bool,
-        beta: f32,
-        a: (&[f32], usize, usize),
-        b: (&[f32], usize, usize),
-    ) {
-        if m == 0 || n == 0 {
-            return;
-        }
-        assert!(
-            at + (m - 1) * ldd + n <= self.len,
-            "attention output block out of bounds"
-        );
-        // SAFETY: the block is in bounds (asserted) and exclusive by the caller's contract.
-        unsafe { super::matmul::mm_raw((m, n, k), self.ptr.add(at), ldd, accumulate, beta, a, b) }
     }
 }
 

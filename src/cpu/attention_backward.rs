@@ -7,9 +7,9 @@
 //! task per block of queries writes `dQ` (and `dS` when the mask needs it), one task per block
 //! of keys writes `dK` and `dV`.
 
-use super::attention::{OutPtr, RowsAt, Spec, BK, BQ};
+use super::attention::{RowsAt, Spec, BK, BQ};
 use super::fast_exp::exp_le0;
-use super::matmul::mm;
+use super::matmul::{mm, OutPtr};
 use rayon::prelude::*;
 
 /// Gradients of one attention: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, each
@@ -277,27 +277,29 @@ impl Pass<'_> {
         // Key blocks some query block has written (the first write overwrites; untouched
         // blocks keep the buffers' zeros).
         let mut touched = vec![false; s.div_ceil(BK)];
-        let mut i0 = 0;
-        while i0 < l {
+        for i0 in (0..l).step_by(BQ) {
             let rows = BQ.min(l - i0);
-            let kend = self.spec.key_end(i0 + rows - 1);
-            let mut j0 = 0;
-            while j0 < kend {
-                let cols = BK.min(kend - j0);
-                let (p, dp) = w.blocks(rows * cols);
-                self.tile(b, (i0, rows), (j0, cols), p, dp);
-                self.keep_ds(b, (i0, rows), (j0, cols), dp);
-                self.add_dq(b, (i0, rows), (j0, cols), dp);
+            self.query_tiles(b, i0, w, |(j0, cols), p, dp| {
                 let acc = std::mem::replace(&mut touched[j0 / BK], true);
                 self.add_dkv(b, (i0, rows), (j0, cols), (p, dp), acc);
-                j0 += cols;
-            }
-            i0 += rows;
+            });
         }
     }
 
     /// The dQ rows `i0..` of batch `b` (and their dS rows), over every key block they attend.
     fn dq_block(&self, b: usize, i0: usize, w: &mut Work) {
+        self.query_tiles(b, i0, w, |_, _, _| {});
+    }
+
+    /// Every tile of query rows `i0..` of batch `b`, key blocks in order: its dS kept, its dQ
+    /// added, then `then((j0, cols), p, dp)`.
+    fn query_tiles(
+        &self,
+        b: usize,
+        i0: usize,
+        w: &mut Work,
+        mut then: impl FnMut((usize, usize), &[f32], &[f32]),
+    ) {
         let rows = BQ.min(self.spec.l - i0);
         let kend = self.spec.key_end(i0 + rows - 1);
         let mut j0 = 0;
@@ -307,6 +309,7 @@ impl Pass<'_> {
             self.tile(b, (i0, rows), (j0, cols), p, dp);
             self.keep_ds(b, (i0, rows), (j0, cols), dp);
             self.add_dq(b, (i0, rows), (j0, cols), dp);
+            then((j0, cols), p, dp);
             j0 += cols;
         }
     }

@@ -233,7 +233,7 @@ impl Mat {
             let parts = n.div_ceil(cols);
             // Column parts of a row-major `c` interleave, so they are written through a
             // pointer: part `i` stores only columns `i * cols..` of each row.
-            let base = SendPtr(c.as_mut_ptr().cast::<f32>());
+            let base = OutPtr::uninit(c);
             (0..parts).into_par_iter().for_each(|i| {
                 let (c0, nc) = (i * cols, cols.min(n - i * cols));
                 // SAFETY: as in `run` (`c` holds m * n elements; `b`'s bound covers every
@@ -242,7 +242,7 @@ impl Mat {
                 unsafe {
                     self.gemm(
                         (m, nc),
-                        base.get().add(c0),
+                        base.at(c0),
                         a.as_ptr().add(p),
                         b.as_ptr().add(q + c0 * self.b_cs),
                     )
@@ -252,27 +252,127 @@ impl Mat {
     }
 }
 
-/// A raw output pointer shared by the column parts of [`Mat::run_split`].
+/// An output buffer that parallel tasks write in place, each task elements of its own: the
+/// column parts of [`Mat::run_split`], and the fused attention's tasks, whose rows interleave
+/// with other tasks' rows in a strided layout (so no task may hold a slice of the whole span).
 #[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: the parts write disjoint elements through it (see `run_split`).
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
+pub(crate) struct OutPtr {
+    ptr: *mut f32,
+    len: usize,
+}
 
-impl SendPtr {
-    fn get(self) -> *mut f32 {
-        self.0
+// SAFETY: the tasks sharing an `OutPtr` write disjoint elements, and the buffer outlives the
+// parallel loop that shares it (the contracts of `slice`, `mm` and `run_split`).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    pub(crate) fn new(v: &mut [f32]) -> OutPtr {
+        OutPtr {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+        }
+    }
+
+    fn uninit(v: &mut [MaybeUninit<f32>]) -> OutPtr {
+        OutPtr {
+            ptr: v.as_mut_ptr().cast::<f32>(),
+            len: v.len(),
+        }
+    }
+
+    /// The address of element `at` (`at <= len`).
+    fn at(self, at: usize) -> *mut f32 {
+        assert!(at <= self.len);
+        // SAFETY: in bounds or one past the end (asserted).
+        unsafe { self.ptr.add(at) }
+    }
+
+    /// The `n` elements from `at`.
+    ///
+    /// # Safety
+    /// No other thread touches these elements while the slice lives, and the buffer outlives
+    /// it.
+    #[inline]
+    pub(crate) unsafe fn slice<'a>(self, at: usize, n: usize) -> &'a mut [f32] {
+        assert!(at + n <= self.len, "output row out of bounds");
+        // SAFETY: in bounds (asserted); exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), n) }
+    }
+
+    /// The block `dst[m × n]` from element `at`, row stride `ldd`, `:= (accumulate ? dst :
+    /// 0) + beta · A · B`, with A `m × k` read at strides `(a_rs, a_cs)` and B `k × n` at
+    /// `(b_rs, b_cs)`; single-threaded (the caller runs tasks in parallel).
+    ///
+    /// # Safety
+    /// No other thread touches the block while the call runs.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) unsafe fn mm(
+        self,
+        (m, n, k): (usize, usize, usize),
+        (at, ldd): (usize, usize),
+        accumulate: bool,
+        beta: f32,
+        (a, a_rs, a_cs): (&[f32], usize, usize),
+        (b, b_rs, b_cs): (&[f32], usize, usize),
+    ) {
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(
+            at + (m - 1) * ldd + n <= self.len,
+            "output block out of bounds"
+        );
+        let dst = self.at(at);
+        if k == 0 {
+            if !accumulate {
+                for r in 0..m {
+                    // SAFETY: row `r` of the block is in bounds (asserted) and the caller's.
+                    unsafe { std::slice::from_raw_parts_mut(dst.add(r * ldd), n).fill(0.0) };
+                }
+            }
+            return;
+        }
+        // The bounds of every index gemm reads (internal invariants of the callers' blocking).
+        assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len());
+        assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len());
+        // SAFETY: the asserts above bound every element gemm reads or writes; the block is the
+        // caller's alone and aliases neither operand. With `accumulate = false` gemm never
+        // reads dst.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst,
+                1,
+                ldd as isize,
+                accumulate,
+                a.as_ptr(),
+                a_cs as isize,
+                a_rs as isize,
+                b.as_ptr(),
+                b_cs as isize,
+                b_rs as isize,
+                1.0,
+                beta,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
     }
 }
 
-/// `dst[m × n]` (row stride `ldd`) `= (accumulate ? dst : 0) + beta · A · B`, with A `m × k`
-/// read at strides `(a_rs, a_cs)` and B `k × n` at `(b_rs, b_cs)`; single-threaded (the caller
-/// runs tasks in parallel): the tile product of the fused attention and of convolution.
+/// `dst[m × n]` (row stride `ldd`) `= (accumulate ? dst : 0) + beta · A · B` ([`OutPtr::mm`]
+/// on a borrowed buffer): the tile product of the fused attention and of convolution.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn mm(
-    (m, n, k): (usize, usize, usize),
+    dims: (usize, usize, usize),
     dst: &mut [f32],
     ldd: usize,
     accumulate: bool,
@@ -280,69 +380,6 @@ pub(crate) fn mm(
     a: (&[f32], usize, usize),
     b: (&[f32], usize, usize),
 ) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!((m - 1) * ldd + n <= dst.len());
-    // SAFETY: the block is inside `dst` (asserted), which is exclusively borrowed.
-    unsafe { mm_raw((m, n, k), dst.as_mut_ptr(), ldd, accumulate, beta, a, b) }
-}
-
-/// [`mm`] into a raw destination (the attention's outputs, whose blocks interleave with other
-/// tasks' blocks in a strided layout).
-///
-/// # Safety
-/// Every `dst + i * ldd + j` (`i < m`, `j < n`) is valid to write (and to read when
-/// `accumulate`), touched by no other thread during the call, and aliases neither operand.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(crate) unsafe fn mm_raw(
-    (m, n, k): (usize, usize, usize),
-    dst: *mut f32,
-    ldd: usize,
-    accumulate: bool,
-    beta: f32,
-    (a, a_rs, a_cs): (&[f32], usize, usize),
-    (b, b_rs, b_cs): (&[f32], usize, usize),
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                // SAFETY: row `r`'s `n` elements are the caller's to write.
-                unsafe { std::slice::from_raw_parts_mut(dst.add(r * ldd), n).fill(0.0) };
-            }
-        }
-        return;
-    }
-    // The bounds of every index gemm reads (internal invariants of the callers' blocking).
-    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len());
-    assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len());
-    // SAFETY: the asserts above bound every element gemm reads; the caller vouches for `dst`.
-    // With `accumulate = false` gemm never reads dst.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            1,
-            ldd as isize,
-            accumulate,
-            a.as_ptr(),
-            a_cs as isize,
-            a_rs as isize,
-            b.as_ptr(),
-            b_cs as isize,
-            b_rs as isize,
-            1.0,
-            beta,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
+    // SAFETY: `dst` is exclusively borrowed: no other thread touches it.
+    unsafe { OutPtr::new(dst).mm(dims, (0, ldd), accumulate, beta, a, b) }
 }
