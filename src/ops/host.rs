@@ -6,6 +6,13 @@
 /// `shaders/common.wgsl`, so exact GELU agrees across devices to float rounding.
 #[inline(always)]
 pub(crate) fn erf(x: f32) -> f32 {
+    erf_and_gauss(x).0
+}
+
+/// `(erf(x), e^(-x²))`: erf's own Gaussian factor, which GELU's slope reuses as `φ` instead of
+/// computing a second `exp`.
+#[inline(always)]
+fn erf_and_gauss(x: f32) -> (f32, f32) {
     let s = x.signum();
     let a = x.abs();
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
@@ -13,17 +20,20 @@ pub(crate) fn erf(x: f32) -> f32 {
         * (0.254_829_6
             + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
     // `exp_neg`, not libm's `exp`: no call per element, so GELU's loop vectorises.
-    s * (1.0 - poly * exp_neg(-a * a))
+    let gauss = exp_neg(-a * a);
+    (s * (1.0 - poly * gauss), gauss)
 }
 
 /// GELU's slope `d/dx x Φ(x) = Φ(x) + x φ(x)`, with `Φ` from the forward's own `erf` and
-/// `φ(x) = e^(-x²/2) / √(2π)` through `exp_neg` (its argument is never positive), so a loop of
-/// it vectorises. The CPU's one-pass GELU backward.
+/// `φ(x) = e^(-x²/2) / √(2π)` the Gaussian factor erf computed on the way (`e^(-z²)` at
+/// `z = x / √2`), so one `exp` serves both terms and a loop of it vectorises. The CPU's
+/// one-pass GELU backward.
 #[inline(always)]
 pub(crate) fn gelu_slope(x: f32) -> f32 {
     const INV_SQRT_2PI: f32 = 0.398_942_3;
-    let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-    cdf + x * (exp_neg(-0.5 * x * x) * INV_SQRT_2PI)
+    let (erf, gauss) = erf_and_gauss(x * std::f32::consts::FRAC_1_SQRT_2);
+    let cdf = 0.5 * (1.0 + erf);
+    cdf + x * (gauss * INV_SQRT_2PI)
 }
 
 /// `exp(x)` for `x <= 0` (softmax's `x - max`), within 2 ulp of `f32::exp` (Cephes `expf`:
