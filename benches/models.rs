@@ -20,7 +20,7 @@
 //! CPU, 5 on a GPU; a round ends when the device has finished and one element of the result
 //! has been read back, as `scripts/torch_peers.py` does for PyTorch, which prints the same row
 //! names. `cargo bench --bench models [-- FILTER]` runs the rows whose `row/device` name contains
-//! FILTER.
+//! FILTER; `WGTENSOR_BENCH_ROUNDS=N` times N rounds instead (for a profiler, or steadier medians).
 
 use std::time::Instant;
 use wgtensor::nn::{
@@ -54,6 +54,12 @@ fn time(row: &str, dev: &Device, filter: &str, mut round: impl FnMut() -> Result
         return;
     }
     let (warm, n) = if dev.is_cpu() { (3, 9) } else { (2, 5) };
+    // More timed rounds on request (a profiler wants a longer run; medians steady with more).
+    let n = std::env::var("WGTENSOR_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&r: &usize| r > 0)
+        .unwrap_or(n);
     let mut ms = Vec::with_capacity(n);
     for i in 0..warm + n {
         let t0 = Instant::now();
