@@ -270,6 +270,61 @@ fn the_fused_path_is_deterministic() {
     }
 }
 
+/// On the CPU a causal tile skips the exps past the causal end; an explicit causal mask takes
+/// the full rows. Both give the same bits, forward and every gradient, NaN included (a NaN
+/// key reaches the gradients of the rows that attend it): L past one 64-key tile and not a
+/// multiple of 8 lanes, L != S both ways.
+#[test]
+fn causal_skip_has_the_bits_of_an_explicit_causal_mask_on_the_cpu() {
+    let cpu = Device::cpu();
+    for (l, s, e) in [(70usize, 70usize, 16usize), (9, 13, 4), (13, 9, 4)] {
+        let mut kv = data(s * e, 22, 1.0);
+        kv[5 * e] = f32::NAN;
+        let grads = |causal: bool| {
+            let leaf = |v: Vec<f32>, n: usize| {
+                Tensor::from_vec(v, &[2, n, e], &cpu)
+                    .unwrap()
+                    .requires_grad_(true)
+            };
+            let q = leaf(data(2 * l * e, 21, 1.0), l);
+            let k = leaf([kv.clone(), data(s * e, 23, 1.0)].concat(), s);
+            let v = leaf(data(2 * s * e, 24, 1.0), s);
+            // Row i attends keys 0..=i (top-left aligned, as `is_causal`).
+            let keep: Vec<u8> = (0..l * s).map(|x| u8::from(x % s <= x / s)).collect();
+            let mask = Tensor::from_vec(keep, &[l, s], &cpu).unwrap();
+            force_attention(Some("fused"));
+            let o = if causal {
+                Tensor::scaled_dot_product_attention(&q, &k, &v, None, true, 0.0, None)
+            } else {
+                Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&mask), false, 0.0, None)
+            }
+            .unwrap();
+            let g = Tensor::from_vec(data(o.numel(), 25, 1.0), o.shape(), &cpu).unwrap();
+            o.backward_with(&g).unwrap();
+            force_attention(None);
+            let bits = |t: &Tensor| -> Vec<u32> { values(t).iter().map(|x| x.to_bits()).collect() };
+            vec![
+                bits(&o),
+                bits(&q.grad().unwrap()),
+                bits(&k.grad().unwrap()),
+                bits(&v.grad().unwrap()),
+            ]
+        };
+        let (skip, masked) = (grads(true), grads(false));
+        assert!(
+            values_have_nan(&skip[0]),
+            "{l}x{s}: the NaN key reaches the output"
+        );
+        for (i, (a, b)) in skip.iter().zip(&masked).enumerate() {
+            assert_eq!(a, b, "{l}x{s}x{e}: tensor {i} (out, dq, dk, dv)");
+        }
+    }
+}
+
+fn values_have_nan(bits: &[u32]) -> bool {
+    bits.iter().any(|b| f32::from_bits(*b).is_nan())
+}
+
 /// Peak memory of a causal forward + backward over `l` positions (64 dims, 1 head).
 fn peak(d: &Device, l: usize) -> u64 {
     let q = Tensor::from_vec(data(l * 64, 1, 1.0), &[1, l, 64], d)

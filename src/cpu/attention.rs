@@ -228,6 +228,12 @@ fn block(
             let i = i0 + r;
             let row = &mut st[r * cols..(r + 1) * cols];
             sc.bad[r] |= spec.finish_scores(b, i, j0, row);
+            // Past the causal end the scores are -inf: their exps are 0. Whole 8-lane chunks of
+            // them are skipped (their max is -inf and their sums add +0 to every lane, so the
+            // bits are those of the full row); a causal tile on the diagonal does half the exps.
+            let live = (spec.key_end(i).saturating_sub(j0).div_ceil(8) * 8).min(cols);
+            let (row, dead) = row.split_at_mut(live);
+            dead.fill(0.0);
             let mx = row_max(row);
             let m_new = sc.m[r].max(mx);
             if m_new == f32::NEG_INFINITY {

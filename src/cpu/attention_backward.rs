@@ -147,9 +147,19 @@ fn scores_grad_rows(
         // exp_le0 propagates a NaN lse or score into the gradients, as the composed backward does.
         match &spec.dropout {
             None => {
+                // Past the causal end every score is -inf: one exp serves them all (0, or NaN
+                // for a NaN lse), so a diagonal tile does half the exps, with the same bits.
+                let live = spec.key_end(i).saturating_sub(j0).min(cols);
+                let (row, dead) = row.split_at_mut(live);
+                let (drow, ddead) = drow.split_at_mut(live);
                 for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
                     *x = exp_le0(*x - lse);
                     *g = *x * (*g - d);
+                }
+                let p_dead = exp_le0(f32::NEG_INFINITY - lse);
+                for (x, g) in dead.iter_mut().zip(ddead.iter_mut()) {
+                    *x = p_dead;
+                    *g = p_dead * (*g - d);
                 }
             }
             Some(dr) => {
