@@ -582,3 +582,62 @@ fn linear_weight_gradient_is_packed_with_the_bits_of_x_t_dy() -> Result<()> {
     }
     Ok(())
 }
+
+/// `x.linear(w, b)` (one pass on the CPU: the bias goes into the product's output before the
+/// gemm kernel adds its sums) has the bits of `x.matmul(w.t()).add(b)`, forward and every
+/// gradient, on every device: through gemm's microkernel (K up to 512), its term-by-term paths
+/// (K <= 2, one output column, tiny outputs), the one-row kernel, K past one depth block,
+/// a batch of rows, empty products and NaN.
+#[test]
+fn linear_has_the_bits_of_matmul_then_add() -> Result<()> {
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.to_vec::<f32>()?
+            .iter()
+            .map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() })
+            .collect())
+    };
+    for d in devices() {
+        for (lead, k, n) in [
+            (vec![256usize], 64usize, 192usize),
+            (vec![4, 16], 64, 65),
+            (vec![300], 513, 65),
+            (vec![7], 5, 3),
+            (vec![5], 2, 7),
+            (vec![40], 64, 1),
+            (vec![1], 9, 4),
+            (vec![0], 4, 3),
+            (vec![3], 0, 2),
+        ] {
+            let m: usize = lead.iter().product();
+            let mut xs = data(m * k, 3, 1.0);
+            if let Some(v) = xs.get_mut(k + 1) {
+                *v = f32::NAN;
+            }
+            let shape = [lead.clone(), vec![k]].concat();
+            let run = |fused: bool| -> Result<Vec<Vec<u32>>> {
+                let x = Tensor::from_vec(xs.clone(), &shape, &d)?.requires_grad_(true);
+                let w = Tensor::from_vec(data(n * k, 5, 0.1), &[n, k], &d)?.requires_grad_(true);
+                let b = Tensor::from_vec(data(n, 7, 1.0), &[n], &d)?.requires_grad_(true);
+                let y = if fused {
+                    x.linear(&w, Some(&b))?
+                } else {
+                    x.matmul(&w.t()?)?.add(&b)?
+                };
+                let g = Tensor::from_vec(data(y.numel(), 9, 1.0), y.shape(), &d)?;
+                y.backward_with(&g)?;
+                let grad = |t: &Tensor| t.grad().expect("a gradient");
+                Ok(vec![
+                    bits(&y)?,
+                    bits(&grad(&x))?,
+                    bits(&grad(&w))?,
+                    bits(&grad(&b))?,
+                ])
+            };
+            let (fused, composed) = (run(true)?, run(false)?);
+            for (i, (a, b)) in fused.iter().zip(&composed).enumerate() {
+                assert_eq!(a, b, "{d} {lead:?}x{k}x{n}: tensor {i} (y, dx, dw, db)");
+            }
+        }
+    }
+    Ok(())
+}

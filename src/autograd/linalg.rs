@@ -10,6 +10,34 @@ use crate::{Result, Tensor};
 pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Tensor {
     let (a2, b2) = (a.clone(), b.clone());
     record("matmul", out, &[a, b], move |g, needs| {
+        matmul_grads(&a2, &b2, g, needs)
+    })
+}
+
+/// Records `out = a.matmul(b) + bias` (a linear layer's one-pass product, `Tensor::linear`):
+/// matmul's gradients for `a` and `b`, and for the bias the output gradient summed to its
+/// shape, as the add's backward would.
+pub(crate) fn matmul_bias(a: &Tensor, b: &Tensor, bias: &Tensor, out: Tensor) -> Tensor {
+    let (a2, b2, shape) = (a.clone(), b.clone(), bias.shape().to_vec());
+    record("linear", out, &[a, b, bias], move |g, needs| {
+        let mut grads = matmul_grads(&a2, &b2, g, &needs[..2])?;
+        grads.push(if needs[2] {
+            Some(sum_to(g.clone(), &shape)?)
+        } else {
+            None
+        });
+        Ok(grads)
+    })
+}
+
+/// matmul's input gradients (`needs` says which are wanted).
+fn matmul_grads(
+    a2: &Tensor,
+    b2: &Tensor,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    {
         let a_vec = a2.ndim() == 1;
         let b_vec = b2.ndim() == 1;
         let a = if a_vec { a2.unsqueeze(0)? } else { a2.clone() };
@@ -47,7 +75,7 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, out: Tensor) -> Tensor {
             None
         };
         Ok(vec![ga, gb])
-    })
+    }
 }
 
 /// `Aᵀ G` for a 2-D rhs `b`. On a GPU, when `b` is a transposed view (a linear layer's

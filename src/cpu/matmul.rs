@@ -20,6 +20,19 @@ const SMALL_PRODUCT: usize = 64 * 64 * 64;
 /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b` (`[..batch, K, N]`,
 /// same batch dims), packed row-major as `[..batch, M, N]`.
 pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<Vec<f32>> {
+    matmul_bias(a, la, b, lb, None)
+}
+
+/// [`matmul`] plus a bias row (`N` values) added to every output row: a linear layer's
+/// `x · Wᵀ + b` in one pass over the output, with the bits of the product followed by the add
+/// (see [`Mat::gemm`]).
+pub(crate) fn matmul_bias(
+    a: &[f32],
+    la: &Layout,
+    b: &[f32],
+    lb: &Layout,
+    bias: Option<&[f32]>,
+) -> Result<Vec<f32>> {
     let nd = la.shape.len();
     let (m, k, n) = (la.shape[nd - 2], la.shape[nd - 1], lb.shape[nd - 1]);
     let batch_shape = &la.shape[..nd - 2];
@@ -28,8 +41,11 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<V
     // A huge output is an out-of-memory error, not an abort.
     let mut out = try_vec::<f32>("matmul", total)?;
     if total == 0 || k == 0 {
-        // An empty sum is 0.
+        // An empty sum is 0 (plus the bias, added as the op would).
         out.resize(total, 0.0);
+        if let Some(bias) = bias {
+            add_rows(&mut out, bias);
+        }
         return Ok(out);
     }
     // Storage index of each batch's first element of A and B.
@@ -50,6 +66,7 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<V
         a_ks: la.strides[nd - 1],
         b_ks: lb.strides[nd - 2],
         b_cs: lb.strides[nd - 1],
+        bias,
     };
     // One activation row against a weight with contiguous rows (`x · Wᵀ`, a decode step):
     // the row-parallel kernel, several times faster than gemm's matrix-vector case.
@@ -57,6 +74,9 @@ pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<V
         let (p, q) = starts[0];
         out.resize(n, 0.0);
         super::matvec::matvec_t(&a[p..p + k], b, q, n, mat.b_cs, &mut out);
+        if let Some(bias) = bias {
+            add_rows(&mut out, bias);
+        }
         return Ok(out);
     }
     // gemm writes every output element without reading it, so the output is not zeroed
@@ -106,9 +126,19 @@ fn rows_fold(l: &Layout) -> bool {
     true
 }
 
-/// One product's sizes and strides (in elements).
+/// `rows[i][j] += bias[j]` for the packed rows of `out` (`bias.len()` wide): the add op's
+/// `x + b`, operands in its order.
+fn add_rows(out: &mut [f32], bias: &[f32]) {
+    for row in out.chunks_exact_mut(bias.len().max(1)) {
+        for (x, &b) in row.iter_mut().zip(bias) {
+            *x += b;
+        }
+    }
+}
+
+/// One product's sizes and strides (in elements), and the bias row added to its output.
 #[derive(Clone, Copy)]
-struct Mat {
+struct Mat<'a> {
     m: usize,
     k: usize,
     n: usize,
@@ -116,9 +146,10 @@ struct Mat {
     a_ks: usize,
     b_ks: usize,
     b_cs: usize,
+    bias: Option<&'a [f32]>,
 }
 
-impl Mat {
+impl Mat<'_> {
     /// `c = A · B` with A's element (0, 0) at `a[p]` and B's at `b[q]`; `c` is packed `M × N`
     /// and fully written (its previous contents are never read).
     fn run(
@@ -138,6 +169,7 @@ impl Mat {
             a_ks,
             b_ks,
             b_cs,
+            ..
         } = self;
         // Every index gemm forms is in bounds: the views were validated against their storage
         // when they were made, so p + (m-1)*a_rs + (k-1)*a_ks < a.len() (likewise for b), and c
@@ -157,6 +189,7 @@ impl Mat {
         unsafe {
             self.gemm(
                 (m, n),
+                0,
                 c.as_mut_ptr().cast::<f32>(),
                 a.as_ptr().add(p),
                 b.as_ptr().add(q),
@@ -173,8 +206,31 @@ impl Mat {
     /// thread during the call, and `dst` does not alias `a` or `b`. With `read_dst = false`
     /// gemm computes `dst := 1.0 · lhs · rhs` and only stores to dst (it zeroes alpha and takes
     /// its write-only paths), so `dst` may be uninitialised.
-    unsafe fn gemm(&self, (m, n): (usize, usize), dst: *mut f32, a: *const f32, b: *const f32) {
-        // SAFETY: the caller's contract.
+    ///
+    /// With a bias, output column `j` (of the whole product: this call's columns start at `c0`)
+    /// gets `bias[c0 + j]` added. Where gemm computes each element's whole sum in registers
+    /// and then `dst + 1.0 · sum` with one rounding (its microkernel, one depth block: K up to
+    /// 512, gemm's smallest block) the rows are filled with the bias first and gemm reads them
+    /// back: one pass over the output instead of two, the same bits as the product followed
+    /// by the add. Its other paths (K <= 2, a single row or column, tiny outputs) accumulate
+    /// into `dst` term by term, so there the bias is added afterwards.
+    unsafe fn gemm(
+        &self,
+        (m, n): (usize, usize),
+        c0: usize,
+        dst: *mut f32,
+        a: *const f32,
+        b: *const f32,
+    ) {
+        let bias = self.bias.map(|v| &v[c0..c0 + n]);
+        let fused = bias.is_some() && self.k > 2 && self.k <= 512 && m > 1 && n > 1 && m * n > 256;
+        if let (Some(bias), true) = (bias, fused) {
+            for r in 0..m {
+                // SAFETY: row `r` of this call's block is the caller's (contract above).
+                unsafe { std::ptr::copy_nonoverlapping(bias.as_ptr(), dst.add(r * self.n), n) };
+            }
+        }
+        // SAFETY: the caller's contract; with `fused` every element gemm reads was written above.
         unsafe {
             gemm::gemm(
                 m,
@@ -183,20 +239,29 @@ impl Mat {
                 dst,
                 1,
                 self.n as isize,
-                false,
+                fused,
                 a,
                 self.a_ks as isize,
                 self.a_rs as isize,
                 b,
                 self.b_cs as isize,
                 self.b_ks as isize,
-                0.0,
+                if fused { 1.0 } else { 0.0 },
                 1.0,
                 false,
                 false,
                 false,
                 gemm::Parallelism::None,
             );
+        }
+        if let (Some(bias), false) = (bias, fused) {
+            for r in 0..m {
+                // SAFETY: as above; gemm wrote the whole block.
+                let row = unsafe { std::slice::from_raw_parts_mut(dst.add(r * self.n), n) };
+                for (x, &v) in row.iter_mut().zip(bias) {
+                    *x += v;
+                }
+            }
         }
     }
 
@@ -246,6 +311,7 @@ impl Mat {
                 unsafe {
                     self.gemm(
                         (m, nc),
+                        c0,
                         base.at(c0),
                         a.as_ptr().add(p),
                         b.as_ptr().add(q + c0 * self.b_cs),

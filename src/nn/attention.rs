@@ -118,12 +118,8 @@ impl MultiheadAttention {
         let e = w.shape()[1];
         let b = self.in_proj_bias();
         let proj = |x: &Tensor, i: usize| -> Result<Tensor> {
-            let wi = w.narrow(0, i * e, e)?;
-            let y = x.matmul(&wi.t()?)?;
-            match &b {
-                Some(b) => y.add(&b.narrow(0, i * e, e)?),
-                None => Ok(y),
-            }
+            let bi = b.as_ref().map(|b| b.narrow(0, i * e, e)).transpose()?;
+            x.linear(&w.narrow(0, i * e, e)?, bi.as_ref())
         };
         // Three projections with row blocks of the packed weight, also for self-attention:
         // splitting one [.., 3E] product instead would make backward assemble a [.., 3E]

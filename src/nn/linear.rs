@@ -166,11 +166,8 @@ impl Module for Linear {
         // are cast (differentiably) for an f16 input, so the forward runs in f16 while the
         // gradients land on the f32 parameters, as under PyTorch's autocast.
         let w = follow_dtype(&self.weight, x)?;
-        let y = x.matmul(&w.t()?)?;
-        match &self.bias {
-            Some(b) => y.add(&follow_dtype(b, x)?),
-            None => Ok(y),
-        }
+        let b = self.bias.as_ref().map(|b| follow_dtype(b, x)).transpose()?;
+        x.linear(&w, b.as_ref())
     }
 
     super::weight_and_bias_parameters!();

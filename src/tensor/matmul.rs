@@ -163,6 +163,70 @@ impl Tensor {
         Ok(crate::autograd::linalg::matmul(self, rhs, out))
     }
 
+    /// A linear layer's `self · weightᵀ + bias` (PyTorch's `F.linear`), `weight` shaped
+    /// `[out_features, in_features]` and `bias` `[out_features]`. The values and gradients are
+    /// those of `self.matmul(&weight.t()?)?.add(bias)`, bit for bit; on the CPU the bias is
+    /// added inside the product's own pass over the output instead of a second pass.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Tensor};
+    /// let d = Device::best();
+    /// let x = Tensor::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[2, 2], &d)?;
+    /// let w = Tensor::from_vec(vec![1f32, 0.0, 1.0, 1.0, 0.0, 2.0], &[3, 2], &d)?;
+    /// let b = Tensor::from_vec(vec![0.5f32, 0.0, -1.0], &[3], &d)?;
+    /// let y = x.linear(&w, Some(&b))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 3.0, 3.0, 3.5, 7.0, 7.0]);
+    /// assert_eq!(x.linear(&w, None)?.shape(), &[2, 3]);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Tensor::matmul`] and [`Tensor::add`]: [`Error::ShapeMismatch`] when `weight` is not
+    /// 2-D with `in_features` columns or `bias` does not broadcast; device and dtype mismatches.
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        if weight.ndim() != 2 {
+            return Err(Error::ShapeMismatch {
+                op: "linear",
+                lhs: self.shape().to_vec(),
+                rhs: weight.shape().to_vec(),
+            });
+        }
+        let wt = weight.t()?;
+        let Some(bias) = bias else {
+            return self.matmul(&wt);
+        };
+        if let Some(out) = self.cpu_matmul_bias(&wt, bias)? {
+            return Ok(crate::autograd::linalg::matmul_bias(self, &wt, bias, out));
+        }
+        self.matmul(&wt)?.add(bias)
+    }
+
+    /// `self · wt + bias` in one CPU pass, when every operand is f32 CPU data of at least 2-D
+    /// `self`, and `bias` a packed row of `wt`'s columns; `None` otherwise (the caller then
+    /// runs the product and the add).
+    fn cpu_matmul_bias(&self, wt: &Tensor, bias: &Tensor) -> Result<Option<Tensor>> {
+        let op = "linear";
+        let n = wt.shape()[1];
+        let cpu_f32 = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
+        if !(cpu_f32(self) && cpu_f32(wt) && cpu_f32(bias))
+            || self.ndim() < 2
+            || bias.shape() != [n]
+            || !bias.is_contiguous()
+        {
+            return Ok(None);
+        }
+        self.check_pair(op, wt)?;
+        let p = plan(self, wt)?;
+        let at = bias.layout().offset;
+        let b = &bias.host_f32(op)?[at..at + n];
+        let out =
+            cpu::matmul::matmul_bias(self.host_f32(op)?, &p.la, wt.host_f32(op)?, &p.lb, Some(b))?;
+        Ok(Some(self.derived(
+            Storage::from(CpuStorage::F32(out)),
+            &p.out_shape,
+        )))
+    }
+
     /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
     /// wgtensor's benchmarks and tests: `naive`, `register`, `register_vec4` (aligned operands
     /// only) or `tiled`. The CPU has one kernel and ignores the name once it is validated.
