@@ -37,45 +37,43 @@ fn matmul_grads(
     g: &Tensor,
     needs: &[bool],
 ) -> Result<Vec<Option<Tensor>>> {
-    {
-        let a_vec = a2.ndim() == 1;
-        let b_vec = b2.ndim() == 1;
-        let a = if a_vec { a2.unsqueeze(0)? } else { a2.clone() };
-        let b = if b_vec { b2.unsqueeze(-1)? } else { b2.clone() };
-        // The output gradient with the dims matmul dropped for 1-D operands put back.
-        let mut g = g.clone();
-        if a_vec {
-            g = g.unsqueeze(if b_vec { 0 } else { -2 })?;
-        }
-        if b_vec {
-            g = g.unsqueeze(-1)?;
-        }
-        let ga = if needs[0] {
-            let d = g.matmul(&b.transpose(-2, -1)?)?;
-            Some(reduce_batch(d, a.shape())?.reshape(a2.shape())?)
-        } else {
-            None
-        };
-        let gb = if needs[1] && b.ndim() == 2 && a.ndim() > 2 && a.shape()[a.ndim() - 1] > 0 {
-            // One matrix shared by a batch (a linear layer's weight): Aᵀ G over the batch
-            // read as more rows, one product with the batch summed inside it, instead of a
-            // `[..batch, K, N]` stack of products reduced afterwards.
-            let k = a.shape()[a.ndim() - 1];
-            let n = g.shape()[g.ndim() - 1];
-            let rows = a.numel() / k.max(1);
-            let a_rows = a.reshape(&[rows, k])?;
-            let g_rows = g.reshape(&[rows, n])?;
-            Some(same_shape(weight_grad(&b, &a_rows, &g_rows)?, b2.shape())?)
-        } else if needs[1] && b.ndim() == 2 && a.ndim() == 2 {
-            Some(same_shape(weight_grad(&b, &a, &g)?, b2.shape())?)
-        } else if needs[1] {
-            let d = a.transpose(-2, -1)?.matmul(&g)?;
-            Some(reduce_batch(d, b.shape())?.reshape(b2.shape())?)
-        } else {
-            None
-        };
-        Ok(vec![ga, gb])
+    let a_vec = a2.ndim() == 1;
+    let b_vec = b2.ndim() == 1;
+    let a = if a_vec { a2.unsqueeze(0)? } else { a2.clone() };
+    let b = if b_vec { b2.unsqueeze(-1)? } else { b2.clone() };
+    // The output gradient with the dims matmul dropped for 1-D operands put back.
+    let mut g = g.clone();
+    if a_vec {
+        g = g.unsqueeze(if b_vec { 0 } else { -2 })?;
     }
+    if b_vec {
+        g = g.unsqueeze(-1)?;
+    }
+    let ga = if needs[0] {
+        let d = g.matmul(&b.transpose(-2, -1)?)?;
+        Some(reduce_batch(d, a.shape())?.reshape(a2.shape())?)
+    } else {
+        None
+    };
+    let gb = if needs[1] && b.ndim() == 2 && a.ndim() > 2 && a.shape()[a.ndim() - 1] > 0 {
+        // One matrix shared by a batch (a linear layer's weight): Aᵀ G over the batch
+        // read as more rows, one product with the batch summed inside it, instead of a
+        // `[..batch, K, N]` stack of products reduced afterwards.
+        let k = a.shape()[a.ndim() - 1];
+        let n = g.shape()[g.ndim() - 1];
+        let rows = a.numel() / k.max(1);
+        let a_rows = a.reshape(&[rows, k])?;
+        let g_rows = g.reshape(&[rows, n])?;
+        Some(same_shape(weight_grad(&b, &a_rows, &g_rows)?, b2.shape())?)
+    } else if needs[1] && b.ndim() == 2 && a.ndim() == 2 {
+        Some(same_shape(weight_grad(&b, &a, &g)?, b2.shape())?)
+    } else if needs[1] {
+        let d = a.transpose(-2, -1)?.matmul(&g)?;
+        Some(reduce_batch(d, b.shape())?.reshape(b2.shape())?)
+    } else {
+        None
+    };
+    Ok(vec![ga, gb])
 }
 
 /// `Aᵀ G` for a 2-D rhs `b`. On a GPU, when `b` is a transposed view (a linear layer's

@@ -126,13 +126,18 @@ fn rows_fold(l: &Layout) -> bool {
     true
 }
 
-/// `rows[i][j] += bias[j]` for the packed rows of `out` (`bias.len()` wide): the add op's
-/// `x + b`, operands in its order.
+/// `row[j] += bias[j]` for every packed row of `out` (`bias.len()` wide): the add op's `x + b`,
+/// operands in its order.
 fn add_rows(out: &mut [f32], bias: &[f32]) {
     for row in out.chunks_exact_mut(bias.len().max(1)) {
-        for (x, &b) in row.iter_mut().zip(bias) {
-            *x += b;
-        }
+        add_row(row, bias);
+    }
+}
+
+#[inline]
+fn add_row(row: &mut [f32], bias: &[f32]) {
+    for (x, &b) in row.iter_mut().zip(bias) {
+        *x += b;
     }
 }
 
@@ -257,10 +262,10 @@ impl Mat<'_> {
         if let (Some(bias), false) = (bias, fused) {
             for r in 0..m {
                 // SAFETY: as above; gemm wrote the whole block.
-                let row = unsafe { std::slice::from_raw_parts_mut(dst.add(r * self.n), n) };
-                for (x, &v) in row.iter_mut().zip(bias) {
-                    *x += v;
-                }
+                add_row(
+                    unsafe { std::slice::from_raw_parts_mut(dst.add(r * self.n), n) },
+                    bias,
+                );
             }
         }
     }
