@@ -87,6 +87,35 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dOptions)> {
             [3, 64, 3, 3],
             Conv2dOptions::default().padding(1),
         ),
+        // Stride 1 with 8 or more output channels a group: the CPU's direct kernel. 8
+        // channels (one 8-lane block, positions not a whole tile), 20 (16 + 4 of 16 lanes),
+        // groups of 12 with dilation, a 1x1, and rows wider than a tile.
+        (
+            [2, 3, 6, 5],
+            [8, 3, 3, 3],
+            Conv2dOptions::default().padding(1),
+        ),
+        (
+            [1, 5, 7, 9],
+            [20, 5, 3, 2],
+            Conv2dOptions {
+                stride: [1, 1],
+                padding: [1, 0],
+                dilation: [2, 1],
+                groups: 1,
+            },
+        ),
+        (
+            [2, 4, 6, 6],
+            [24, 2, 3, 3],
+            Conv2dOptions::default().padding(2).dilation(2).groups(2),
+        ),
+        ([1, 8, 4, 4], [16, 8, 1, 1], Conv2dOptions::default()),
+        (
+            [3, 7, 13, 17],
+            [33, 7, 5, 5],
+            Conv2dOptions::default().padding(2),
+        ),
     ]
 }
 
@@ -200,24 +229,33 @@ fn conv2d_gradients_match_direct_loops_on_every_device() {
 
 #[test]
 fn conv2d_propagates_nan_like_direct_loops() {
-    let (xs, ws) = ([2, 3, 6, 5], [4, 3, 3, 3]);
-    let mut x = data(180, 21, 1.0);
-    x[40] = f32::NAN;
-    let wt = data(4 * 27, 22, 1.0);
-    let o = Conv2dOptions::default().padding(1).stride(2);
-    let (want, _) = conv_ref(&x, xs, &wt, ws, None, &o);
-    assert!(want.iter().any(|v| v.is_nan()) && want.iter().any(|v| !v.is_nan()));
-    for dev in devices() {
-        let xt = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
-        let w = Tensor::from_vec(wt.clone(), &ws, &dev).unwrap();
-        let y = xt.conv2d(&w, None, &o).unwrap();
-        assert_close(
-            &values(&y),
-            &want,
-            1e-4,
-            1e-4,
-            &format!("NaN conv2d on {dev}"),
-        );
+    // Stride 2 (unfold and gemm on the CPU), then stride 1 with 8 output channels (the direct
+    // kernel), each with a NaN and an infinity in the input.
+    let cases = [
+        ([4, 3, 3, 3], Conv2dOptions::default().padding(1).stride(2)),
+        ([8, 3, 3, 3], Conv2dOptions::default().padding(1)),
+    ];
+    for (ws, o) in cases {
+        let xs = [2, 3, 6, 5];
+        let mut x = data(180, 21, 1.0);
+        x[40] = f32::NAN;
+        x[150] = f32::INFINITY;
+        let wt = data(ws.iter().product(), 22, 1.0);
+        let (want, _) = conv_ref(&x, xs, &wt, ws, None, &o);
+        assert!(want.iter().any(|v| v.is_nan()) && want.iter().any(|v| v.is_finite()));
+        assert!(want.iter().any(|v| v.is_infinite()));
+        for dev in devices() {
+            let xt = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
+            let w = Tensor::from_vec(wt.clone(), &ws, &dev).unwrap();
+            let y = xt.conv2d(&w, None, &o).unwrap();
+            assert_close(
+                &values(&y),
+                &want,
+                1e-4,
+                1e-4,
+                &format!("NaN conv2d {ws:?} {o:?} on {dev}"),
+            );
+        }
     }
 }
 

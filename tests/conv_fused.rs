@@ -325,6 +325,17 @@ fn fused_conv_bits_child() {
             (h ^ v.to_bits() as u64).wrapping_mul(0x100000001b3)
         });
     println!("BITS conv {h:016x}");
+    // One image: the output channels split into a number of parts that follows the threads.
+    let (xs, ws) = ([1, 8, 9, 9], [64, 8, 3, 3]);
+    let x = Tensor::from_vec(data(xs.iter().product(), 64, 1.0), &xs, &cpu).unwrap();
+    let w = Tensor::from_vec(data(ws.iter().product(), 65, 1.0), &ws, &cpu).unwrap();
+    let y = x
+        .conv2d(&w, None, &Conv2dOptions::default().padding(1))
+        .unwrap();
+    let h = values(&y).iter().fold(0xcbf29ce484222325u64, |h, v| {
+        (h ^ v.to_bits() as u64).wrapping_mul(0x100000001b3)
+    });
+    println!("BITS conv one image {h:016x}");
     common::child_done("fused_conv_bits_child");
 }
 
@@ -336,7 +347,7 @@ fn fused_conv_layers_give_the_same_bits_at_any_thread_count() {
             .lines()
             .filter_map(|l| l.find("BITS ").map(|i| l[i..].to_string()))
             .collect();
-        assert_eq!(v.len(), bn_shapes().len() + 1, "{out}");
+        assert_eq!(v.len(), bn_shapes().len() + 2, "{out}");
         v
     };
     assert_eq!(lines("1"), lines("3"), "1 vs 3 threads");

@@ -54,6 +54,7 @@ pub(crate) mod attention_backward;
 pub(crate) mod attention_decode;
 pub(crate) mod batch_norm;
 pub(crate) mod conv;
+pub(crate) mod conv_direct;
 pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod fast_exp;

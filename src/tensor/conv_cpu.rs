@@ -1,9 +1,11 @@
 //! The CPU's own convolution (`cpu/conv.rs`): blocked unfold + gemm forward and backward, in
-//! place of the index-map gather the other devices take. Only f32 tensors on the CPU come here.
+//! place of the index-map gather the other devices take; the forward of stride 1 by the direct
+//! kernel (`cpu/conv_direct.rs`) where it fits. Only f32 tensors on the CPU come here.
 
 use super::Tensor;
 use crate::cpu::batch_norm::{self, BnGeom};
 use crate::cpu::conv::{self, Geom};
+use crate::cpu::conv_direct;
 use crate::cpu::pool::{self, PoolGeom};
 use crate::storage::CpuStorage;
 use crate::{DType, Result};
@@ -37,7 +39,12 @@ impl Tensor {
         let (x, w) = (self.contiguous()?, weight.contiguous()?);
         let b = bias.map(|b| b.contiguous()).transpose()?;
         let bv = b.as_ref().map(|b| b.host_f32(op)).transpose()?;
-        let y = conv::conv2d(x.host_f32(op)?, w.host_f32(op)?, bv, &geo)?;
+        let (xv, wv) = (x.host_f32(op)?, w.host_f32(op)?);
+        let y = if conv_direct::fits(&geo) {
+            conv_direct::conv2d(xv, wv, bv, &geo)?
+        } else {
+            conv::conv2d(xv, wv, bv, &geo)?
+        };
         let out = self.derived(CpuStorage::F32(y), &[geo.n, geo.o, geo.out[0], geo.out[1]]);
         Ok(crate::autograd::conv::conv2d_cpu(
             self, weight, bias, geo, out,
