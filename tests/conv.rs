@@ -260,6 +260,38 @@ fn conv2d_propagates_nan_like_direct_loops() {
 }
 
 #[test]
+fn conv2d_weight_gradient_reads_only_the_inputs_its_taps_read() {
+    // An infinity in the last column: tap column 0 of a 3x3 with padding 1 never reads it
+    // (its gradient stays finite), columns 1 and 2 do. 8 output channels take the CPU's
+    // direct kernel, which computes thrown-away positions past each row in its forward.
+    let (xs, ws) = ([2, 2, 5, 6], [8, 2, 3, 3]);
+    let mut x = data(xs.iter().product(), 31, 1.0);
+    x[2 * 6 + 5] = f32::INFINITY;
+    let wt = data(ws.iter().product(), 32, 1.0);
+    let o = Conv2dOptions::default().padding(1);
+    let (y, [oh, ow]) = conv_ref(&x, xs, &wt, ws, None, &o);
+    let gy = data(y.len(), 33, 1.0);
+    let (_, want) = conv_grad_ref(&x, xs, &wt, ws, &gy, &o);
+    assert!(want.iter().any(|v| v.is_finite()) && want.iter().any(|v| !v.is_finite()));
+    for dev in devices() {
+        let xt = Tensor::from_vec(x.clone(), &xs, &dev).unwrap();
+        let w = Tensor::from_vec(wt.clone(), &ws, &dev)
+            .unwrap()
+            .requires_grad_(true);
+        let g = Tensor::from_vec(gy.clone(), &[xs[0], ws[0], oh, ow], &dev).unwrap();
+        xt.conv2d(&w, None, &o).unwrap().backward_with(&g).unwrap();
+        let dw = values(&w.grad().expect("weight gradient"));
+        assert_close(
+            &dw,
+            &want,
+            1e-4,
+            1e-3,
+            &format!("dw with an infinity on {dev}"),
+        );
+    }
+}
+
+#[test]
 fn conv2d_reads_non_contiguous_and_unbatched_inputs() {
     let (xs, ws) = ([2, 3, 6, 5], [4, 3, 3, 3]);
     let x = data(180, 4, 1.0);

@@ -87,6 +87,15 @@ impl Plane {
     }
 }
 
+/// The offset of every tap `(ci, i, j)` in a group's padded plane, in the weights' order.
+fn offsets(geo: &Geom, plane: &Plane) -> Vec<usize> {
+    let (cg, [kh, kw]) = (geo.c / geo.g, geo.k);
+    (0..cg)
+        .flat_map(|ci| (0..kh).flat_map(move |i| (0..kw).map(move |j| (ci, i, j))))
+        .map(|(ci, i, j)| ci * plane.hw() + i * geo.d[0] * plane.wp + j * geo.d[1])
+        .collect()
+}
+
 /// One task: image `b`, group `gi`, channel blocks `k0..k1` (of [`lanes`] channels) of the
 /// group.
 #[derive(Clone, Copy)]
@@ -149,11 +158,7 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], bias: Option<&[f32]>, geo: &Geom) ->
     let blocks = og.div_ceil(lanes);
     let plane = Plane::of(geo);
     let q = plane.q(geo);
-    // The offset of every tap in the padded plane, in the weights' order.
-    let offs: Vec<usize> = (0..cg)
-        .flat_map(|ci| (0..kh).flat_map(move |i| (0..kw).map(move |j| (ci, i, j))))
-        .map(|(ci, i, j)| ci * plane.hw() + i * geo.d[0] * plane.wp + j * geo.d[1])
-        .collect();
+    let offs = offsets(geo, &plane);
     let packed = pack(wt, geo, lanes)?;
     let mut out = try_vec::<f32>("conv2d", geo.n * geo.o * l)?;
     out.resize(geo.n * geo.o * l, 0.0);
@@ -194,6 +199,119 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], bias: Option<&[f32]>, geo: &Geom) ->
         },
     );
     Ok(out)
+}
+
+/// Gradient of the weight of [`conv2d`] (checked by [`fits`]): packed `[o, c / g, kh, kw]`,
+/// from packed `x` `[n, c, h, w]` and the output gradient `gy` `[n, o, oh, ow]`.
+///
+/// The same register tile turned around: 16 channels (or 8) x 6 taps (or 12) of the weight
+/// gradient stay in registers while every real output position of every image goes by (the
+/// output gradient transposed to position-major blocks of 16 channels, one aligned pair of
+/// loads, and one broadcast input a tap). Only real positions are summed, so an input read by
+/// no tap (the column a thrown-away position would read) never reaches a sum. Each element is
+/// summed over images, then positions, in order: the same bits at any number of threads.
+pub(crate) fn conv2d_weight_grad(x: &[f32], gy: &[f32], geo: &Geom) -> Result<Vec<f32>> {
+    let op = "conv2d backward";
+    let (og, cg, l) = (geo.o / geo.g, geo.c / geo.g, geo.out[0] * geo.out[1]);
+    let (kh, kw) = (geo.k[0], geo.k[1]);
+    let kk = cg * kh * kw;
+    let lanes = lanes(og);
+    let taps = if lanes == 16 { 6 } else { 12 };
+    let blocks = og.div_ceil(lanes);
+    let plane = Plane::of(geo);
+    let offs = offsets(geo, &plane);
+    // Every image's padded planes, `[n, g, plen]`.
+    let (plen, chw) = (plane.len(geo), geo.c * geo.h * geo.w);
+    let mut pads = try_vec::<f32>(op, geo.n * geo.g * plen)?;
+    pads.resize(geo.n * geo.g * plen, 0.0);
+    pads.par_chunks_mut(plen.max(1))
+        .enumerate()
+        .for_each(|(bg, pad)| {
+            let (b, gi) = (bg / geo.g, bg % geo.g);
+            plane.fill(geo, &x[b * chw..][..chw], gi * cg, pad);
+        });
+    // The output gradient by blocks of channels, position-major: `[n, g, blocks, l, lanes]`,
+    // zeros past a group's last channel.
+    let glen = l * lanes;
+    let mut gts = try_vec::<f32>(op, geo.n * geo.g * blocks * glen)?;
+    gts.resize(geo.n * geo.g * blocks * glen, 0.0);
+    gts.par_chunks_mut(glen.max(1))
+        .enumerate()
+        .for_each(|(i, gt)| {
+            let (b, gi, kb) = (i / (geo.g * blocks), i / blocks % geo.g, i % blocks);
+            let c0 = gi * og + kb * lanes;
+            for lane in 0..lanes.min(og - kb * lanes) {
+                let src = &gy[(b * geo.o + c0 + lane) * l..][..l];
+                for (p, &v) in src.iter().enumerate() {
+                    gt[p * lanes + lane] = v;
+                }
+            }
+        });
+    // One task per (group, block, run of taps): its sums, `[taps, lanes]`.
+    let runs = kk.div_ceil(taps);
+    let sums: Vec<Vec<f32>> = (0..geo.g * blocks * runs)
+        .into_par_iter()
+        .map(|i| {
+            let (gb, run) = (i / runs, i % runs);
+            let (gi, kb) = (gb / blocks, gb % blocks);
+            let t0 = run * taps;
+            // A short last run repeats its first tap; those sums are dropped.
+            let mine: Vec<usize> = (0..taps).map(|j| offs[(t0 + j).min(kk - 1)]).collect();
+            let planes = (0..geo.n).map(|b| &pads[(b * geo.g + gi) * plen..][..plen]);
+            let grads = (0..geo.n).map(|b| &gts[((b * geo.g + gi) * blocks + kb) * glen..][..glen]);
+            let mut acc = vec![0f32; taps * lanes];
+            for (pad, gt) in planes.zip(grads) {
+                sum_positions(pad, gt, &mine, geo.out, plane.wp, &mut acc);
+            }
+            acc
+        })
+        .collect();
+    let mut dw = try_vec::<f32>(op, geo.o * kk)?;
+    dw.resize(geo.o * kk, 0.0);
+    for (i, acc) in sums.iter().enumerate() {
+        let (gb, run) = (i / runs, i % runs);
+        let (gi, kb) = (gb / blocks, gb % blocks);
+        for (j, row) in acc.chunks_exact(lanes).enumerate() {
+            let t = run * taps + j;
+            if t >= kk {
+                break;
+            }
+            for (lane, &v) in row.iter().enumerate().take(og - kb * lanes) {
+                dw[(gi * og + kb * lanes + lane) * kk + t] = v;
+            }
+        }
+    }
+    Ok(dw)
+}
+
+/// `acc[j, r]` += Σ over the real output positions `(oy, ox)`, in order, of
+/// `gt[oy * ow + ox, r] * pad[offs[j] + oy * wp + ox]`, for the 6 (16 lanes) or 12 (8 lanes)
+/// taps `offs` of one image.
+fn sum_positions(
+    pad: &[f32],
+    gt: &[f32],
+    offs: &[usize],
+    out: [usize; 2],
+    wp: usize,
+    acc: &mut [f32],
+) {
+    let [oh, ow] = out;
+    let lanes = acc.len() / offs.len();
+    // Every read stays inside `pad` and `gt`: the last position is `(oh - 1) * wp + ow - 1`.
+    let last = (oh.max(1) - 1) * wp + ow.max(1) - 1;
+    assert!(gt.len() >= oh * ow * lanes && offs.iter().all(|&o| o + last < pad.len()));
+    assert!(matches!((lanes, offs.len()), (16, 6) | (8, 12)) && oh * ow > 0);
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `fits` checked AVX2 + FMA; the asserts above bound every access.
+    unsafe {
+        if lanes == 16 {
+            avx2::sum_positions::<2, 6>(pad, gt, offs, out, wp, acc)
+        } else {
+            avx2::sum_positions::<1, 12>(pad, gt, offs, out, wp, acc)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("conv_direct::fits is false off x86_64");
 }
 
 /// `acc[r, p]` = Σ over taps `t` of `w[t, r] * pad[offs[t] + p]`, for the `lanes` (8 or 16)
@@ -266,6 +384,50 @@ mod avx2 {
                         unsafe { *ap.add((8 * v + i) * q + q0 + n) = val };
                     }
                 }
+            }
+        }
+    }
+
+    /// [`super::sum_positions`] for `V` vectors of channels and `N` taps.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 + FMA; `acc` holds `N * 8 V`, `gt` at least `oh * ow * 8 V`
+    /// elements, and `offs[j] + (oh - 1) * wp + ow - 1 < pad.len()` for every tap.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn sum_positions<const V: usize, const N: usize>(
+        pad: &[f32],
+        gt: &[f32],
+        offs: &[usize],
+        [oh, ow]: [usize; 2],
+        wp: usize,
+        acc: &mut [f32],
+    ) {
+        let (p, g, ap) = (pad.as_ptr(), gt.as_ptr(), acc.as_mut_ptr());
+        let base: [*const f32; N] = std::array::from_fn(|j| p.wrapping_add(offs[j]));
+        // SAFETY (all below): `acc` holds N * 8V; a position `oy * ow + ox` of `gt` holds 8V
+        // lanes; `base[j] + oy * wp + ox` is at most `offs[j] + (oh - 1) * wp + ow - 1`.
+        let mut s: [[__m256; N]; V] = std::array::from_fn(|v| {
+            std::array::from_fn(|j| unsafe { _mm256_loadu_ps(ap.add((j * V + v) * 8)) })
+        });
+        for oy in 0..oh {
+            for ox in 0..ow {
+                unsafe {
+                    let gp = g.add((oy * ow + ox) * 8 * V);
+                    let gv: [__m256; V] = std::array::from_fn(|v| _mm256_loadu_ps(gp.add(8 * v)));
+                    let q = oy * wp + ox;
+                    #[allow(clippy::needless_range_loop)]
+                    for j in 0..N {
+                        let xb = _mm256_broadcast_ss(&*base[j].add(q));
+                        for v in 0..V {
+                            s[v][j] = _mm256_fmadd_ps(gv[v], xb, s[v][j]);
+                        }
+                    }
+                }
+            }
+        }
+        for (v, sv) in s.iter().enumerate() {
+            for (j, &sj) in sv.iter().enumerate() {
+                unsafe { _mm256_storeu_ps(ap.add((j * V + v) * 8), sj) };
             }
         }
     }

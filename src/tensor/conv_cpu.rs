@@ -76,7 +76,11 @@ impl Tensor {
         };
         let dw = if need[1] {
             let xc = x.contiguous()?;
-            let v = conv::conv2d_weight_grad(xc.host_f32(op)?, gy, geo)?;
+            let v = if conv_direct::fits(geo) {
+                conv_direct::conv2d_weight_grad(xc.host_f32(op)?, gy, geo)?
+            } else {
+                conv::conv2d_weight_grad(xc.host_f32(op)?, gy, geo)?
+            };
             Some(weight.derived(CpuStorage::F32(v), weight.shape()))
         } else {
             None
