@@ -87,7 +87,7 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dOptions)> {
             [3, 64, 3, 3],
             Conv2dOptions::default().padding(1),
         ),
-        // Stride 1 with 8 or more output channels a group: the CPU's direct kernel. 8
+        // Stride 1 with 8 or more output channels a group: the CPU's direct kernels. 8
         // channels (one 8-lane block, positions not a whole tile), 20 (16 + 4 of 16 lanes),
         // groups of 12 with dilation, a 1x1, and rows wider than a tile.
         (
@@ -111,6 +111,12 @@ fn conv_cases() -> Vec<([usize; 4], [usize; 4], Conv2dOptions)> {
             Conv2dOptions::default().padding(2).dilation(2).groups(2),
         ),
         ([1, 8, 4, 4], [16, 8, 1, 1], Conv2dOptions::default()),
+        // 8 input channels a group: the input gradient by the direct kernel (flipped taps).
+        (
+            [1, 16, 7, 8],
+            [10, 8, 3, 3],
+            Conv2dOptions::default().padding(1).dilation(2).groups(2),
+        ),
         (
             [3, 7, 13, 17],
             [33, 7, 5, 5],

@@ -201,6 +201,51 @@ pub(crate) fn conv2d(x: &[f32], wt: &[f32], bias: Option<&[f32]>, geo: &Geom) ->
     Ok(out)
 }
 
+/// Whether [`conv2d_input_grad`] runs `geo`: stride 1, padding at most `(k - 1) * d` on both
+/// axes, at least 8 input channels a group, and AVX2 + FMA.
+pub(crate) fn input_grad_fits(geo: &Geom) -> bool {
+    let pads = (0..2).all(|a| geo.p[a] <= (geo.k[a] - 1) * geo.d[a]);
+    geo.s == [1, 1] && pads && geo.c / geo.g >= 8 && avx2()
+}
+
+/// Gradient of the input of [`conv2d`] (checked by [`input_grad_fits`]): packed `[n, c, h, w]`
+/// from the output gradient `gy` `[n, o, oh, ow]`. At stride 1 it is itself a stride-1
+/// convolution of `gy`, padded by `(k - 1) * d - p`, with the kernel flipped and its channel
+/// axes swapped, so the forward's kernel computes it.
+pub(crate) fn conv2d_input_grad(gy: &[f32], wt: &[f32], geo: &Geom) -> Result<Vec<f32>> {
+    let (og, cg, [kh, kw]) = (geo.o / geo.g, geo.c / geo.g, geo.k);
+    let flipped_geo = Geom {
+        c: geo.o,
+        h: geo.out[0],
+        w: geo.out[1],
+        o: geo.c,
+        p: [
+            (kh - 1) * geo.d[0] - geo.p[0],
+            (kw - 1) * geo.d[1] - geo.p[1],
+        ],
+        out: [geo.h, geo.w],
+        ..*geo
+    };
+    // `[c, og, kh, kw]` by groups: flipped[gi * cg + ci, oc, kh - 1 - i, kw - 1 - j] is
+    // wt[gi * og + oc, ci, i, j].
+    let mut flipped = try_vec::<f32>("conv2d backward", wt.len())?;
+    flipped.resize(wt.len(), 0.0);
+    for gi in 0..geo.g {
+        for oc in 0..og {
+            for ci in 0..cg {
+                for i in 0..kh {
+                    for j in 0..kw {
+                        let src = (((gi * og + oc) * cg + ci) * kh + i) * kw + j;
+                        let dst = (((gi * cg + ci) * og + oc) * kh + kh - 1 - i) * kw + kw - 1 - j;
+                        flipped[dst] = wt[src];
+                    }
+                }
+            }
+        }
+    }
+    conv2d(gy, &flipped, None, &flipped_geo)
+}
+
 /// Gradient of the weight of [`conv2d`] (checked by [`fits`]): packed `[o, c / g, kh, kw]`,
 /// from packed `x` `[n, c, h, w]` and the output gradient `gy` `[n, o, oh, ow]`.
 ///

@@ -69,7 +69,11 @@ impl Tensor {
         });
         let dx = if need[0] {
             let w = weight.contiguous()?;
-            let v = conv::conv2d_input_grad(gy, w.host_f32(op)?, geo)?;
+            let v = if conv_direct::input_grad_fits(geo) {
+                conv_direct::conv2d_input_grad(gy, w.host_f32(op)?, geo)?
+            } else {
+                conv::conv2d_input_grad(gy, w.host_f32(op)?, geo)?
+            };
             Some(x.derived(CpuStorage::F32(v), x.shape()))
         } else {
             None
