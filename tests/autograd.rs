@@ -626,6 +626,12 @@ fn linear_has_the_bits_of_matmul_then_add() -> Result<()> {
                 let g = Tensor::from_vec(data(y.numel(), 9, 1.0), y.shape(), &d)?;
                 y.backward_with(&g)?;
                 let grad = |t: &Tensor| t.grad().expect("a gradient");
+                // The weight's gradient arrives packed (as `(Gᵀ X)ᵀ` through the transpose),
+                // so an optimizer reads it without a strided copy.
+                assert!(
+                    grad(&w).is_contiguous(),
+                    "{d}: weight gradient is a strided view"
+                );
                 Ok(vec![
                     bits(&y)?,
                     bits(&grad(&x))?,

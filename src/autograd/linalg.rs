@@ -76,12 +76,13 @@ fn matmul_grads(
     Ok(vec![ga, gb])
 }
 
-/// `Aᵀ G` for a 2-D rhs `b`. On a GPU, when `b` is a transposed view (a linear layer's
-/// `weight.t()`), it is computed as `(Gᵀ A)ᵀ`: the same sums of the same products, and the
-/// gradient that reaches the weight through the transpose is then packed, so the optimizer reads
-/// it without a strided pass of its own.
+/// `Aᵀ G` for a 2-D rhs `b`. When `b` is a transposed view (a linear layer's `weight.t()`),
+/// it is computed as `(Gᵀ A)ᵀ`: the same sums of the same products, and the gradient that
+/// reaches the weight through the transpose is then packed, as PyTorch's is, so the optimizer
+/// reads it without a strided copy of its own (on the CPU that copy was 7 % of an MLP's Adam
+/// step).
 fn weight_grad(b: &Tensor, a: &Tensor, g: &Tensor) -> Result<Tensor> {
-    if b.device().is_gpu() && !b.is_contiguous() && b.t()?.is_contiguous() {
+    if !b.is_contiguous() && b.t()?.is_contiguous() {
         return g.t()?.matmul(a)?.t();
     }
     a.t()?.matmul(g)
