@@ -7,7 +7,7 @@
 //! blocks); the row work between them is 8-lane loops LLVM vectorises. Every output element is
 //! written by one task in a fixed order: the same input gives the same bits on every run.
 
-use super::fast_exp::exp_neg;
+use super::fast_exp::{exp_neg, lane_max};
 use super::matmul::{mm, OutPtr};
 use rayon::prelude::*;
 
@@ -287,11 +287,11 @@ pub(crate) fn row_max(row: &[f32]) -> f32 {
     let mut cs = row.chunks_exact(8);
     for c in &mut cs {
         for j in 0..8 {
-            mx[j] = mx[j].max(c[j]);
+            mx[j] = lane_max(mx[j], c[j]);
         }
     }
     for (j, &x) in cs.remainder().iter().enumerate() {
-        mx[j] = mx[j].max(x);
+        mx[j] = lane_max(mx[j], x);
     }
     mx.iter().copied().fold(f32::NEG_INFINITY, f32::max)
 }

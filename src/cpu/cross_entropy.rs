@@ -4,7 +4,7 @@
 //! (`fast_exp.rs`), compiled for AVX2+FMA where the CPU has them. Each row is one task's, in a
 //! fixed order: the same logits give the same bits at any thread count.
 
-use super::fast_exp::{exp_le0, exp_neg};
+use super::fast_exp::{exp_le0, exp_neg, lane_max};
 use super::strided::PAR_THRESHOLD;
 use rayon::prelude::*;
 
@@ -37,12 +37,12 @@ fn row_lse(row: &[f32]) -> f32 {
     let mut cs = row.chunks_exact(8);
     for ch in &mut cs {
         for j in 0..8 {
-            mx[j] = mx[j].max(ch[j]);
+            mx[j] = lane_max(mx[j], ch[j]);
             bad[j] |= ch[j].is_nan() || ch[j] == f32::INFINITY;
         }
     }
     for (j, &v) in cs.remainder().iter().enumerate() {
-        mx[j] = mx[j].max(v);
+        mx[j] = lane_max(mx[j], v);
         bad[j] |= v.is_nan() || v == f32::INFINITY;
     }
     if bad.iter().any(|&b| b) {

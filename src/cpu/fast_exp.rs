@@ -14,6 +14,18 @@ const PAR_CHUNK: usize = 1 << 14;
 
 pub(crate) use crate::ops::exp_neg;
 
+/// The larger of a lane's running maximum `m` and `x`, NaN ignored (`m` never becomes NaN):
+/// one `maxps` lane. `f32::max`'s own NaN rule kept these row-max loops scalar (8 `maxss` and
+/// blends a chunk, a third of a softmax row); callers that care flag NaN apart.
+#[inline(always)]
+pub(crate) fn lane_max(m: f32, x: f32) -> f32 {
+    if x > m {
+        x
+    } else {
+        m
+    }
+}
+
 /// One row: `out = softmax(x)` (or log_softmax), every element of `out` written. A NaN or
 /// +inf in the row, or a row of -inf only, gives a NaN row (as the strided path and PyTorch).
 #[inline(always)]
@@ -24,12 +36,12 @@ fn row(x: &[f32], out: &mut [MaybeUninit<f32>], log: bool) {
     for c in &mut xs {
         for j in 0..LANES {
             // `max` ignores NaN: NaN lanes are flagged apart.
-            mx[j] = mx[j].max(c[j]);
+            mx[j] = lane_max(mx[j], c[j]);
             nan[j] |= c[j].is_nan();
         }
     }
     for (j, &v) in xs.remainder().iter().enumerate() {
-        mx[j] = mx[j].max(v);
+        mx[j] = lane_max(mx[j], v);
         nan[j] |= v.is_nan();
     }
     let m = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
