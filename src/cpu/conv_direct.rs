@@ -26,14 +26,11 @@ pub(crate) fn fits(geo: &Geom) -> bool {
     geo.s == [1, 1] && geo.o / geo.g >= 8 && avx2()
 }
 
-#[cfg(target_arch = "x86_64")]
+/// Whether the AVX2 kernels may run, as for the other CPU kernels (`WGTENSOR_CONV_SCALAR=1`
+/// keeps the unfold + gemm path); asked once per process.
 fn avx2() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx2() -> bool {
-    false
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| super::avx2_fma_f16c("WGTENSOR_CONV_SCALAR"))
 }
 
 /// Output channels of one tile: 16 (two vectors) when a group has 12 or more, else 8.
