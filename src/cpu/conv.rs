@@ -3,9 +3,9 @@
 //! so no im2col matrix of the whole batch (or image) is ever built. The input and weight
 //! gradients run the same way (`gemm` with the buffer transposed, then a fold back for the
 //! input). Images run in parallel; every sum has a fixed order, so results do not depend on the
-//! number of threads. The forward of a stride-1 convolution with 8 or more output channels a
-//! group takes the direct kernel of `conv_direct.rs` instead on CPUs with AVX2 + FMA (the
-//! tensor layer chooses).
+//! number of threads. A stride-1 convolution with 8 or more output channels a group (8 input
+//! channels for the input gradient) takes the direct kernels of `conv_direct.rs` instead on
+//! CPUs with AVX2 + FMA, forward and both gradients (the tensor layer chooses).
 
 use super::alloc::try_vec;
 use super::matmul::mm;

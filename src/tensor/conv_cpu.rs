@@ -1,6 +1,6 @@
 //! The CPU's own convolution (`cpu/conv.rs`): blocked unfold + gemm forward and backward, in
-//! place of the index-map gather the other devices take; the forward of stride 1 by the direct
-//! kernel (`cpu/conv_direct.rs`) where it fits. Only f32 tensors on the CPU come here.
+//! place of the index-map gather the other devices take; stride 1, forward and gradients, by the
+//! direct kernels (`cpu/conv_direct.rs`) where they fit. Only f32 tensors on the CPU come here.
 
 use super::Tensor;
 use crate::cpu::batch_norm::{self, BnGeom};
