@@ -133,3 +133,34 @@ fn rms_norm_edges_and_errors() {
         assert_eq!(empty.rms_norm(None, 1e-5).unwrap().shape(), &[0, 4]);
     }
 }
+
+/// The norms write outputs of 8 MiB and more with streaming stores on the CPU
+/// (`src/cpu/stream.rs`): every row op over a 9 MiB tensor has, row for row, the bits of the
+/// same op over that row alone (a small output, written directly). Rows of 1001 elements start at every alignment,
+/// so the stores' unaligned heads and tails are covered.
+#[test]
+fn large_row_op_outputs_have_the_bits_of_small_ones_on_the_cpu() {
+    let (rows, len) = (2304usize, 1001usize);
+    let mut v = data(rows * len, 77, 3.0);
+    v[5 * len + 3] = f32::NAN;
+    let d = wgtensor::Device::cpu();
+    let big = Tensor::from_vec(v, &[rows, len], &d).unwrap();
+    let mut swept = 0;
+    for op in row_ops() {
+        let all = values(&op.call(&big).unwrap());
+        if all.len() != rows * len {
+            continue; // a loss: one value, not rows
+        }
+        swept += 1;
+        for r in [0usize, 1, 5, 7, 1000, rows - 1] {
+            let one = values(&op.call(&big.narrow(0, r, 1).unwrap()).unwrap());
+            let want: Vec<u32> = one.iter().map(|x| x.to_bits()).collect();
+            let got: Vec<u32> = all[r * len..][..len].iter().map(|x| x.to_bits()).collect();
+            assert!(got == want, "{} row {r}: large output differs", op.name());
+        }
+    }
+    assert!(
+        swept >= 4,
+        "softmax, log_softmax, layer_norm and rms_norm at least"
+    );
+}

@@ -73,6 +73,7 @@ pub(crate) mod quant_dot;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod storage;
+pub(crate) mod stream;
 pub(crate) mod strided;
 pub(crate) mod typed;
 

@@ -3,10 +3,12 @@
 //! `shaders/layer_norm.wgsl`. An op that is not `centered` (rms_norm) takes 0 for the row's
 //! centre, so its variance is the mean square. One read of a row computes its statistics (16 f32 lanes the
 //! compiler vectorises: the row stays in cache for the second, centred pass), one more writes
-//! the output; no allocation per row, rayon over blocks of rows. A row's result never depends
-//! on how rows are split across threads.
+//! the output (with streaming stores when the output is large, `stream.rs`); no allocation per
+//! row, rayon over blocks of rows. A row's result never depends on how rows are split across
+//! threads.
 
 use super::alloc::{fill_chunks_uninit, try_vec};
+use super::stream::as_uninit;
 use super::strided::PAR_THRESHOLD;
 use crate::ops::RowOp;
 use crate::Result;
@@ -68,40 +70,67 @@ fn by_blocks(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + Sync) 
 }
 
 /// The norm of the rows `first..` of the packed `[rows, len]` data `x`, into `out` (whole rows: every
-/// element of `out` is written).
+/// element of `out` is written). With `stream`, each row goes through a cached scratch row and
+/// then streams to `out` (`stream.rs`), so the output's lines are never read from memory.
 #[inline(always)]
 fn forward_rows(
     x: &[f32],
-    (len, centered): (usize, bool),
-    (weight, bias): (Option<&[f32]>, Option<&[f32]>),
+    (len, centered, stream): (usize, bool, bool),
+    wb: (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
     first: usize,
     out: &mut [MaybeUninit<f32>],
 ) {
+    // One call site for `forward_row`: two inlined copies can leave one of them scalar.
+    let mut scratch = if stream { vec![0f32; len] } else { Vec::new() };
     for (r, o) in out.chunks_mut(len).enumerate() {
         let xs = &x[(first + r) * len..][..len];
-        // x - 0.0 is x, bit for bit: rms_norm shares the loops below.
-        let (mean, rstd) = stats(xs, eps, centered);
-        match (weight, bias) {
-            (Some(w), Some(b)) => {
-                for (((o, &v), &w), &b) in o.iter_mut().zip(xs).zip(w).zip(b) {
-                    o.write((v - mean) * rstd * w + b);
-                }
+        let dst = if stream {
+            // SAFETY: `forward_row` writes only initialised values.
+            unsafe { as_uninit(&mut scratch) }
+        } else {
+            &mut *o
+        };
+        forward_row(xs, centered, wb, eps, dst);
+        if stream {
+            super::stream::copy(o, &scratch);
+        }
+    }
+    if stream {
+        super::stream::fence();
+    }
+}
+
+/// One row of [`forward_rows`]: every element of `o` written.
+#[inline(always)]
+fn forward_row(
+    xs: &[f32],
+    centered: bool,
+    (weight, bias): (Option<&[f32]>, Option<&[f32]>),
+    eps: f32,
+    o: &mut [MaybeUninit<f32>],
+) {
+    // x - 0.0 is x, bit for bit: rms_norm shares the loops below.
+    let (mean, rstd) = stats(xs, eps, centered);
+    match (weight, bias) {
+        (Some(w), Some(b)) => {
+            for (((o, &v), &w), &b) in o.iter_mut().zip(xs).zip(w).zip(b) {
+                o.write((v - mean) * rstd * w + b);
             }
-            (Some(w), None) => {
-                for ((o, &v), &w) in o.iter_mut().zip(xs).zip(w) {
-                    o.write((v - mean) * rstd * w);
-                }
+        }
+        (Some(w), None) => {
+            for ((o, &v), &w) in o.iter_mut().zip(xs).zip(w) {
+                o.write((v - mean) * rstd * w);
             }
-            (None, Some(b)) => {
-                for ((o, &v), &b) in o.iter_mut().zip(xs).zip(b) {
-                    o.write((v - mean) * rstd + b);
-                }
+        }
+        (None, Some(b)) => {
+            for ((o, &v), &b) in o.iter_mut().zip(xs).zip(b) {
+                o.write((v - mean) * rstd + b);
             }
-            (None, None) => {
-                for (o, &v) in o.iter_mut().zip(xs) {
-                    o.write((v - mean) * rstd);
-                }
+        }
+        (None, None) => {
+            for (o, &v) in o.iter_mut().zip(xs) {
+                o.write((v - mean) * rstd);
             }
         }
     }
@@ -114,7 +143,7 @@ fn forward_rows(
 #[target_feature(enable = "avx2")]
 fn forward_rows_avx2(
     x: &[f32],
-    len: (usize, bool),
+    len: (usize, bool, bool),
     wb: (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
     first: usize,
@@ -133,7 +162,7 @@ pub(crate) fn norm(
     eps: f32,
 ) -> Result<Vec<f32>> {
     let out = try_vec::<f32>(op.name(), x.len())?;
-    let shape = (len, op.centered());
+    let shape = (len, op.centered(), super::stream::wanted(x.len()));
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::arch::is_x86_feature_detected!("avx2");
     let par = x.len() >= PAR_THRESHOLD;
