@@ -373,8 +373,8 @@ fn memory_grows_linearly_on_gpus() {
 }
 
 /// The brief's size: 16,384 positions x 64 dims x 1 head, forward and backward (its score
-/// matrix would be 1 GiB). About 12 minutes in a debug build on 2 shared cores; see
-/// `benches/attention.rs` for the release-build time and peak memory.
+/// matrix would be 1 GiB). About 12 minutes in a debug build on 2 shared cores; see the
+/// `sdpa_causal_16k` row of `benches/models.rs` for the CPU time and peak memory.
 #[test]
 #[ignore = "16,384 positions take minutes in a debug build; run with --ignored"]
 fn sixteen_thousand_positions() {

@@ -409,6 +409,8 @@ fn pool_ref(
 fn pooling_matches_direct_loops() {
     let cases = [
         ([1, 1, 4, 4], [2, 2], [2, 2], [0, 0]),
+        // `MaxPool2d(2)` over odd sides: the last row and column belong to no window.
+        ([2, 3, 7, 5], [2, 2], [2, 2], [0, 0]),
         ([2, 3, 7, 5], [3, 3], [2, 2], [1, 1]),
         ([1, 2, 9, 9], [3, 2], [1, 2], [1, 0]),
         ([3, 1, 5, 6], [2, 3], [3, 1], [0, 1]),
@@ -431,6 +433,38 @@ fn pooling_matches_direct_loops() {
                 &ctx,
             );
         }
+    }
+}
+
+/// A NaN wins a 2x2 window over numbers before and after it, and the first NaN of the window
+/// keeps the index (PyTorch's rule), on every device.
+#[test]
+fn max_pool_2x2_takes_the_first_nan() {
+    let n = f32::NAN;
+    // Four 2x2 windows of a 4x4 plane: NaN second, NaN first, two NaN (second and fourth), none.
+    #[rustfmt::skip]
+    let x = vec![
+        1.0, n,    n,   5.0,
+        3.0, n,    2.0, 9.0,
+        4.0, n,    0.5, 0.25,
+        7.0, n,    0.75, -1.0,
+    ];
+    for dev in devices() {
+        let t = Tensor::from_vec(x.clone(), &[1, 1, 4, 4], &dev).unwrap();
+        let (v, i) = t
+            .max_pool2d_with_indices([2, 2], Some([2, 2]), [0, 0])
+            .unwrap();
+        let v = values(&v);
+        assert!(
+            v[0].is_nan() && v[1].is_nan() && v[2].is_nan(),
+            "{v:?} on {dev}"
+        );
+        assert_eq!(v[3], 0.75, "on {dev}");
+        assert_eq!(
+            i.to_vec::<u32>().unwrap(),
+            vec![1, 2, 9, 14],
+            "indices on {dev}"
+        );
     }
 }
 

@@ -33,6 +33,27 @@ pub(crate) fn max_pool2d(x: &[f32], geo: &PoolGeom) -> Result<(Vec<f32>, Vec<u32
     idx.resize(total, 0);
     let plane = |(pl, (v, ix)): (usize, (&mut [f32], &mut [u32]))| {
         let src = &x[pl * hw..(pl + 1) * hw];
+        if geo.p == [0, 0] && geo.k == [2, 2] && geo.s == [2, 2] {
+            // `MaxPool2d(2)`, most CNNs' pool: the window's four reads unrolled (the generic
+            // scan below spent most of its time on loop control for 2-element rows), in the
+            // same row order and with the same rule, so the same maxima and offsets.
+            let w = geo.w;
+            for oy in 0..oh {
+                let (v, ix) = (&mut v[oy * ow..][..ow], &mut ix[oy * ow..][..ow]);
+                for (ox, (v, ix)) in v.iter_mut().zip(ix.iter_mut()).enumerate() {
+                    let at0 = 2 * oy * w + 2 * ox;
+                    let mut best = (src[at0], at0 as u32);
+                    for at in [at0 + 1, at0 + w, at0 + w + 1] {
+                        let c = src[at];
+                        let wins = (c > best.0) | (c.is_nan() & !best.0.is_nan());
+                        best.0 = if wins { c } else { best.0 };
+                        best.1 = if wins { at as u32 } else { best.1 };
+                    }
+                    (*v, *ix) = best;
+                }
+            }
+            return;
+        }
         if geo.p == [0, 0] {
             // Every window is inside the plane: the same scan without the bounds checks.
             for oy in 0..oh {
