@@ -11,15 +11,17 @@ use wgtensor::models::gguf::{
 };
 use wgtensor::{f16, DType, Device, Error, QTensor, QType, Tensor};
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wgtensor_gguf_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A path in a directory of the caller's own, removed with the guard (pass or fail).
+fn tmp(name: &str) -> (common::TempDir, PathBuf) {
+    let dir = common::TempDir::new("gguf");
+    let path = dir.join(name);
+    (dir, path)
 }
 
 /// Writes `bytes` and opens them.
 fn open_bytes(name: &str, bytes: &[u8]) -> wgtensor::Result<GgufFile> {
-    let p = tmp(name);
+    // The file may go once it is open: the mapping keeps its bytes (Linux, macOS).
+    let (_dir, p) = tmp(name);
     std::fs::write(&p, bytes).unwrap();
     GgufFile::open(&p)
 }
@@ -121,7 +123,7 @@ fn every_tensor_type_loads_on_every_device() {
     w.add_raw("k4", vec![256, 2], 12, k4.clone());
     let k6: Vec<u8> = (0..3 * 210).map(|i| (i * 53 % 241) as u8).collect();
     w.add_raw("k6", vec![256, 3], 14, k6.clone());
-    let path = tmp("types.gguf");
+    let (_dir, path) = tmp("types.gguf");
     w.write(&path).unwrap();
     let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.alignment(), 64);
@@ -393,7 +395,7 @@ fn corrupt_files_are_typed_errors() {
     refused("bool", &bad_bool, "bool byte 7");
     refused("empty", &[], "the magic");
     assert!(matches!(
-        GgufFile::open(tmp("missing_file.gguf")),
+        GgufFile::open(tmp("missing_file.gguf").1),
         Err(Error::Io { .. })
     ));
 }
@@ -414,7 +416,7 @@ fn nested_arrays() -> Vec<u8> {
 #[test]
 fn truncations_and_byte_flips_never_panic() {
     let good = sample().to_bytes();
-    let p = tmp("fuzz.gguf");
+    let (_dir, p) = tmp("fuzz.gguf");
     let header_end = info_at(&good, "half") + 4 + 16 + 4 + 8;
     for cut in 0..header_end + 8 {
         std::fs::write(&p, &good[..cut]).unwrap();

@@ -109,7 +109,8 @@ fn quantized_weights_stay_compact() {
 
 #[test]
 fn corrupt_or_foreign_gguf_is_an_error() {
-    let tmp = std::env::temp_dir().join("wgtensor_models_gguf_bad.gguf");
+    let tmp_dir = common::TempDir::new("models_gguf_bad");
+    let tmp = tmp_dir.join("bad.gguf");
     let bytes = std::fs::read(dir().join("model-q8_0.gguf")).unwrap();
     std::fs::write(&tmp, &bytes[..bytes.len() / 3]).unwrap();
     let err = AutoModel::load(&tmp, &wgtensor::Device::cpu(), DType::F32).unwrap_err();

@@ -262,22 +262,22 @@ fn bad_inputs_are_errors() {
     };
     assert!(model.generate(&[1], &bad).is_err());
     // An unknown architecture names itself.
-    let tmp = std::env::temp_dir().join("wgtensor_models_unknown_arch");
-    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp_dir = common::TempDir::new("models_unknown_arch");
+    let tmp = tmp_dir.path();
     std::fs::write(
         tmp.join("config.json"),
         r#"{"model_type": "mamba", "vocab_size": 4}"#,
     )
     .unwrap();
-    let err = AutoModel::load(&tmp, &d, DType::F32)
+    let err = AutoModel::load(tmp, &d, DType::F32)
         .unwrap_err()
         .to_string();
     assert!(err.contains("mamba"), "{err}");
     // A truncated checkpoint is a format error.
-    let trunc = std::env::temp_dir().join("wgtensor_models_truncated");
-    std::fs::create_dir_all(&trunc).unwrap();
+    let trunc_dir = common::TempDir::new("models_truncated");
+    let trunc = trunc_dir.path();
     std::fs::copy(dir("llama").join("config.json"), trunc.join("config.json")).unwrap();
     let bytes = std::fs::read(dir("llama").join("model.safetensors")).unwrap();
     std::fs::write(trunc.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
-    assert!(AutoModel::load(&trunc, &d, DType::F32).is_err());
+    assert!(AutoModel::load(trunc, &d, DType::F32).is_err());
 }

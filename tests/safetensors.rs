@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{devices, values};
+use common::{devices, values, TempDir};
 use std::path::{Path, PathBuf};
 use wgtensor::nn::{load_safetensors, save_safetensors, Linear, Module, ReLU, Sequential};
 use wgtensor::{f16, DType, Device, Error, Tensor};
@@ -14,12 +14,11 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny.safetensors")
 }
 
-/// A fresh path in the temp dir, unique per test and process.
-fn temp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "wgtensor_{}_{name}.safetensors",
-        std::process::id()
-    ))
+/// A fresh path in a directory of the test's own, removed with the guard (pass or fail).
+fn temp(name: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new("safetensors");
+    let path = dir.join(format!("{name}.safetensors"));
+    (dir, path)
 }
 
 #[test]
@@ -94,7 +93,7 @@ fn written_file_has_the_specified_byte_layout() {
         ("e".to_string(), e),
         ("m.t".to_string(), m.t().unwrap()),
     ];
-    let path = temp("layout");
+    let (_tmp, path) = temp("layout");
     save_safetensors(&path, &tensors).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
@@ -183,7 +182,7 @@ fn round_trip_f32_and_f16_onto_every_device() {
     for from in devices() {
         let f = Tensor::from_vec(xs.clone(), &[2, 3, 4], &from).unwrap();
         let h = Tensor::from_vec(halves.clone(), &[24], &from).unwrap();
-        let path = temp(&format!("roundtrip_{}", from.to_string().replace(':', "_")));
+        let (_tmp, path) = temp(&format!("roundtrip_{}", from.to_string().replace(':', "_")));
         save_safetensors(&path, &[("f".into(), f), ("h".into(), h)]).unwrap();
         for to in devices() {
             let back = load_safetensors(&path, &to, None).unwrap();
@@ -201,7 +200,7 @@ fn round_trip_f32_and_f16_onto_every_device() {
     }
     // Repeated names are refused before anything is written.
     let t = Tensor::ones(&[1], DType::F32, &cpu).unwrap();
-    let dup = save_safetensors(temp("dup"), &[("x".into(), t.clone()), ("x".into(), t)]);
+    let dup = save_safetensors(temp("dup").1, &[("x".into(), t.clone()), ("x".into(), t)]);
     assert!(matches!(dup, Err(Error::InvalidArgument { .. })));
 }
 
@@ -216,7 +215,7 @@ fn model(device: &Device) -> Sequential {
 fn load_weights_matches_names_and_shapes_on_every_device() {
     let cpu = Device::cpu();
     let source = model(&cpu);
-    let path = temp("weights");
+    let (_tmp, path) = temp("weights");
     source.save_weights(&path).unwrap();
     let x = Tensor::from_vec(common::data(6, 9, 1.0), &[2, 3], &cpu).unwrap();
     let want = values(&source.forward(&x).unwrap());
@@ -237,7 +236,7 @@ fn load_weights_matches_names_and_shapes_on_every_device() {
     }
     // f16 weights load into an f32 model (converted on the host).
     let half: Vec<(String, Tensor)> = load_safetensors(&path, &cpu, Some(DType::F16)).unwrap();
-    let hpath = temp("weights_f16");
+    let (_htmp, hpath) = temp("weights_f16");
     save_safetensors(&hpath, &half).unwrap();
     let mut m = model(&cpu);
     m.load_weights(&hpath, &cpu).unwrap();
@@ -270,8 +269,9 @@ fn missing_unexpected_and_misshapen_keys_are_named() {
         ("2.weight".to_string(), t(&[2, 4])),
         ("2.bias".to_string(), t(&[2])),
     ];
+    let tmp = TempDir::new("safetensors_keys");
     let write = |name: &str, v: &[(String, Tensor)]| {
-        let p = temp(name);
+        let p = tmp.join(format!("{name}.safetensors"));
         save_safetensors(&p, v).unwrap();
         p
     };
@@ -336,7 +336,7 @@ fn bad_files_are_typed_errors() {
         ("garbage", b"this is not a safetensors file at all".to_vec()),
     ];
     for (name, bytes) in cases {
-        let p = temp(name);
+        let (_tmp, p) = temp(name);
         std::fs::write(&p, &bytes).unwrap();
         match load_safetensors(&p, &cpu, None) {
             Err(Error::Format { path, .. }) => assert!(path.contains(name)),
@@ -349,7 +349,7 @@ fn bad_files_are_typed_errors() {
         );
         std::fs::remove_file(&p).ok();
     }
-    let nowhere = temp("does_not_exist");
+    let (_tmp, nowhere) = temp("does_not_exist");
     assert!(matches!(
         load_safetensors(&nowhere, &cpu, None),
         Err(Error::Io { .. })
@@ -381,7 +381,7 @@ fn a_failed_save_leaves_the_previous_file_intact() {
     use std::io::Read;
     use wgtensor::optim::{save_checkpoint, Adam};
     for device in devices() {
-        let path = temp(&format!("atomic_{}", device.to_string().replace(':', "_")));
+        let (_tmp, path) = temp(&format!("atomic_{}", device.to_string().replace(':', "_")));
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let dir = path.parent().unwrap().to_path_buf();
         let small = Tensor::from_vec(vec![1f32, 2.0], &[2], &device).unwrap();
@@ -429,40 +429,79 @@ fn a_failed_save_leaves_the_previous_file_intact() {
     }
 }
 
-/// A real full disk: a 512 KiB tmpfs holding a small good file, then a 1.2 MB save into it.
-/// Needs permission to mount (root, as in CI containers); elsewhere it says so and stops, the
-/// injected failure above covering the same path.
+/// A real full disk, without mounting anything: a child process whose file-size limit
+/// (`RLIMIT_FSIZE`, 64 KiB, set in the child only) makes the kernel refuse a write past it,
+/// as a full filesystem does (`SIGXFSZ` ignored, so the write fails with `EFBIG`). A small good
+/// file, then a 1.2 MB save over it: the save is an `Io` error, the old file is intact, no
+/// temporary is left, and the child's directory is removed whatever happens.
 #[test]
 fn a_save_into_a_full_filesystem_keeps_the_previous_file() {
-    let dir = std::env::temp_dir().join(format!("wgtensor_{}_fullfs", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
-        .arg(&dir)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("a_save_into_a_full_filesystem: cannot mount a tmpfs here (not root); skipped");
-        std::fs::remove_dir(&dir).ok();
+    common::run_child(FULL_DISK_CHILD, &[]);
+}
+
+const FULL_DISK_CHILD: &str = "full_disk_child";
+
+#[test]
+fn full_disk_child() {
+    if !common::is_child(FULL_DISK_CHILD) {
         return;
     }
-    let path = dir.join("model.safetensors");
+    let tmp = TempDir::new("fullfs");
+    let path = tmp.join("model.safetensors");
     let cpu = Device::cpu();
     let small = Tensor::from_vec(vec![3f32; 1000], &[1000], &cpu).unwrap();
     save_safetensors(&path, &[("w".into(), small)]).unwrap();
     let good = std::fs::read(&path).unwrap();
+    // SAFETY: plain libc calls on this child process's own signal disposition and limit.
+    unsafe {
+        assert_ne!(libc::signal(libc::SIGXFSZ, libc::SIG_IGN), libc::SIG_ERR);
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0, "setrlimit");
+    }
     let big = Tensor::ones(&[300_000], DType::F32, &cpu).unwrap();
-    let r = save_safetensors(&path, &[("w".into(), big)]);
-    let after = std::fs::read(&path);
-    let files: Vec<_> = std::fs::read_dir(&dir)
+    let err = save_safetensors(&path, &[("w".into(), big)])
+        .expect_err("1.2 MB cannot be written under a 64 KiB file-size limit");
+    assert!(
+        matches!(err, Error::Io { .. }) && err.to_string().contains("unchanged"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        good,
+        "the previous file was damaged"
+    );
+    let files: Vec<String> = std::fs::read_dir(tmp.path())
         .unwrap()
-        .filter_map(|e| e.ok())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    std::process::Command::new("umount").arg(&dir).status().ok();
-    std::fs::remove_dir(&dir).ok();
-    let err = r.expect_err("1.2 MB cannot fit in 512 KiB");
-    assert!(matches!(err, Error::Io { .. }), "{err}");
-    assert_eq!(after.unwrap(), good, "the previous file was damaged");
-    assert_eq!(files.len(), 1, "a temporary was left behind");
+    assert_eq!(files, ["model.safetensors"], "a temporary was left behind");
+    drop(tmp);
+    common::child_done(FULL_DISK_CHILD);
+}
+
+/// A target name of 255 bytes (NAME_MAX on Linux) saves as `std::fs::write` would: the
+/// temporary's name stays short. A failed save under such a name leaves no temporary either.
+#[test]
+fn a_save_to_a_name_of_255_bytes_works() {
+    let cpu = Device::cpu();
+    let tmp = TempDir::new("longname");
+    for len in [250, 255] {
+        let name = format!("{}.safetensors", "w".repeat(len - ".safetensors".len()));
+        assert_eq!(name.len(), len);
+        let path = tmp.join(&name);
+        let t = Tensor::from_vec(vec![1f32, 2.0], &[2], &cpu).unwrap();
+        save_safetensors(&path, &[("x".into(), t.clone())])
+            .unwrap_or_else(|e| panic!("a {len}-byte name: {e}"));
+        let back = load_safetensors(&path, &cpu, None).unwrap();
+        assert_eq!(values(&back[0].1), vec![1.0, 2.0]);
+        wgtensor::testing::fail_next_save_after(4);
+        assert!(save_safetensors(&path, &[("x".into(), t)]).is_err());
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            if len == 250 { 1 } else { 2 }
+        );
+    }
 }

@@ -105,6 +105,7 @@ pub(crate) fn serialize(tensors: &[(String, Tensor)]) -> Result<Vec<u8>> {
 /// let back = load_safetensors(&path, &Device::cpu(), None)?;
 /// assert_eq!(back[0].0, "layer.weight");
 /// assert_eq!(back[0].1.to_vec::<f32>()?, vec![1.0, 2.0, 3.0, 4.0]);
+/// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 pub fn save_safetensors(path: impl AsRef<Path>, tensors: &[(String, Tensor)]) -> Result<()> {
@@ -141,14 +142,28 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path.file_name().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file")
     })?;
+    // The temporary's name stays far below NAME_MAX (255 bytes on Linux) whatever the target's
+    // length: at most 32 bytes of the target's name (to tell whose it is), then the process
+    // id, a counter and the clock's nanoseconds (unique; `create_new` refuses a clash).
+    let full = name.to_string_lossy();
+    let mut cut = full.len().min(32);
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        name.to_string_lossy(),
+        ".{}.tmp-{}-{}-{nanos:08x}",
+        &full[..cut],
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
     let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
         match FAIL_NEXT_SAVE_AFTER.with(|c| c.take()) {
             Some(n) => {
                 f.write_all(&bytes[..n.min(bytes.len())])?;

@@ -219,6 +219,7 @@ fn upload(tensors: Vec<(String, Tensor)>, device: &Device) -> Result<Vec<(String
 /// save_safetensors(&path, &[("w".into(), Tensor::ones(&[3], DType::F32, &Device::cpu())?)])?;
 /// let half = load_safetensors(&path, &Device::best(), Some(DType::F16))?;
 /// assert_eq!(half[0].1.dtype(), DType::F16);
+/// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 pub fn load_safetensors(
@@ -249,6 +250,7 @@ pub fn load_safetensors(
 /// ])?;
 /// let b = load_tensor(&path, "b", &Device::best())?;
 /// assert_eq!(b.to_vec::<i32>()?, vec![7, 8]);
+/// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 pub fn load_tensor(path: impl AsRef<Path>, name: &str, device: &Device) -> Result<Tensor> {
@@ -329,6 +331,7 @@ fn weight_map(op: &'static str, index: &Path) -> Result<Vec<(String, String)>> {
 /// std::fs::write(dir.join("model.safetensors.index.json"), index).unwrap();
 /// let all = load_sharded(dir.join("model.safetensors.index.json"), &Device::best(), None)?;
 /// assert_eq!(all.iter().map(|(n, t)| (n.as_str(), t.numel())).collect::<Vec<_>>(), [("x", 2), ("y", 3)]);
+/// # std::fs::remove_dir_all(&dir).ok();
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 pub fn load_sharded(

@@ -167,6 +167,7 @@ pub trait Module: Send + Sync {
     /// b.load_weights(&path, &Device::best())?;
     /// assert_eq!(b.weight().to_vec::<f32>()?, a.weight().to_vec::<f32>()?);
     /// assert_eq!(b.device(), Some(Device::best()));
+    /// # std::fs::remove_file(&path).ok();
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     fn load_weights(&mut self, path: &Path, device: &Device) -> Result<()> {
@@ -186,6 +187,7 @@ pub trait Module: Send + Sync {
     /// let path = std::env::temp_dir().join("wgtensor_doc_save_weights.safetensors");
     /// Linear::new(3, 2, false, &Device::cpu())?.save_weights(&path)?;
     /// assert_eq!(load_safetensors(&path, &Device::cpu(), None)?[0].0, "weight");
+    /// # std::fs::remove_file(&path).ok();
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     fn save_weights(&self, path: &Path) -> Result<()> {

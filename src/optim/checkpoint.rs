@@ -30,6 +30,7 @@ use std::path::Path;
 /// load_checkpoint(&path, &mut model2, &mut opt2, &d)?;
 /// assert_eq!(model2.weight().to_vec::<f32>()?, model.weight().to_vec::<f32>()?);
 /// assert_eq!(opt2.lr(), 1e-2);
+/// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 pub fn save_checkpoint(

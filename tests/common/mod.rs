@@ -206,3 +206,37 @@ impl wgtensor::nn::Module for Vector {
         vec![("p".into(), &mut self.0)]
     }
 }
+
+/// A directory of one test's own under the system temporary directory, removed with
+/// everything in it when the guard drops, whether the test passes or panics, so the suite
+/// leaves `$TMPDIR` as it found it. The name carries the tag, the process id and a counter.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `$TMPDIR/wgtensor-{tag}-{pid}-{n}`.
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("wgtensor-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a test's temporary directory");
+        TempDir(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: impl AsRef<std::path::Path>) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
