@@ -472,6 +472,54 @@ fn grouped_matmul_is_the_separate_products_bit_for_bit() {
     .is_empty());
 }
 
+/// `matmul_t_many` checks shapes as `matmul_t` does: activations whose last dimension is not
+/// every matrix's column count (even when their element count is) are a `ShapeMismatch` naming
+/// both shapes, in both activation modes, on the CPU and every adapter; never `Ok` with a
+/// result shorter than its shape.
+#[test]
+fn grouped_matmul_checks_shapes_like_matmul_t() {
+    let _mode = mode(true);
+    for integer in [true, false] {
+        wgtensor::set_quantized_activations(integer);
+        for dev in common::devices() {
+            let mk = |r: usize, c: usize| {
+                let b = random_blocks(QType::Q8_0, r, c, 7);
+                QTensor::from_ggml(QType::Q8_0, [r, c], &b, &dev).unwrap()
+            };
+            let (a, b) = (mk(3, 32), mk(2, 32));
+            for shape in [vec![32, 1], vec![2, 16], vec![1, 64], vec![32]] {
+                let x = Tensor::zeros(&shape, DType::F32, &dev).unwrap();
+                let want_ok = shape == [32];
+                for ws in [vec![&a], vec![&a, &b]] {
+                    let r = QTensor::matmul_t_many(&ws, &x);
+                    if want_ok {
+                        let ys = r.unwrap();
+                        assert_eq!(values(&ys[0]), vec![0.0; 3], "{dev} {shape:?}");
+                        continue;
+                    }
+                    match r {
+                        Err(Error::ShapeMismatch { op, lhs, rhs }) => {
+                            assert_eq!(op, "QTensor::matmul_t_many");
+                            assert_eq!((lhs, rhs), (shape.clone(), vec![3, 32]));
+                        }
+                        other => panic!(
+                            "{dev} integer={integer} x {shape:?}: expected ShapeMismatch, got {:?}",
+                            other.map(|v| v.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>())
+                        ),
+                    }
+                }
+            }
+            // A group whose matrices disagree: the one that does not fit is named.
+            let c = mk(2, 64);
+            let x = Tensor::zeros(&[1, 32], DType::F32, &dev).unwrap();
+            match QTensor::matmul_t_many(&[&a, &c], &x) {
+                Err(Error::ShapeMismatch { rhs, .. }) => assert_eq!(rhs, vec![2, 64]),
+                other => panic!("{dev}: expected ShapeMismatch, got {:?}", other.is_ok()),
+            }
+        }
+    }
+}
+
 /// Child body of `cpu_paths_give_the_same_bits_at_any_thread_count_and_isa`: one line per
 /// product, `BITS` and a hash of every output's bits, in both modes.
 #[test]

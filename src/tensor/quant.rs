@@ -403,7 +403,8 @@ impl QTensor {
     /// the bits are those of the separate calls. Any other case runs them one by one.
     ///
     /// # Errors
-    /// As [`QTensor::matmul_t`], for the first matrix that fails.
+    /// [`Error::ShapeMismatch`] when the last dimension of `x` is not the column count of
+    /// every matrix; otherwise as [`QTensor::matmul_t`], for the first matrix that fails.
     ///
     /// ```
     /// use wgtensor::{Device, QTensor, QType, Tensor};
@@ -421,6 +422,18 @@ impl QTensor {
         let Some(first) = ws.first() else {
             return Ok(Vec::new());
         };
+        // The shape check of `matmul_t`, up front for every matrix: the fused pass below reads
+        // `cols` activations, which only the last dimension of `x` may supply.
+        if let Some(w) = ws
+            .iter()
+            .find(|w| x.ndim() == 0 || x.shape()[x.ndim() - 1] != w.0.shape[1])
+        {
+            return Err(Error::ShapeMismatch {
+                op: "QTensor::matmul_t_many",
+                lhs: x.shape().to_vec(),
+                rhs: w.0.shape.to_vec(),
+            });
+        }
         let (q, cols) = (first.0.qtype, first.0.shape[1]);
         let fused = quantized_activations()
             && matches!(q, QType::Q8_0 | QType::Q4_0)
@@ -429,6 +442,7 @@ impl QTensor {
             && x.dtype() == DType::F32
             && x.ndim() > 0
             && x.numel() == cols
+            && x.shape()[x.ndim() - 1] == cols
             && ws.iter().all(|w| {
                 w.0.qtype == q
                     && w.0.shape[1] == cols
