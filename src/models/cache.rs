@@ -84,9 +84,51 @@ impl KvCache {
         Ok(())
     }
 
+    /// Checks that this cache was made for a model of `layers` layers of `kv_heads` key-value
+    /// heads of `head_dim` on `device` (the f32 cache [`KvCache::new`] and
+    /// [`crate::models::CausalLM::new_cache`] make); `model` names the model in the message.
+    pub(crate) fn check_fits(
+        &self,
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        device: &Device,
+        model: &str,
+    ) -> Result<()> {
+        let (got_kvh, got_hd) = self
+            .k
+            .first()
+            .map_or((kv_heads, head_dim), |t| (t.shape()[1], t.shape()[2]));
+        let got_dev = self.k.first().map(|t| t.device().clone());
+        let fits = self.k.len() == layers
+            && self.v.len() == layers
+            && (got_kvh, got_hd) == (kv_heads, head_dim)
+            && self.k.iter().chain(&self.v).all(|t| {
+                t.dtype() == DType::F32
+                    && t.device() == device
+                    && t.shape() == [self.capacity, kv_heads, head_dim]
+            });
+        if fits {
+            return Ok(());
+        }
+        let dtype = self.k.first().map_or(DType::F32, Tensor::dtype);
+        Err(Error::InvalidArgument {
+            op: "forward",
+            message: format!(
+                "the KV cache holds {} layers of {got_kvh} key-value heads x {got_hd} ({dtype} on                  {}), but {model} needs {layers} layers of {kv_heads} x {head_dim} (f32 on                  {device}); make the cache with this model's new_cache",
+                self.k.len(),
+                got_dev.map_or_else(|| "no device".to_string(), |d| d.to_string()),
+            ),
+        })
+    }
+
     /// Checks that `n` more positions fit.
     pub(crate) fn reserve(&self, n: usize) -> Result<()> {
-        if self.len + n > self.capacity {
+        if self
+            .len
+            .checked_add(n)
+            .is_none_or(|end| end > self.capacity)
+        {
             return Err(Error::InvalidArgument {
                 op: "forward",
                 message: format!(

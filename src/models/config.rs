@@ -54,7 +54,10 @@ pub struct ModelConfig {
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
-    /// The context length: the KV cache holds this many positions at most.
+    /// The context length: the KV cache holds this many positions at most. For a model with
+    /// a sliding attention window (`sliding_window` of Mistral, of Qwen2 with
+    /// `use_sliding_window`) shorter than its context, this is the window: within it no
+    /// position falls out of the window, so every result is transformers' own.
     pub max_position_embeddings: usize,
     pub norm_eps: f32,
     pub rope_theta: f32,
@@ -62,6 +65,10 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// Biases on the q, k and v projections (Qwen2; `attention_bias` of Llama).
     pub qkv_bias: bool,
+    /// A bias on the attention output projection (`attention_bias` of Llama; Qwen2 has none).
+    pub o_bias: bool,
+    /// Biases on the gate, up and down projections (`mlp_bias` of Llama).
+    pub mlp_bias: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
 }
@@ -74,17 +81,48 @@ fn format_err(path: &str, message: String) -> Error {
     }
 }
 
-fn ids(v: Option<&Value>) -> Vec<u32> {
-    match v {
-        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect(),
-        _ => Vec::new(),
+/// The token id(s) under `key` (one number or an array); an id past u32 is refused rather than
+/// truncated to another id.
+fn ids(v: &Value, key: &str, path: &str) -> Result<Vec<u32>> {
+    let one = |x: &Value| -> Result<Option<u32>> {
+        match x.as_u64() {
+            None => Ok(None),
+            Some(id) => u32::try_from(id).map(Some).map_err(|_| {
+                format_err(
+                    path,
+                    format!(
+                        "{key} = {id} does not fit a 32-bit token id (at most {})",
+                        u32::MAX
+                    ),
+                )
+            }),
+        }
+    };
+    match v.get(key) {
+        Some(x @ Value::Number(_)) => Ok(one(x)?.into_iter().collect()),
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for x in a {
+                out.extend(one(x)?);
+            }
+            Ok(out)
+        }
+        _ => Ok(Vec::new()),
     }
 }
+
+/// `config.json` keys that change what a model computes, with the values wgtensor runs
+/// (`None`: only absent or null); any other value is refused, so a different model never
+/// loads silently.
+const UNSUPPORTED: &[(&str, &[&str])] = &[
+    ("partial_rotary_factor", &["1", "1.0"]),
+    ("attn_logit_softcapping", &[]),
+    ("final_logit_softcapping", &[]),
+    ("scale_attn_by_inverse_layer_idx", &["false"]),
+    ("scale_attn_weights", &["true"]),
+    ("qk_layernorm", &["false"]),
+    ("use_qk_norm", &["false"]),
+];
 
 /// The [`Error::Io`] of `op` failing to read the file at `path`, for `map_err` (every file
 /// the models module opens).
@@ -147,6 +185,35 @@ impl ModelConfig {
             }
         };
         let gpt2 = architecture == Architecture::Gpt2;
+        for (key, ok) in UNSUPPORTED {
+            if let Some(x) = v.get(*key).filter(|x| !x.is_null()) {
+                if !ok.contains(&x.to_string().as_str()) {
+                    return Err(format_err(
+                        path,
+                        format!("{key} = {x} is not implemented by wgtensor (it changes what the model computes)"),
+                    ));
+                }
+            }
+        }
+        // The activation of the MLP: SiLU (SwiGLU) for the Llama family, GPT-2's tanh GELU.
+        let act_key = if gpt2 {
+            "activation_function"
+        } else {
+            "hidden_act"
+        };
+        let act_ok: &[&str] = if gpt2 {
+            &["gelu_new", "gelu_pytorch_tanh"]
+        } else {
+            &["silu", "swish"]
+        };
+        if let Some(act) = v.get(act_key).and_then(Value::as_str) {
+            if !act_ok.contains(&act) {
+                return Err(format_err(
+                    path,
+                    format!("{act_key} = {act:?} is not implemented (wgtensor runs {act_ok:?})"),
+                ));
+            }
+        }
         let hidden_size = need(&["hidden_size", "n_embd"])?;
         let num_heads = need(&["num_attention_heads", "n_head"])?;
         let num_kv_heads = get(&["num_key_value_heads"]).map_or(num_heads, |x| x as usize);
@@ -206,6 +273,40 @@ impl ModelConfig {
                 }
             }
         };
+        let bool_key = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let attention_bias = bool_key("attention_bias");
+        let mlp_bias = bool_key("mlp_bias");
+        if gpt2 && (attention_bias || mlp_bias) {
+            return Err(format_err(
+                path,
+                "attention_bias / mlp_bias are Llama options; GPT-2 always has biases".into(),
+            ));
+        }
+        let mut max_position_embeddings =
+            need(&["max_position_embeddings", "n_positions", "n_ctx"])?;
+        // A sliding window shorter than the context: run the context the window covers
+        // (transformers lets position i attend to i - window + 1..=i; within `window`
+        // positions that is every earlier one).
+        let sliding_layers = v
+            .get("layer_types")
+            .and_then(Value::as_array)
+            .is_some_and(|l| l.iter().any(|t| t.as_str() == Some("sliding_attention")));
+        let windowed = sliding_layers
+            || match model_type.as_str() {
+                "qwen2" => bool_key("use_sliding_window"),
+                _ => true,
+            };
+        if windowed {
+            if let Some(w) = v.get("sliding_window").filter(|w| !w.is_null()) {
+                let w = w.as_u64().filter(|&w| w > 0).ok_or_else(|| {
+                    format_err(
+                        path,
+                        format!("sliding_window = {w} is not a positive integer"),
+                    )
+                })?;
+                max_position_embeddings = max_position_embeddings.min(w as usize);
+            }
+        }
         let c = ModelConfig {
             architecture,
             vocab_size: need(&["vocab_size"])?,
@@ -215,7 +316,7 @@ impl ModelConfig {
             num_heads,
             num_kv_heads,
             head_dim,
-            max_position_embeddings: need(&["max_position_embeddings", "n_positions", "n_ctx"])?,
+            max_position_embeddings,
             norm_eps: float(&["rms_norm_eps", "layer_norm_epsilon"], 1e-5),
             rope_theta,
             rope_scaling,
@@ -223,12 +324,11 @@ impl ModelConfig {
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
                 .unwrap_or(gpt2),
-            qkv_bias: model_type == "qwen2"
-                || v.get("attention_bias")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
-            bos_token_id: ids(v.get("bos_token_id")).first().copied(),
-            eos_token_ids: ids(v.get("eos_token_id")),
+            qkv_bias: model_type == "qwen2" || attention_bias,
+            o_bias: attention_bias,
+            mlp_bias,
+            bos_token_id: ids(&v, "bos_token_id", path)?.first().copied(),
+            eos_token_ids: ids(&v, "eos_token_id", path)?,
             model_type,
         };
         c.validate(path)?;
@@ -245,11 +345,107 @@ impl ModelConfig {
             ("max_position_embeddings", self.max_position_embeddings),
             ("intermediate_size", self.intermediate_size),
         ];
-        if let Some((name, _)) = dims.iter().find(|(_, x)| *x == 0 || *x > 1 << 24) {
+        if let Some((name, x)) = dims.iter().find(|(_, x)| *x == 0 || *x > 1 << 24) {
             return Err(format_err(
                 path,
-                format!("{name} must be in 1..=16,777,216"),
+                format!("{name} = {x} must be in 1..=16,777,216"),
             ));
+        }
+        // Head counts bounded, and their products checked: `heads x head_dim` must not wrap.
+        for (name, heads) in [
+            ("num_attention_heads", self.num_heads),
+            ("num_key_value_heads", self.num_kv_heads),
+        ] {
+            let width = heads.checked_mul(self.head_dim);
+            if heads == 0 || heads > 1 << 24 || width.is_none_or(|w| w > 1 << 24) {
+                return Err(format_err(
+                    path,
+                    format!(
+                        "{name} = {heads} heads of head_dim {} give a width past 16,777,216",
+                        self.head_dim
+                    ),
+                ));
+            }
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(format_err(
+                path,
+                format!(
+                    "{} attention heads are not a multiple of {} key-value heads",
+                    self.num_heads, self.num_kv_heads
+                ),
+            ));
+        }
+        // Hyper-parameters that would make every logit NaN.
+        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
+            return Err(format_err(
+                path,
+                format!(
+                    "the norm epsilon (rms_norm_eps) = {} must be finite and > 0",
+                    self.norm_eps
+                ),
+            ));
+        }
+        if self.architecture == Architecture::Llama
+            && !(self.rope_theta > 0.0 && self.rope_theta.is_finite())
+        {
+            return Err(format_err(
+                path,
+                format!(
+                    "rope_theta (rope.freq_base) = {} must be finite and > 0",
+                    self.rope_theta
+                ),
+            ));
+        }
+        let positive = |x: f32| x > 0.0 && x.is_finite();
+        match &self.rope_scaling {
+            None => {}
+            Some(RopeScaling::Linear { factor }) if !positive(*factor) => {
+                return Err(format_err(
+                    path,
+                    format!("rope_scaling factor = {factor} must be finite and > 0"),
+                ));
+            }
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) if !(positive(*factor)
+                && positive(*low_freq_factor)
+                && positive(*high_freq_factor)
+                && high_freq_factor > low_freq_factor
+                && *original_max_position_embeddings > 0) =>
+            {
+                return Err(format_err(
+                    path,
+                    format!(
+                        "llama3 rope_scaling needs finite factor > 0 (got {factor}), \
+                         0 < low_freq_factor < high_freq_factor (got {low_freq_factor}, \
+                         {high_freq_factor}) and original_max_position_embeddings > 0 (got \
+                         {original_max_position_embeddings})"
+                    ),
+                ));
+            }
+            Some(RopeScaling::Factors(f)) => {
+                if f.len() != self.head_dim / 2 {
+                    return Err(format_err(
+                        path,
+                        format!(
+                            "rope_freqs has {} factors, head_dim / 2 = {}",
+                            f.len(),
+                            self.head_dim / 2
+                        ),
+                    ));
+                }
+                if let Some((i, x)) = f.iter().enumerate().find(|(_, x)| !positive(**x)) {
+                    return Err(format_err(
+                        path,
+                        format!("rope_freqs factor {i} = {x} must be finite and > 0 (it divides a frequency)"),
+                    ));
+                }
+            }
+            Some(_) => {}
         }
         if !self.head_dim.is_multiple_of(2) || self.head_dim > 256 {
             return Err(format_err(

@@ -14,9 +14,13 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenerateOptions {
-    /// Tokens generated at most.
+    /// Tokens generated at most. The generation also stops when the model's context is full:
+    /// the cache holds `min(prompt.len() + max_new_tokens, context)` positions (the sum
+    /// saturating, so `usize::MAX` means "until EOS or the end of the context").
     pub max_new_tokens: usize,
-    /// Softmax temperature; 0 is greedy (argmax).
+    /// Softmax temperature; 0 is greedy (argmax). Temperatures below
+    /// [`GenerateOptions::GREEDY_BELOW`] are greedy too: their distribution is one-hot to f32
+    /// precision, and `1 / temperature` would overflow.
     pub temperature: f32,
     /// Keep the `top_k` most likely tokens (0: all).
     pub top_k: usize,
@@ -48,6 +52,17 @@ impl Default for GenerateOptions {
 }
 
 impl GenerateOptions {
+    /// Temperatures in `(0, GREEDY_BELOW)` sample greedily (argmax), as 0 does. At 1e-5 any
+    /// two logits more than 2e-4 apart already give the larger one every time (the Gumbel
+    /// noise that samples spans less than 20), and far below it the scaled logits overflow
+    /// f32 (`1 / 1e-39` is infinite) and would sample garbage.
+    pub const GREEDY_BELOW: f32 = 1e-5;
+
+    /// Whether these options choose by argmax.
+    fn greedy(&self) -> bool {
+        self.temperature < Self::GREEDY_BELOW
+    }
+
     fn validate(&self) -> Result<()> {
         let bad = |message: String| {
             Err(Error::InvalidArgument {
@@ -116,7 +131,9 @@ impl CausalLM {
                 ),
             });
         }
-        let capacity = (prompt.len() + options.max_new_tokens).min(ctx);
+        // The documented rule: room for the prompt and every new token, clamped to the
+        // context (a sum past usize::MAX saturates rather than wrapping to a small cache).
+        let capacity = prompt.len().saturating_add(options.max_new_tokens).min(ctx);
         let cache = self.new_cache(capacity)?;
         if let Some(seed) = options.seed {
             crate::manual_seed(seed);
@@ -212,7 +229,7 @@ impl TokenStream<'_> {
                 .where_cond(&l.mul_scalar(p)?, &l.mul_scalar(1.0 / p)?)?;
             l = seen.where_cond(&penalized, &l)?;
         }
-        let chosen = if o.temperature == 0.0 {
+        let chosen = if o.greedy() {
             l.argmax_all()?
         } else {
             l = l.mul_scalar(1.0 / o.temperature)?;

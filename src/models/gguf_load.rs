@@ -157,30 +157,112 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
             "{heads} heads are not a multiple of {kv_heads} key-value heads"
         )));
     }
-    let vocab = file
+    let embd = file
         .tensor_info("token_embd.weight")
-        .map(|i| i.shape()[0])
-        .ok_or_else(|| fmt("no tensor \"token_embd.weight\"".into()))?;
-    let id = |k: &str| md.get(k).and_then(|v| v.as_u64()).map(|x| x as u32);
+        .ok_or_else(|| fmt("no tensor \"token_embd.weight\"".into()))?
+        .shape();
+    let vocab = match embd[..] {
+        [rows, _] => rows,
+        _ => {
+            return Err(fmt(format!(
+                "tensor \"token_embd.weight\" has shape {embd:?}; the embedding must be a \
+                 [vocab, embedding_length] matrix"
+            )))
+        }
+    };
+    // Token ids are u32: a larger one is refused rather than truncated to another id.
+    let id = |k: &str| -> Result<Option<u32>> {
+        match md.get(k).and_then(|v| v.as_u64()) {
+            None => Ok(None),
+            Some(x) => u32::try_from(x).map(Some).map_err(|_| {
+                fmt(format!(
+                    "{k} = {x} does not fit a 32-bit token id (at most {})",
+                    u32::MAX
+                ))
+            }),
+        }
+    };
     let head_dim = int("attention.key_length").unwrap_or(hidden / heads);
+    // Metadata that changes the computation and that wgtensor does not implement.
+    if let Some(v) = int("attention.value_length").filter(|&v| v != head_dim) {
+        return Err(fmt(format!(
+            "{arch}.attention.value_length = {v} differs from the key length {head_dim}; not \
+             implemented"
+        )));
+    }
+    if let Some(v) = int("rope.dimension_count").filter(|&v| v != head_dim) {
+        return Err(fmt(format!(
+            "{arch}.rope.dimension_count = {v} rotates part of a head of {head_dim}; partial \
+             RoPE is not implemented"
+        )));
+    }
+    if let Some(w) = int("attention.sliding_window") {
+        return Err(fmt(format!(
+            "{arch}.attention.sliding_window = {w} is not implemented for GGUF files"
+        )));
+    }
+    // Linear RoPE scaling as llama.cpp writes it (`rope.scaling.type` and `.factor`).
+    let scaling_key = format!("{arch}.rope.scaling.type");
+    let rope_scaling = match md.get(&scaling_key).map(|v| v.as_str()) {
+        None | Some(Some("none")) => None,
+        Some(Some("linear")) => {
+            let key = format!("{arch}.rope.scaling.factor");
+            let factor = md.get(&key).and_then(|v| v.as_f64()).ok_or_else(|| {
+                fmt(format!(
+                    "{scaling_key} = \"linear\" without a numeric {key}"
+                ))
+            })? as f32;
+            Some(RopeScaling::Linear { factor })
+        }
+        Some(other) => {
+            return Err(fmt(format!(
+                "{scaling_key} = {:?} is not implemented (none and linear are)",
+                other.unwrap_or("<not a string>")
+            )))
+        }
+    };
+    // llama.cpp counts the layers from the tensors: a block_count that disagrees is refused.
+    let block_count = need("block_count")?;
+    let tensor_blocks = file
+        .tensor_infos()
+        .iter()
+        .filter_map(|i| {
+            i.name
+                .strip_prefix("blk.")?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .max()
+        .map_or(0, |b| b + 1);
+    if tensor_blocks != block_count {
+        return Err(fmt(format!(
+            "{arch}.block_count = {block_count}, but the file holds tensors of {tensor_blocks} \
+             layers (blk.0..blk.{})",
+            tensor_blocks.saturating_sub(1)
+        )));
+    }
     let c = ModelConfig {
         architecture: Architecture::Llama,
         model_type: arch.clone(),
         vocab_size: vocab,
         hidden_size: hidden,
         intermediate_size: need("feed_forward_length")?,
-        num_layers: need("block_count")?,
+        num_layers: block_count,
         num_heads: heads,
         num_kv_heads: kv_heads,
         head_dim,
         max_position_embeddings: need("context_length")?,
         norm_eps: float("attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta: float("rope.freq_base", 10000.0),
-        rope_scaling: None,
+        rope_scaling,
         tie_word_embeddings: file.tensor_info("output.weight").is_none(),
         qkv_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
-        bos_token_id: id("tokenizer.ggml.bos_token_id"),
-        eos_token_ids: id("tokenizer.ggml.eos_token_id").into_iter().collect(),
+        o_bias: file.tensor_info("blk.0.attn_output.bias").is_some(),
+        mlp_bias: file.tensor_info("blk.0.ffn_gate.bias").is_some(),
+        bos_token_id: id("tokenizer.ggml.bos_token_id")?,
+        eos_token_ids: id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
     };
     c.validate(file.path())?;
     Ok(c)
@@ -213,10 +295,19 @@ pub(crate) fn load_gguf(
     };
     if file.tensor_info("rope_freqs.weight").is_some() {
         // Llama 3's scaling as llama.cpp stores it: one divisor per frequency.
+        if config.rope_scaling.is_some() {
+            return Err(format_error(
+                file.path(),
+                "both rope.scaling metadata and rope_freqs.weight: which scaling applies is \
+                 ambiguous"
+                    .into(),
+            ));
+        }
         let f = ld
             .vector("rope_freqs.weight", config.head_dim / 2)?
             .to_vec::<f32>()?;
         config.rope_scaling = Some(RopeScaling::Factors(f));
+        config.validate(file.path())?;
     }
     llama::build(&mut ld, &GGUF_LLAMA, &config, device, dtype)
 }

@@ -66,11 +66,11 @@ pub(super) fn build(
             q: src.rope_linear(&format!("{p}.{}", n.q), qd, hid, b)?,
             k: src.rope_linear(&format!("{p}.{}", n.k), kvd, hid, b)?,
             v: src.linear(&format!("{p}.{}", n.v), kvd, hid, b)?,
-            o: src.linear(&format!("{p}.{}", n.o), hid, qd, false)?,
+            o: src.linear(&format!("{p}.{}", n.o), hid, qd, c.o_bias)?,
             mlp_norm: norm(src, &format!("{p}.{}.weight", n.mlp_norm), hid)?,
-            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, false)?,
-            up: src.linear(&format!("{p}.{}", n.up), inter, hid, false)?,
-            down: src.linear(&format!("{p}.{}", n.down), hid, inter, false)?,
+            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, c.mlp_bias)?,
+            up: src.linear(&format!("{p}.{}", n.up), inter, hid, c.mlp_bias)?,
+            down: src.linear(&format!("{p}.{}", n.down), hid, inter, c.mlp_bias)?,
         }));
     }
     let final_norm = norm(src, n.final_norm, hid)?;

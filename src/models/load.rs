@@ -74,6 +74,14 @@ impl Loader<'_> {
     fn host(&mut self, name: &str, dtype: DType) -> Result<Tensor> {
         let missing = || format_error(&self.path, format!("the checkpoint has no tensor {name:?}"));
         let t = self.ckpt.load(name, Some(dtype))?.ok_or_else(missing)?;
+        if !t.dtype().is_float() {
+            // Weights are floats; an integer tensor would load and fail at the first product.
+            let message = format!(
+                "tensor {name:?} is stored as {}, but model weights must be F32, F16 or BF16",
+                t.dtype()
+            );
+            return Err(format_error(&self.path, message));
+        }
         self.meter
             .advance((t.numel() * t.dtype().size_in_bytes()) as u64);
         Ok(t)

@@ -222,7 +222,8 @@ impl CausalLM {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `ids` is empty or does not fit the cache;
+    /// [`Error::InvalidArgument`] when `ids` is empty or does not fit the cache, or when the
+    /// cache was made for another model (layers, heads, head dim, dtype or device differ);
     /// [`Error::IndexOutOfRange`]-style errors for ids past the vocabulary; device errors.
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         self.run(ids, cache, false)
@@ -258,6 +259,14 @@ impl CausalLM {
                 message: "no token ids".into(),
             });
         }
+        let c = &self.config;
+        cache.check_fits(
+            c.num_layers,
+            c.num_kv_heads,
+            c.head_dim,
+            &self.device,
+            &format!("{self:?}"),
+        )?;
         cache.reserve(n)?;
         let vocab = self.config.vocab_size;
         if let Some((i, &bad)) = ids
