@@ -109,6 +109,9 @@ fn set(meta: &mut Vec<(String, GgufValue)>, key: &str, v: GgufValue) {
     meta.push((key.to_string(), v));
 }
 
+/// An edit of a `config.json`.
+type Edit = Box<dyn Fn(&mut Value)>;
+
 fn greedy(n: usize) -> GenerateOptions {
     GenerateOptions {
         max_new_tokens: n,
@@ -214,7 +217,7 @@ fn max_new_tokens_past_usize_generates_to_the_end_of_the_context() {
 #[test]
 fn wrapping_head_counts_and_ids_past_u32_are_format_errors() {
     let cpu = Device::cpu();
-    let cases: [(&str, Box<dyn Fn(&mut Value)>, &[&str]); 4] = [
+    let cases: [(&str, Edit, &[&str]); 4] = [
         (
             "heads 2^63",
             Box::new(|c| {
@@ -329,7 +332,7 @@ fn meaningless_hyper_parameters_are_refused_at_load() {
                 serde_json::json!({"rope_type": "linear", "factor": f, "rope_theta": 10000.0})
         }
     };
-    let cases: [(&str, Box<dyn Fn(&mut Value)>, &[&str]); 5] = [
+    let cases: [(&str, Edit, &[&str]); 5] = [
         (
             "linear factor 0",
             Box::new(linear(0.0.into())),

@@ -367,7 +367,7 @@ impl ModelConfig {
                 ));
             }
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(format_err(
                 path,
                 format!(
