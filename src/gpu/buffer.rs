@@ -306,9 +306,12 @@ impl GpuDevice {
     pub(crate) fn empty_cache(&self) {
         // Retired buffers become poolable once pending work is submitted.
         let _ = self.flush("empty_cache");
-        self.0.staging.clear();
         // Upload staging chunks are rebuilt on demand; ones still copying stay alive in wgpu.
-        self.0.batch.lock().belt = None;
+        let belt = self.0.batch.lock().belt.take();
+        // Buffers go back to the driver here, which on GL takes the context.
+        let _turn = self.gl_turn();
+        drop(belt);
+        self.0.staging.clear();
         // Cached bind groups keep their buffers alive.
         self.0.kernels.clear_bind_groups();
         let freed = self.0.pool.clear();

@@ -9,6 +9,7 @@ use super::kernels::{panic_message, KernelCache};
 use super::memory::{MemStats, Pool};
 use super::queue::{Batch, Queue, FLUSH_WRITTEN_BYTES};
 use super::staging::{StagingPool, TransferCounters};
+use super::sync::GlTurn;
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,9 +20,13 @@ use std::time::{Duration, Instant};
 /// larger params get a buffer of their own).
 pub(crate) const PARAM_WINDOW: u64 = 1024;
 
-/// Length of one blocking poll: waits are sliced so that a GL context held by another thread,
-/// or a deadline, is noticed promptly.
+/// Length of one blocking poll: waits are sliced so that a deadline is noticed promptly.
 const POLL_SLICE: Duration = Duration::from_millis(50);
+
+/// Longest pause between two non-blocking polls of a wait on the GL backend (the pauses grow
+/// from a few microseconds to this): a blocking poll there would hold the GL context, and with
+/// it every other thread's pipeline builds, uploads and readbacks, for the whole slice.
+const GL_POLL_PAUSE_MAX: Duration = Duration::from_millis(2);
 
 /// `WGTENSOR_VALIDATE=1`: every op runs inside its own error scopes, so a wgpu error names the
 /// exact op that caused it (slower: each scope pop is a round trip into wgpu).
@@ -191,13 +196,20 @@ impl GpuDevice {
         // Room for a full batch of dispatches, each window at an aligned offset.
         let ring_size =
             (super::queue::FLUSH_EVERY as u64 + 1) * (PARAM_WINDOW + param_align as u64);
-        let ring = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgtensor::params"),
-            size: ring_size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let errors = super::ids::IdChecks::new(&device, param_align as u64);
+        let gl = info.backend == wgpu::Backend::Gl;
+        let (ring, errors) = {
+            let _turn = GlTurn::take(gl);
+            let ring = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("wgtensor::params"),
+                size: ring_size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            (
+                ring,
+                super::ids::IdChecks::new(&device, param_align as u64, gl),
+            )
+        };
         let tuner = super::autotune::Tuner::new(&info);
         GpuDevice(Arc::new(Inner {
             errors,
@@ -210,7 +222,7 @@ impl GpuDevice {
             limits,
             unified,
             health,
-            kernels: KernelCache::default(),
+            kernels: KernelCache::new(gl),
             mem: MemStats::default(),
             pool: Pool::default(),
             batch: Queue::default(),
@@ -231,6 +243,18 @@ impl GpuDevice {
     /// `name (backend)` of the adapter, for error messages.
     pub(crate) fn adapter_name(&self) -> String {
         format!("{}, {:?}", self.0.info.name, self.0.info.backend)
+    }
+
+    /// Whether this device runs on wgpu's GL backend, whose one context per adapter every
+    /// wgpu call takes in turn (`sync::GlTurn`).
+    pub(crate) fn is_gl(&self) -> bool {
+        self.0.info.backend == wgpu::Backend::Gl
+    }
+
+    /// This thread's turn on the GL context (`sync::GlTurn`), taken around each wgpu call that
+    /// touches it; a no-op on other backends.
+    pub(crate) fn gl_turn(&self) -> GlTurn {
+        GlTurn::take(self.is_gl())
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -347,7 +371,10 @@ impl GpuDevice {
         let oom = dev.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let internal = dev.push_error_scope(wgpu::ErrorFilter::Internal);
-        let value = f();
+        let value = {
+            let _turn = self.gl_turn();
+            f()
+        };
         let internal = pollster::block_on(internal.pop());
         let validation = pollster::block_on(validation.pop());
         let oom = pollster::block_on(oom.pop());
@@ -451,6 +478,7 @@ impl GpuDevice {
         // Staging chunks written for this batch are unmapped before it is submitted and
         // recalled (mapped again, asynchronously) after.
         if let Some(belt) = b.belt.as_mut() {
+            let _turn = self.gl_turn();
             belt.finish();
         }
         let queue = &self.0.queue;
@@ -476,6 +504,7 @@ impl GpuDevice {
             n.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(belt) = b.belt.as_mut() {
+            let _turn = self.gl_turn();
             belt.recall();
         }
         self.0.batch.note_open(b);
@@ -558,6 +587,7 @@ impl GpuDevice {
     where
         I: IntoIterator<Item = wgpu::CommandBuffer>,
     {
+        let _gl = self.gl_turn();
         let _turn = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.0.queue.submit(buffers)
     }
@@ -584,13 +614,23 @@ impl GpuDevice {
         };
         let index = Some(index);
         let deadline = Instant::now() + self.timeout();
+        let gl = self.is_gl();
+        let mut pause = Duration::from_micros(5);
         loop {
-            let slice = deadline
-                .saturating_duration_since(Instant::now())
-                .min(POLL_SLICE);
+            // On GL a poll asks the fence without waiting (a zero timeout) and the thread
+            // pauses outside every lock: a blocking poll holds the GL context (and the turn)
+            // until the work finishes or the slice ends. Elsewhere the driver waits, in slices.
+            let slice = if gl {
+                Duration::ZERO
+            } else {
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(POLL_SLICE)
+            };
             // wgpu 30 sends some poll failures (a device lost mid-wait) to a panicking handler,
             // and its GL layer panics when it cannot lock the adapter's context.
             let polled = {
+                let _gl = GlTurn::take(gl);
                 let _turn = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
                 catch_unwind(AssertUnwindSafe(|| {
                     self.0.device.poll(wgpu::PollType::Wait {
@@ -601,7 +641,12 @@ impl GpuDevice {
             };
             match polled {
                 Ok(Ok(_)) => return self.check(op),
-                Ok(Err(wgpu::PollError::Timeout)) if Instant::now() < deadline => {}
+                Ok(Err(wgpu::PollError::Timeout)) if Instant::now() < deadline => {
+                    if gl {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(GL_POLL_PAUSE_MAX);
+                    }
+                }
                 Ok(Err(wgpu::PollError::Timeout)) => return Err(self.timeout_error(op)),
                 Ok(Err(e)) => {
                     return Err(self.lost_or(Error::Wgpu {
@@ -642,6 +687,11 @@ impl GpuDevice {
     /// Runs ready callbacks without blocking (guarded like `wait`). When another thread is
     /// polling right now, that poll runs the same callbacks: this one is skipped.
     pub(crate) fn poll_once(&self) {
+        // A thread busy in the GL context (possibly running a long submit) will poll or has
+        // submitted: skip rather than wait for it.
+        let Some(_gl) = GlTurn::try_take(self.is_gl()) else {
+            return;
+        };
         let Ok(_turn) = self.0.poll_lock.try_lock() else {
             return;
         };
@@ -672,6 +722,7 @@ impl GpuDevice {
 
     /// Test hook: destroys the wgpu device, as a driver reset would.
     pub(crate) fn destroy(&self) {
+        let _gl = self.gl_turn();
         self.0.device.destroy();
         // Destroy fires the loss callback asynchronously; a poll delivers it promptly.
         let _turn = self.0.poll_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -689,6 +740,7 @@ impl GpuDevice {
     pub(crate) fn inject_uncaptured_error(&self) {
         // An error of wgtensor's own work that escaped every scope.
         let _inside = Inside::enter();
+        let _gl = self.gl_turn();
         let _ = self.0.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgtensor::invalid-on-purpose"),
             size: 3,

@@ -14,7 +14,7 @@
 //!
 //! A leaf: owns its buffers, bind groups and maps; callers hand it the device.
 
-use super::sync::lock;
+use super::sync::{lock, GlTurn};
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -159,10 +159,12 @@ pub(crate) struct IdChecks {
     outstanding: Mutex<Vec<Weak<Check>>>,
     /// Bytes between words: `min_storage_buffer_offset_alignment` (dynamic offsets).
     stride: u64,
+    /// On wgpu's GL backend: a new chunk is created in the GL turn (`sync::GlTurn`).
+    gl: bool,
 }
 
 impl IdChecks {
-    pub(crate) fn new(dev: &wgpu::Device, align: u64) -> IdChecks {
+    pub(crate) fn new(dev: &wgpu::Device, align: u64, gl: bool) -> IdChecks {
         IdChecks {
             dummy: dev.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("wgtensor::unused_input"),
@@ -174,6 +176,7 @@ impl IdChecks {
             taints: Mutex::default(),
             outstanding: Mutex::default(),
             stride: align.max(BYTES),
+            gl,
         }
     }
 
@@ -183,6 +186,7 @@ impl IdChecks {
         let mut p = lock(&self.pool);
         if p.free.is_empty() {
             let k = p.chunks.len();
+            let _turn = GlTurn::take(self.gl);
             p.chunks.push(Arc::new(Chunk {
                 // Fresh buffers are zero-filled: clean words.
                 buffer: dev.create_buffer(&wgpu::BufferDescriptor {

@@ -14,7 +14,7 @@
 //! (generated WGSL) slots in with its own source string.
 
 pub(crate) use super::shader_table::{compose, GeneratedRef, Shader};
-use super::sync::lock;
+use super::sync::{lock, GlTurn};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,10 +75,13 @@ pub(crate) struct KernelCache {
     /// `WGTENSOR_DISABLE_SHADER_F16=1` when the device opened: f16 kernels take the unpacking
     /// path even where the adapter offers `SHADER_F16` (to test that path on any adapter).
     pub(crate) f16_disabled: bool,
+    /// The device runs on wgpu's GL backend: a pipeline build takes the GL turn
+    /// (`sync::GlTurn`), since linking the program needs the GL context.
+    gl: bool,
 }
 
-impl Default for KernelCache {
-    fn default() -> Self {
+impl KernelCache {
+    pub(crate) fn new(gl: bool) -> Self {
         KernelCache {
             modules: Mutex::default(),
             layouts: Mutex::default(),
@@ -87,6 +90,7 @@ impl Default for KernelCache {
             binds: Mutex::default(),
             counters: KernelCounters::default(),
             f16_disabled: std::env::var("WGTENSOR_DISABLE_SHADER_F16").is_ok_and(|v| v == "1"),
+            gl,
         }
     }
 }
@@ -193,6 +197,7 @@ impl KernelCache {
         let (_, layout) = self.layout(dev, shader.inputs(), shader.checked());
         let label = format!("{}::{}", shader.file(), entry);
         let built = catch_unwind(AssertUnwindSafe(|| {
+            let _turn = GlTurn::take(self.gl);
             let validation = dev.push_error_scope(wgpu::ErrorFilter::Validation);
             let internal = dev.push_error_scope(wgpu::ErrorFilter::Internal);
             let module = lock(&self.modules)

@@ -34,9 +34,13 @@
 //! | `TransferCounters::last_read` | the churn fingerprint |
 //! | `Profiler` | the open profile's query set and timed dispatches (taken inside the batch lock by a launch) |
 //! | `Inner::poll_lock` | `device.poll` and `queue.submit` (which polls internally): wgpu-core 30 asserts when a wait races another thread's poll or submit |
+//! | `sync::GlTurn` (GL only, one per process) | every wgpu call that touches a GL context: buffer creation and release, map, unmap, `write_buffer`, pipeline builds, submit, poll |
 //!
 //! Order: the batch lock may be held while taking `Queue::retired`, a `KernelCache` map,
-//! `Health` or the poll lock (to submit); every other lock is taken alone and released before any other is taken. Nothing
+//! `Health` or the poll lock (to submit); every other lock is taken alone and released before any other is taken. The GL
+//! turn is taken just around the wgpu call it guards, after any other lock but the poll lock
+//! (which it precedes) and the leaf maps a pipeline build or an id chunk fills; it is
+//! re-entrant per thread. Nothing
 //! takes the batch lock while holding another lock. `GpuBuffer::drop` never takes the batch lock
 //! (it consults `Queue::open` and parks the buffer in `Queue::retired`), so a drop inside a
 //! recording cannot deadlock.
@@ -49,6 +53,14 @@
 //! the lock) until they are unmapped, because wgpu rejects a batch that uses a mapped buffer.
 //! Waits poll in 50 ms slices until the device's deadline, and a panic from wgpu inside a poll
 //! or a pipeline build (the GL layer's "Could not lock adapter context") becomes an error.
+//!
+//! **GL.** wgpu's GL backend guards each adapter's one GL context with a lock that panics after
+//! a few seconds of waiting (6 s on EGL), and a call holds the context as long as the driver
+//! does: on a software driver (llvmpipe) a submit runs its kernels before it returns, so long
+//! work holds it for its whole length. wgtensor takes its own turn (`sync::GlTurn`, no deadline)
+//! around every such call, so a second thread waits for the context in wgtensor, never in wgpu;
+//! and a wait on GL polls the fence without blocking (zero timeout) and pauses outside the turn,
+//! so a wait never holds the context while the device works.
 //!
 //! # Errors
 //!

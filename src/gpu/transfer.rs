@@ -115,6 +115,7 @@ impl GpuDevice {
             view.slice(bytes.len()..).fill(0);
         }
         // The view is dropped above: unmapping while it lives would panic.
+        let _turn = self.gl_turn();
         buf.buffer.unmap();
         Ok(())
     }
@@ -141,7 +142,10 @@ impl GpuDevice {
             })
         })??;
         if written.is_err() {
-            self.0.batch.lock().belt = None;
+            // Its chunks go back to the driver, which on GL takes the context.
+            let broken = self.0.batch.lock().belt.take();
+            let _turn = self.gl_turn();
+            drop(broken);
             self.check(op)?;
             return Err(Error::Wgpu {
                 op,
@@ -267,6 +271,8 @@ impl GpuDevice {
                     .collect::<Vec<R>>())
             })
             .and_then(|r| r);
+        // A buffer the pool does not keep goes back to the driver (the GL context, on GL).
+        let _turn = self.gl_turn();
         if !matches!(result, Err(ref e) if !matches!(e, Error::IndexOutOfRange { .. })) {
             self.0.staging.give(capacity, staging);
         }
@@ -419,9 +425,12 @@ impl GpuDevice {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let (tx, rx) = mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
-            let _ = tx.send(r);
-        });
+        {
+            let _turn = self.gl_turn();
+            staging.map_async(wgpu::MapMode::Read, ..len, move |r| {
+                let _ = tx.send(r);
+            });
+        }
         // The map callback runs inside a poll once the copy has finished.
         self.wait(op, index)?;
         let mapped = self.await_map(op, &rx)?;
@@ -435,6 +444,7 @@ impl GpuDevice {
             f(&view)
         };
         // The view is dropped above: unmapping while it lives would panic.
+        let _turn = self.gl_turn();
         staging.unmap();
         Ok(out)
     }
