@@ -37,6 +37,15 @@ pub struct AdapterSummary {
     pub max_compute_invocations_per_workgroup: u32,
     /// Whether the adapter computes in f16 natively.
     pub shader_f16: bool,
+    /// Largest workgroup memory (`var<workgroup>`) in bytes: what bounds a tiled kernel's tiles.
+    pub max_compute_workgroup_storage_size: u32,
+    /// Whether the adapter offers subgroup operations (`SUBGROUP`), which row and matrix-vector
+    /// kernels use for their reductions.
+    pub subgroups: bool,
+    /// Smallest and largest subgroup size the driver reports (`(0, 0)` without subgroups).
+    pub subgroup_sizes: (u32, u32),
+    /// Whether kernels can be timed on the device (`TIMESTAMP_QUERY`).
+    pub timestamp_query: bool,
     /// Whether host and GPU share memory and tensor buffers can be mapped
     /// (`MAPPABLE_PRIMARY_BUFFERS`): transfers then skip the staging copy.
     /// `WGTENSOR_DISABLE_UNIFIED_MEMORY=1` turns this off (the discrete-GPU transfer paths).
@@ -281,6 +290,16 @@ impl Registry {
                         .limits
                         .max_compute_invocations_per_workgroup,
                     shader_f16: e.features.contains(wgpu::Features::SHADER_F16),
+                    max_compute_workgroup_storage_size: e
+                        .limits
+                        .max_compute_workgroup_storage_size,
+                    subgroups: e.features.contains(wgpu::Features::SUBGROUP),
+                    subgroup_sizes: if e.features.contains(wgpu::Features::SUBGROUP) {
+                        (e.info.subgroup_min_size, e.info.subgroup_max_size)
+                    } else {
+                        (0, 0)
+                    },
+                    timestamp_query: e.features.contains(wgpu::Features::TIMESTAMP_QUERY),
                     unified_memory: is_unified(&e.info)
                         && e.features
                             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
