@@ -13,6 +13,8 @@ use crate::{DType, Device, Result, Tensor};
 /// `0..num_embeddings` is an [`Error::IndexOutOfRange`] from the next synchronizing call (see
 /// [`Tensor::index_select`]); on the CPU it is that error at once.
 ///
+/// [`Error::IndexOutOfRange`]: crate::Error::IndexOutOfRange
+///
 /// ```
 /// use wgtensor::nn::{Embedding, Module};
 /// use wgtensor::{Device, Tensor};
@@ -48,6 +50,9 @@ impl Embedding {
     /// # Errors
     /// [`Error::InvalidArgument`] when `weight` is not 2-D; [`Error::UnsupportedDType`] when it
     /// is not f32.
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    /// [`Error::UnsupportedDType`]: crate::Error::UnsupportedDType
     ///
     /// ```
     /// use wgtensor::nn::{Embedding, Module};
@@ -110,6 +115,8 @@ impl Module for Embedding {
     /// # Errors
     /// As [`Tensor::index_select`]: out-of-range ids ([`Error::IndexOutOfRange`], on a GPU from
     /// the next synchronizing call), ids that are not U32/I32, ids on another device.
+    ///
+    /// [`Error::IndexOutOfRange`]: crate::Error::IndexOutOfRange
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let flat = ids.contiguous()?.reshape(&[ids.numel()])?;
         let rows = self.weight.index_select(0, &flat)?;

@@ -37,6 +37,11 @@ impl Tensor {
     /// [`Error::DTypeMismatch`] when `on_true` and `on_false` differ; [`Error::ShapeMismatch`]
     /// when the shapes do not broadcast; [`Error::DeviceMismatch`].
     ///
+    /// [`Error::UnsupportedDType`]: crate::Error::UnsupportedDType
+    /// [`Error::DTypeMismatch`]: crate::Error::DTypeMismatch
+    /// [`Error::ShapeMismatch`]: crate::Error::ShapeMismatch
+    /// [`Error::DeviceMismatch`]: crate::Error::DeviceMismatch
+    ///
     /// ```
     /// use wgtensor::{Device, Tensor};
     /// let d = Device::cpu();
@@ -82,6 +87,8 @@ impl Tensor {
     /// NaN). Pass `f32::NEG_INFINITY` / `f32::INFINITY` for a one-sided clamp. f16 clamps in
     /// f32 and rounds; on i32 / u32 the bounds must be integers in range (or ±inf), else
     /// [`Error::InvalidArgument`].
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};

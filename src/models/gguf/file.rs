@@ -77,6 +77,9 @@ impl GgufFile {
     /// Rows come as the file stores them: llama.cpp's `attn_q`/`attn_k` rows are permuted for
     /// its RoPE layout; [`GgufFile::load_unpermuted`] (or [`unpermute_qk`]) undoes that.
     ///
+    /// [`Tensor`]: crate::Tensor
+    /// [`unpermute_qk`]: super::unpermute_qk
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unknown name or a `dense_dtype` other than F32/F16;
     /// allocation errors of the device.
