@@ -228,8 +228,21 @@ impl Tensor {
     }
 
     /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
-    /// wgtensor's benchmarks and tests: `naive`, `register`, `register_vec4` (aligned operands
-    /// only) or `tiled`. The CPU has one kernel and ignores the name once it is validated.
+    /// wgtensor's benchmarks and tests. The names ([`Tensor::matmul_kernels`]):
+    ///
+    /// - `naive`: one output per invocation;
+    /// - `register`: an 8×8 register tile, any shape and strides;
+    /// - `register_vec4`, `register_vec4_16x4`, `register_vec4_4x16`, `register_vec4_16x16`:
+    ///   the register tile with vec4 loads in 8×8, 16×4, 4×16 and 16×16 workgroups, and
+    ///   `register_vec4_r4x4`, `register_vec4_r8x4`: with 4×4 and 8×4 register tiles (these six
+    ///   need aligned, unit-stride operands; others are an `InvalidArgument`);
+    /// - `tiled`, `tiled_padded`, `tiled_double`: 64×64 workgroup-memory tiles, plain, padded
+    ///   against bank conflicts, double-buffered;
+    /// - `split_k`: K in up to 16 slices summed at the end (unbatched, K >= 2,048; elsewhere
+    ///   `register`);
+    /// - `gemv_m1`, `gemv_n1`: one output per invocation in 256×1 / 1×256 workgroups.
+    ///
+    /// The CPU has one kernel and ignores the name once it is validated.
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -238,6 +251,14 @@ impl Tensor {
     /// let c = a.matmul_with_kernel(&a.t()?, "naive")?;
     /// assert_eq!(c.to_vec::<f32>()?, vec![5.0; 9]);
     /// assert!(a.matmul_with_kernel(&a.t()?, "strassen").is_err());
+    /// // The list above is every name there is.
+    /// let listed = [
+    ///     "naive", "register", "register_vec4", "register_vec4_16x4", "register_vec4_4x16",
+    ///     "register_vec4_16x16", "register_vec4_r4x4", "register_vec4_r8x4", "tiled",
+    ///     "tiled_padded", "tiled_double", "split_k", "gemv_m1", "gemv_n1",
+    /// ];
+    /// let why = "a new kernel's name belongs in the list above";
+    /// assert_eq!(Tensor::matmul_kernels(), listed, "{why}");
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     #[doc(hidden)]
