@@ -16,15 +16,21 @@
 //            f32; a dummy without one), forward: (4) dst, (5) params;
 //            backward: (4) g = dO [B, L, Ev], (5) stats = [lse (B L), D (B L)], (6) dst,
 //            (7) params.
-//            dst: forward [out (B L Ev), lse (B L)]; attn_dq [dq (B L E), dS (B L S)];
+//            dst: forward [out (B L Ev), lse (B L), then with several passes the state
+//            (chunks B L x 3) from P_STATE]; attn_dq [dq (B L E), dS (B L S)];
 //            attn_dkv [dk (B S E), dv (B S Ev)].
 // Params     see the P_* constants; from P_SHAPE: the batch dims' sizes, then the mask's
 //            strides over them.
 // Dispatch   @workgroup_size(64): one workgroup per (tile of 64 rows, output chunk of 64
 //            dims, batch), numbered tile + tiles (chunk + chunks b) over a 2-D grid; extra
 //            workgroups return. Each invocation owns one row (a query, or a key in attn_dkv).
-//            The streamed loop steps 16 keys (or queries) at a time: S / 16 < 65,535
-//            iterations (the host checks), the inner loops are at most 64.
+//            The streamed loop steps 16 keys (or queries) at a time, and one dispatch (a pass)
+//            streams at most P_SPAN of them: lavapipe ends an invocation's loops silently once
+//            they have run 65,535 iterations all together, and drivers may bound how long one
+//            dispatch runs. The host sizes P_SPAN from the loops' iteration counts
+//            (src/gpu/attention.rs) and dispatches passes 0 .. P_PASSES in order; between passes
+//            a row's running state (accumulators, and the forward's m, l and NaN flag) waits in
+//            dst, in f32, so the passes give the bits of one pass.
 
 const P_B: u32 = 0u;
 const P_L: u32 = 1u;
@@ -54,7 +60,13 @@ const P_AUX: u32 = 23u;
 // attn_dkv: chunks of dk (the rest are dv's).
 const P_KCHUNKS: u32 = 24u;
 const P_NB: u32 = 25u;
-const P_SHAPE: u32 = 26u;
+// This dispatch's pass, the rows one pass streams (a multiple of STEP), the pass count, and
+// where the forward keeps m, l and the NaN flag of each (chunk, row) between passes.
+const P_PASS: u32 = 26u;
+const P_SPAN: u32 = 27u;
+const P_PASSES: u32 = 28u;
+const P_STATE: u32 = 29u;
+const P_SHAPE: u32 = 30u;
 
 const NEG_INF_BITS: u32 = 0xff800000u;
 const TILE: u32 = 64u;
@@ -112,6 +124,32 @@ fn work_item(group: Group, lid: u32, rows_at: u32) -> Work {
     let row = first + lid;
     let chunk = rest % chunks;
     return Work(first, row, min(row, params[rows_at] - 1u), chunk, chunk * 64u, min(rest / chunks, nb), nb, params[P_L], params[P_S], params[P_E], params[P_EV]);
+}
+
+// The part [lo, hi) of a workgroup's streamed range [start, end) that this pass covers, and
+// whether this pass is the first (start from zero) and the last (write the result) of those
+// that cover it; an empty range belongs to the pass holding `start`. Uniform when its
+// arguments are: passes a workgroup has no part in return before any barrier.
+struct Pass {
+    lo: u32,
+    hi: u32,
+    first: bool,
+    last: bool,
+    busy: bool,
+}
+
+fn pass_of(start: u32, end: u32) -> Pass {
+    let span = params[P_SPAN];
+    let p = params[P_PASS];
+    let top = params[P_PASSES] - 1u;
+    let f = min(start / span, top);
+    var l = f;
+    if (end > start) {
+        l = min((end - 1u) / span, top);
+    }
+    let lo = max(start, p * span);
+    let hi = min(end, (p + 1u) * span);
+    return Pass(lo, max(lo, hi), p == f, p == l, p >= f && p <= l);
 }
 
 // Where batch b's mask starts.

@@ -42,39 +42,51 @@ fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
     if ((flags & 1u) != 0u) {
         kend = min(min(w.first + TILE, w.l), w.s);
     }
-    // Zero-initialized, like every WGSL var without an initializer.
-    var acc: array<f32, 64>;
-    for (var j0 = 0u; j0 < kend; j0 = j0 + STEP) {
-        var s = dots(0u, qrow, 1u, kbase, j0, w.s, w.e, lid);
-        let dp = dots(3u, grow, 2u, vbase, j0, w.s, w.ev, lid);
-        for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-            let j = j0 + jj;
-            let p = prob(finish_score(s[jj], w.at, j, mb), lse);
-            let ds = p * (drop_factor(w.b, w.row, j) * dp[jj] - dd);
-            s[jj] = select(ds, 0.0, j >= w.s);
-            if (write_ds && j < w.s) {
-                dst[params[P_AUX] + (w.b * w.l + w.row) * w.s + j] = s[jj];
+    let ps = pass_of(0u, kend);
+    let live = w.row < w.l;
+    let orow = (w.b * w.l + w.row) * w.e;
+    let dc = min(64u, w.e - w.col0);
+    if (ps.busy) {
+        // The dq accumulators wait in dq's own rows between passes (unscaled); the last pass
+        // scales them. Zero-initialized, like every WGSL var without an initializer.
+        var acc: array<f32, 64>;
+        if (!ps.first && live) {
+            for (var d = 0u; d < dc; d = d + 1u) {
+                acc[d] = dst[orow + w.col0 + d];
             }
         }
-        accumulate(&acc, s, 1u, kbase, j0, w.s, w.col0, w.e, lid);
-    }
-    if (w.row >= w.l) {
-        return;
+        for (var j0 = ps.lo; j0 < ps.hi; j0 = j0 + STEP) {
+            var s = dots(0u, qrow, 1u, kbase, j0, w.s, w.e, lid);
+            let dp = dots(3u, grow, 2u, vbase, j0, w.s, w.ev, lid);
+            for (var jj = 0u; jj < STEP; jj = jj + 1u) {
+                let j = j0 + jj;
+                let p = prob(finish_score(s[jj], w.at, j, mb), lse);
+                let ds = p * (drop_factor(w.b, w.row, j) * dp[jj] - dd);
+                s[jj] = select(ds, 0.0, j >= w.s);
+                if (write_ds && j < w.s) {
+                    dst[params[P_AUX] + (w.b * w.l + w.row) * w.s + j] = s[jj];
+                }
+            }
+            accumulate(&acc, s, 1u, kbase, j0, w.s, w.col0, w.e, lid);
+        }
+        if (live) {
+            let scale = select(1.0, pf(P_SCALE), ps.last);
+            for (var d = 0u; d < dc; d = d + 1u) {
+                dst[orow + w.col0 + d] = select(acc[d], acc[d] * scale, ps.last);
+            }
+        }
     }
     if (write_ds) {
-        // Keys past the causal end of this tile: dS = 0 (16 at a time, a bounded loop).
-        for (var j0 = kend; j0 < w.s; j0 = j0 + STEP) {
+        // Keys past the causal end of this tile, within this pass: dS = 0 (16 at a time).
+        let p0 = params[P_PASS] * params[P_SPAN];
+        let p1 = min(w.s, p0 + params[P_SPAN]);
+        for (var j0 = max(kend, p0); j0 < p1; j0 = j0 + STEP) {
             for (var jj = 0u; jj < STEP; jj = jj + 1u) {
-                if (j0 + jj < w.s) {
+                if (j0 + jj < p1) {
                     dst[params[P_AUX] + (w.b * w.l + w.row) * w.s + j0 + jj] = 0.0;
                 }
             }
         }
-    }
-    let scale = pf(P_SCALE);
-    let dc = min(64u, w.e - w.col0);
-    for (var d = 0u; d < dc; d = d + 1u) {
-        dst[(w.b * w.l + w.row) * w.e + w.col0 + d] = acc[d] * scale;
     }
 }
 
@@ -96,8 +108,25 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
     if ((params[P_FLAGS] & 1u) != 0u) {
         istart = min(w.first, w.l);
     }
+    let ps = pass_of(istart, w.l);
+    if (!ps.busy) {
+        return;
+    }
+    let live = w.row < w.s;
+    // This key's accumulators wait in its own dk or dv row between passes (unscaled).
+    var orow = params[P_AUX] + (w.b * w.s + w.row) * w.ev + c0;
+    var dc = min(64u, w.ev - c0);
+    if (is_k) {
+        orow = (w.b * w.s + w.row) * w.e + c0;
+        dc = min(64u, w.e - c0);
+    }
     var acc: array<f32, 64>;
-    for (var i0 = istart; i0 < w.l; i0 = i0 + STEP) {
+    if (!ps.first && live) {
+        for (var d = 0u; d < dc; d = d + 1u) {
+            acc[d] = dst[orow + d];
+        }
+    }
+    for (var i0 = ps.lo; i0 < ps.hi; i0 = i0 + STEP) {
         var s = dots(1u, krow, 0u, qbase, i0, w.l, w.e, lid);
         let dp = dots(2u, vrow, 3u, gbase, i0, w.l, w.ev, lid);
         for (var ii = 0u; ii < STEP; ii = ii + 1u) {
@@ -118,19 +147,13 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
             accumulate(&acc, s, 3u, gbase, i0, w.l, c0, w.ev, lid);
         }
     }
-    if (w.row >= w.s) {
+    if (!live) {
         return;
     }
-    if (is_k) {
-        let scale = pf(P_SCALE);
-        let dc = min(64u, w.e - c0);
-        for (var d = 0u; d < dc; d = d + 1u) {
-            dst[(w.b * w.s + w.row) * w.e + c0 + d] = acc[d] * scale;
-        }
-    } else {
-        let dc = min(64u, w.ev - c0);
-        for (var d = 0u; d < dc; d = d + 1u) {
-            dst[params[P_AUX] + (w.b * w.s + w.row) * w.ev + c0 + d] = acc[d];
-        }
+    // dk is scaled once, by the last pass; dv is the sum itself.
+    let scaled = is_k && ps.last;
+    let scale = select(1.0, pf(P_SCALE), scaled);
+    for (var d = 0u; d < dc; d = d + 1u) {
+        dst[orow + d] = select(acc[d], acc[d] * scale, scaled);
     }
 }

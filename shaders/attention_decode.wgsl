@@ -13,12 +13,19 @@
 // Bindings   @group(0) @binding(0) q      : array<f32>, read-only, packed [heads, head_dim]
 //            @group(0) @binding(1) k      : array<f32>, read-only, packed [capacity, kv_heads, head_dim]
 //            @group(0) @binding(2) v      : array<f32>, read-only, same layout as k
-//            @group(0) @binding(3) dst    : array<f32>, read-write, packed [heads, head_dim]
+//            @group(0) @binding(3) dst    : array<f32>, read-write, packed [heads, head_dim],
+//                                           then with several passes [m, l] per head
 //            @group(0) @binding(4) params : array<u32>, read-only:
-//                                           [heads, kv_heads, head_dim, len, scale bits]
+//                                           [heads, kv_heads, head_dim, len, scale bits,
+//                                            first tile of this pass, tiles per pass]
 // Dispatch   64 invocations per workgroup, one workgroup per query head (heads workgroups on
-//            the 2-D grid: head = wid.y * nwg.x + wid.x); head_dim <= 256. Loops run
-//            ceil(len / 64) tiles and at most 256 dims per invocation, far below 65,535.
+//            the 2-D grid: head = wid.y * nwg.x + wid.x); head_dim <= 256. One dispatch (a
+//            pass) takes at most params[6] tiles: lavapipe ends an invocation's loops silently
+//            once they have run 65,535 iterations all together, which a cache of ~9,000
+//            positions reached in one pass. The host sizes the passes (src/gpu/attention_decode.rs)
+//            and dispatches them in order; between passes a head's accumulators (unnormalised)
+//            wait in dst and its m, l after all heads' outputs, in f32, so the passes give the
+//            bits of one.
 
 const TILE: u32 = 64u;
 const MASKED: f32 = -3.0e38;
@@ -36,9 +43,15 @@ fn attention_decode(inv: Invocation) {
     let len = params[3];
     let scale = bitcast<f32>(params[4]);
     // Workgroups past the last head still reach every barrier, with nothing to do.
-    var tiles = 0u;
+    let all_tiles = (len + TILE - 1u) / TILE;
+    let t0 = params[5];
+    let t1 = min(all_tiles, t0 + params[6]);
+    let first = t0 == 0u;
+    let last = t1 == all_tiles;
+    let state = heads * hd + 2u * h;
+    var tiles = t0;
     if (h < heads) {
-        tiles = (len + TILE - 1u) / TILE;
+        tiles = t1;
         for (var d = t; d < hd; d = d + TILE) {
             qs[d] = q[h * hd + d];
         }
@@ -49,7 +62,17 @@ fn attention_decode(inv: Invocation) {
     var m = MASKED;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var tile = 0u; tile < tiles; tile = tile + 1u) {
+    if (h < heads && !first) {
+        m = dst[state];
+        l = dst[state + 1u];
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let d = t + i * TILE;
+            if (d < hd) {
+                acc[i] = dst[h * hd + d];
+            }
+        }
+    }
+    for (var tile = t0; tile < tiles; tile = tile + 1u) {
         let base = tile * TILE;
         let p = base + t;
         var s = MASKED;
@@ -93,8 +116,12 @@ fn attention_decode(inv: Invocation) {
         for (var i = 0u; i < 4u; i = i + 1u) {
             let d = t + i * TILE;
             if (d < hd) {
-                dst[h * hd + d] = acc[i] / l;
+                dst[h * hd + d] = select(acc[i], acc[i] / l, last);
             }
+        }
+        if (!last && t == 0u) {
+            dst[state] = m;
+            dst[state + 1u] = l;
         }
     }
 }

@@ -24,12 +24,30 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
     if (causal) {
         kend = min(min(w.first + TILE, w.l), w.s);
     }
+    let ps = pass_of(0u, kend);
+    if (!ps.busy) {
+        return;
+    }
+    let live = w.row < w.l;
+    let orow = (w.b * w.l + w.row) * w.ev;
+    let dc = min(64u, w.ev - w.col0);
+    // This (chunk, row)'s m, l and NaN flag between passes (each chunk keeps its own: chunks
+    // of one row run at once within a pass).
+    let st = params[P_STATE] + ((w.chunk * w.nb + w.b) * w.l + w.row) * 3u;
     // Zero-initialized, like every WGSL var without an initializer.
     var acc: array<f32, 64>;
     var m = neg_inf();
     var l = 0.0;
     var bad = false;
-    for (var j0 = 0u; j0 < kend; j0 = j0 + STEP) {
+    if (!ps.first && live) {
+        for (var d = 0u; d < dc; d = d + 1u) {
+            acc[d] = dst[orow + w.col0 + d];
+        }
+        m = dst[st];
+        l = dst[st + 1u];
+        bad = dst[st + 2u] != 0.0;
+    }
+    for (var j0 = ps.lo; j0 < ps.hi; j0 = j0 + STEP) {
         var s = dots(0u, qrow, 1u, kbase, j0, w.s, w.e, lid);
         var mx = neg_inf();
         for (var jj = 0u; jj < STEP; jj = jj + 1u) {
@@ -60,13 +78,20 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
         }
         accumulate(&acc, s, 2u, vbase, j0, w.s, w.col0, w.ev, lid);
     }
-    if (w.row >= w.l) {
+    if (!live) {
+        return;
+    }
+    if (!ps.last) {
+        for (var d = 0u; d < dc; d = d + 1u) {
+            dst[orow + w.col0 + d] = acc[d];
+        }
+        dst[st] = m;
+        dst[st + 1u] = l;
+        dst[st + 2u] = select(0.0, 1.0, bad);
         return;
     }
     let dead = bad || l == 0.0;
     let inv = 1.0 / l;
-    let orow = (w.b * w.l + w.row) * w.ev;
-    let dc = min(64u, w.ev - w.col0);
     for (var d = 0u; d < dc; d = d + 1u) {
         dst[orow + w.col0 + d] = select(acc[d] * inv, nan_f32(), dead);
     }

@@ -432,3 +432,249 @@ fn the_default_path_follows_the_adapter() {
         assert_ne!(expected, other, "on {d}");
     }
 }
+
+/// Float64 attention on the host for the query rows `rows`: their outputs and `dq` rows, and
+/// the `dk`, `dv` sums over those rows, of the loss `sum(out * w)`. Row-major `[n, dims]`
+/// operands of one head.
+struct Reference {
+    out: Vec<Vec<f64>>,
+    dq: Vec<Vec<f64>>,
+    dk: Vec<f64>,
+    dv: Vec<f64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    [q, k, v, w]: [&[f32]; 4],
+    s: usize,
+    e: usize,
+    causal: bool,
+    scale: f64,
+    rows: &[usize],
+) -> Reference {
+    let dot = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| x as f64 * y as f64)
+            .sum::<f64>()
+    };
+    let (mut out, mut dq) = (Vec::new(), Vec::new());
+    let (mut dk, mut dv) = (vec![0.0; s * e], vec![0.0; s * e]);
+    for &i in rows {
+        let qi = &q[i * e..(i + 1) * e];
+        let wi = &w[i * e..(i + 1) * e];
+        let keys = if causal { (i + 1).min(s) } else { s };
+        let sc: Vec<f64> = (0..keys)
+            .map(|j| scale * dot(qi, &k[j * e..(j + 1) * e]))
+            .collect();
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let ex: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+        let sum: f64 = ex.iter().sum();
+        let p: Vec<f64> = ex.iter().map(|x| x / sum).collect();
+        let mut o = vec![0.0; e];
+        for (j, &pj) in p.iter().enumerate() {
+            for d in 0..e {
+                o[d] += pj * v[j * e + d] as f64;
+            }
+        }
+        let dp: Vec<f64> = (0..keys).map(|j| dot(wi, &v[j * e..(j + 1) * e])).collect();
+        let big_d: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+        let mut g = vec![0.0; e];
+        for j in 0..keys {
+            let ds = p[j] * (dp[j] - big_d);
+            for d in 0..e {
+                g[d] += scale * ds * k[j * e + d] as f64;
+                dk[j * e + d] += scale * ds * qi[d] as f64;
+                dv[j * e + d] += p[j] * wi[d] as f64;
+            }
+        }
+        out.push(o);
+        dq.push(g);
+    }
+    Reference { out, dq, dk, dv }
+}
+
+/// `got` against a float64 reference: within `tol` times the reference's largest magnitude (f32
+/// sums over 16,384 terms of O(1) values).
+fn assert_near(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let scale = want.iter().fold(1e-3f64, |a, &x| a.max(x.abs()));
+    for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a as f64 - b).abs() <= tol * scale,
+            "{what}: first mismatch at {i}: got {a}, float64 reference {b} (tolerance {})",
+            tol * scale
+        );
+    }
+}
+
+/// One head of `l` queries and `s` keys (64 dims) through the fused kernels, forward and
+/// backward of `sum(out * w)`: `[out, dq, dk, dv]` and the host operands `[q, k, v, w]`.
+fn fused_run(d: &Device, l: usize, s: usize, causal: bool) -> ([Vec<f32>; 4], [Vec<f32>; 4]) {
+    let e = 64;
+    // The inputs: q and k scaled by 0.5.
+    let host = [
+        data(l * e, 11, 0.5),
+        data(s * e, 12, 0.5),
+        data(s * e, 13, 1.0),
+        data(l * e, 14, 1.0),
+    ];
+    let t = |h: &Vec<f32>, n: usize, grad: bool| {
+        Tensor::from_vec(h.clone(), &[1, 1, n, e], d)
+            .unwrap()
+            .requires_grad_(grad)
+    };
+    let (q, k, v, w) = (
+        t(&host[0], l, true),
+        t(&host[1], s, true),
+        t(&host[2], s, true),
+        t(&host[3], l, false),
+    );
+    force_attention(Some("fused"));
+    let out = Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, 0.0, None);
+    force_attention(None);
+    let out = out.unwrap();
+    out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    let got = [
+        values(&out),
+        values(&q.grad().unwrap()),
+        values(&k.grad().unwrap()),
+        values(&v.grad().unwrap()),
+    ];
+    (got, host)
+}
+
+/// Every streamed loop of the fused kernels at 16,384 rows, against float64 on the host: the
+/// forward and attn_dq stream 16,384 keys (64 queries), attn_dkv 16,384 queries (64 keys,
+/// causal). One pass over them ran 1,024 steps of loops, far past the 65,535 loop iterations
+/// after which lavapipe silently stops an invocation's loops (the output was wrong from
+/// ~900 keys on): the kernels now stream them in passes, one dispatch each.
+#[test]
+fn sixteen_thousand_keys_or_queries_match_float64() {
+    for d in devices() {
+        for (l, s, causal) in [(64, 16_384, false), (16_384, 64, true)] {
+            let (got, host) = fused_run(&d, l, s, causal);
+            let rows: Vec<usize> = (0..l).collect();
+            let r = reference(
+                [&host[0], &host[1], &host[2], &host[3]],
+                s,
+                64,
+                causal,
+                0.125,
+                &rows,
+            );
+            let what = |x: &str| format!("{d}: {x} of {l} queries by {s} keys (causal {causal})");
+            assert_near(&got[0], &r.out.concat(), 1e-4, &what("output"));
+            assert_near(&got[1], &r.dq.concat(), 1e-4, &what("dq"));
+            assert_near(&got[2], &r.dk, 1e-4, &what("dk"));
+            assert_near(&got[3], &r.dv, 1e-4, &what("dv"));
+        }
+    }
+}
+
+/// The case: causal attention over 16,384 positions (`[1, 1, 16384, 64]`, q and k
+/// scaled by 0.5) on each adapter, the default path (fused: its scores would be 1 GiB), the
+/// output against float64 on the host at sampled rows (the first, 777, the middle, the last
+/// ones), where one pass gave -0.0353 for 0.0125 at row 16383. The backward's long loops are
+/// covered by `sixteen_thousand_keys_or_queries_match_float64`. On the software adapter the
+/// forward alone takes over two minutes (past the default wait), hence `--ignored`.
+#[test]
+#[ignore = "over two minutes on a software adapter; run with --ignored"]
+fn causal_sixteen_thousand_positions_match_float64_on_gpus() {
+    let (n, e) = (16_384, 64);
+    let host = [
+        data(n * e, 11, 0.5),
+        data(n * e, 12, 0.5),
+        data(n * e, 13, 1.0),
+        data(n * e, 14, 1.0),
+    ];
+    let rows: Vec<usize> = [0, 777, 8191, 12_000].into_iter().chain(n - 4..n).collect();
+    let r = reference(
+        [&host[0], &host[1], &host[2], &host[3]],
+        n,
+        e,
+        true,
+        0.125,
+        &rows,
+    );
+    for d in gpus() {
+        d.set_timeout(std::time::Duration::from_secs(1200));
+        let t = |h: &Vec<f32>| Tensor::from_vec(h.clone(), &[1, 1, n, e], &d).unwrap();
+        let out = Tensor::scaled_dot_product_attention(
+            &t(&host[0]),
+            &t(&host[1]),
+            &t(&host[2]),
+            None,
+            true,
+            0.0,
+            None,
+        )
+        .unwrap();
+        let got = values(&out);
+        for (at, &i) in rows.iter().enumerate() {
+            let what = format!("{d}: output row {i} of {n} causal positions");
+            assert_near(&got[i * e..(i + 1) * e], &r.out[at], 1e-4, &what);
+        }
+    }
+}
+
+/// Decode attention over a cache of 16,384 positions (and a length that ends inside a tile),
+/// against float64 on the host, on the CPU and every adapter: with a head of 256 dims, one
+/// pass over the cache ran its loops past the 65,535 iterations after which lavapipe silently
+/// stops an invocation's loops (wrong from ~11,000 positions on); it now takes the cache in
+/// passes.
+#[test]
+fn decode_over_sixteen_thousand_positions_matches_float64() {
+    for hd in [64, 256] {
+        decode_matches_float64(hd);
+    }
+}
+
+fn decode_matches_float64(hd: usize) {
+    let (heads, kv_heads, cap) = (4, 2, 16_384);
+    let q = data(heads * hd, 21, 0.5);
+    let k = data(cap * kv_heads * hd, 22, 0.5);
+    let v = data(cap * kv_heads * hd, 23, 1.0);
+    let scale = 1.0 / (hd as f32).sqrt();
+    for d in devices() {
+        let t = |h: &Vec<f32>, shape: &[usize]| Tensor::from_vec(h.clone(), shape, &d).unwrap();
+        let (qt, kt, vt) = (
+            t(&q, &[heads, hd]),
+            t(&k, &[cap, kv_heads, hd]),
+            t(&v, &[cap, kv_heads, hd]),
+        );
+        for len in [cap, 16_000] {
+            let got = values(&Tensor::attention_decode(&qt, &kt, &vt, len, scale).unwrap());
+            let mut want = Vec::new();
+            for h in 0..heads {
+                let kvh = h / (heads / kv_heads);
+                let at = |p: usize| (p * kv_heads + kvh) * hd;
+                let qh = &q[h * hd..(h + 1) * hd];
+                let sc: Vec<f64> = (0..len)
+                    .map(|p| {
+                        let kp = &k[at(p)..at(p) + hd];
+                        scale as f64
+                            * qh.iter()
+                                .zip(kp)
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum::<f64>()
+                    })
+                    .collect();
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let ex: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let sum: f64 = ex.iter().sum();
+                want.extend(
+                    (0..hd).map(|dd| {
+                        (0..len).map(|p| ex[p] * v[at(p) + dd] as f64).sum::<f64>() / sum
+                    }),
+                );
+            }
+            assert_near(
+                &got,
+                &want,
+                1e-4,
+                &format!("{d}: decode over {len} positions, head dim {hd}"),
+            );
+        }
+    }
+}

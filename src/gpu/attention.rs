@@ -1,7 +1,14 @@
 //! GPU fused attention by `shaders/attention_forward.wgsl` and `attention_backward.wgsl`
 //! (helpers in `attention.wgsl`): one workgroup per (tile of 64 rows, chunk of 64 output dims,
 //! batch), K and V (or Q and dO) staged through workgroup memory 16 rows at a time, on a 2-D
-//! grid past 65,535 workgroups. Each dispatch writes its outputs packed in one buffer.
+//! grid past 65,535 workgroups. Each kernel writes its outputs packed in one buffer.
+//!
+//! Each kernel streams keys (or queries) in passes, one dispatch each, of at most `span` rows
+//! (see [`span`]): lavapipe silently ends an invocation's loops once they have run 65,535
+//! iterations all together (one counter per invocation, over every loop), which one pass over
+//! 16,384 keys passed many times over, and drivers may bound how long a dispatch runs. A row's
+//! running state waits in the output buffer between passes, in f32, so any number of passes
+//! gives the bits of one.
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
@@ -10,8 +17,10 @@ use crate::{Error, Result};
 
 /// Rows per workgroup (`TILE` in the shader) and output dims per chunk.
 const TILE: usize = 64;
-/// Rows of the streamed loop per step (`STEP`): the loop runs `n / 16` times.
+/// Rows of the streamed loop per step (`STEP`).
 const STEP: usize = 16;
+/// Where the pass index sits in a kernel's params (`P_PASS` in attention.wgsl).
+const P_PASS: usize = 26;
 
 /// A mask read in place: element `(b, i, j)` at `base + batch offset(b) + i row + j col`.
 pub(crate) struct GpuMask<'a> {
@@ -52,16 +61,66 @@ pub(crate) type Operand<'a> = (&'a GpuBuffer, usize);
 /// The largest count the kernels index with u32 (with headroom for the tile padding).
 const LIMIT: usize = u32::MAX as usize - (1 << 16);
 
+/// Loop iterations one invocation may run in one dispatch: under lavapipe's 65,535, with room
+/// for the loops outside the streamed one (state, results, the mask's batch offset).
+const LOOP_BUDGET: usize = 60_000;
+
+/// Loop iterations of `dots` (attention.wgsl) over `dims`, counted as if no loop were
+/// unrolled: per chunk of 64 dims, the chunk loop, the 16-row staging and 64 dims of 16 rows.
+fn dots_iterations(dims: usize) -> usize {
+    dims.div_ceil(64).max(1) * (1 + 16 + 64 * (1 + STEP))
+}
+
+/// Loop iterations of `accumulate`: the staging and 16 rows of 64 dims.
+const ACCUMULATE_ITERATIONS: usize = 16 + STEP * (1 + 64);
+
+/// Loop iterations of the per-step work on 16 scores (two loops over them, the rescale of 64
+/// accumulators, Philox's 10 rounds per dropout factor).
+const SCORE_ITERATIONS: usize = 2 * STEP + 64 + STEP * 10;
+
+/// The kernels of one attention.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Forward,
+    /// `attn_dq` and `attn_dkv` (the same loops over q, k, v and dO).
+    Backward,
+}
+
+/// Loop iterations of one step (16 keys or queries) of `kernel`'s streamed loop.
+fn step_iterations(kernel: Kernel, e: usize, ev: usize) -> usize {
+    match kernel {
+        Kernel::Forward => dots_iterations(e) + SCORE_ITERATIONS + ACCUMULATE_ITERATIONS,
+        Kernel::Backward => {
+            dots_iterations(e) + dots_iterations(ev) + SCORE_ITERATIONS + ACCUMULATE_ITERATIONS
+        }
+    }
+}
+
+/// Rows (keys or queries) one pass of `kernel` streams: whole steps within [`LOOP_BUDGET`];
+/// 0 when even one step is past it (head dims in the thousands: the composed path runs them).
+/// A rule of the shapes alone, the same on every adapter (passes do not change bits anyway).
+fn span(kernel: Kernel, e: usize, ev: usize) -> usize {
+    LOOP_BUDGET / step_iterations(kernel, e, ev) * STEP
+}
+
 impl AttnParams<'_> {
-    /// Whether the kernels can run this problem: every index fits u32 and every streamed loop
-    /// stays under lavapipe's 65,535 iterations.
+    /// Whether the kernels can run this problem: every index fits u32 and one step of every
+    /// streamed loop fits a pass (see [`span`]); any length does.
     pub(crate) fn supported(&self) -> bool {
         let (b, l, s, e, ev) = self.dims;
         // Checked: sizes whose products overflow are unsupported here (the composite path then
         // reports them as a typed size error), never a wrapped index.
         let prod = |x: usize, y: usize, z: usize| x.checked_mul(y)?.checked_mul(z);
-        let big = [prod(b, l, s), prod(b, l, e.max(ev)), prod(b, s, e.max(ev))];
-        big.iter().all(|n| n.is_some_and(|n| n < LIMIT)) && l / STEP < 65_000 && s / STEP < 65_000
+        let big = [
+            prod(b, l, s),
+            prod(b, l, e.max(ev)),
+            prod(b, s, e.max(ev)),
+            // The forward's state between passes: 3 words per (chunk, row).
+            prod(b * 3, l, ev.div_ceil(TILE)),
+        ];
+        big.iter().all(|n| n.is_some_and(|n| n < LIMIT))
+            && span(Kernel::Forward, e, ev) > 0
+            && span(Kernel::Backward, e, ev) > 0
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -73,6 +132,7 @@ impl AttnParams<'_> {
         kchunks: usize,
         offsets: [usize; 5],
         write_ds: bool,
+        (span, passes, state): (usize, usize, usize),
     ) -> Vec<u32> {
         let (b, l, s, e, ev) = self.dims;
         let mut flags = u32::from(self.causal);
@@ -112,6 +172,8 @@ impl AttnParams<'_> {
         ];
         v.extend(offsets.map(w));
         v.extend([w(aux), w(kchunks), w(self.batch_shape.len())]);
+        // P_PASS (set per dispatch by `passes`), P_SPAN, P_PASSES, P_STATE.
+        v.extend([0, w(span), w(passes), w(state)]);
         v.extend(self.batch_shape.iter().map(|&x| w(x)));
         match &self.mask {
             Some(m) => v.extend(m.batch_strides.iter().map(|&x| w(x))),
@@ -146,33 +208,41 @@ impl GpuDevice {
         self.0.info.device_type != wgpu::DeviceType::Cpu
     }
 
+    /// Dispatches passes 0 .. `passes` of a kernel (in order: each continues the state the one
+    /// before left in `output`), `meta[P_PASS]` set to each.
+    #[allow(clippy::too_many_arguments)]
     fn attention_launch(
         &self,
         op: &'static str,
         (shader, entry): (Shader, &'static str),
         inputs: &[&wgpu::Buffer],
         output: &GpuBuffer,
-        meta: &[u32],
+        meta: &mut [u32],
         workgroups: usize,
+        passes: usize,
     ) -> Result<()> {
         let max = self.0.limits.max_compute_workgroups_per_dimension;
         let (x, y) = grid(workgroups as u64, max).ok_or_else(|| Error::InvalidArgument {
             op,
             message: format!("{workgroups} attention tiles exceed this adapter's dispatch grid"),
         })?;
-        self.launch_workgroups(
-            op,
-            Launch {
-                shader,
-                entry,
-                op_code: None,
-                inputs,
-                output: &output.buffer,
-                meta,
-                threads: workgroups as u64,
-            },
-            [x, y, 1],
-        )
+        for pass in 0..passes {
+            meta[P_PASS] = pass as u32;
+            self.launch_workgroups(
+                op,
+                Launch {
+                    shader,
+                    entry,
+                    op_code: None,
+                    inputs,
+                    output: &output.buffer,
+                    meta,
+                    threads: workgroups as u64,
+                },
+                [x, y, 1],
+            )?;
+        }
+        Ok(())
     }
 
     fn mask_buffer<'a>(&'a self, p: &'a AttnParams<'_>) -> &'a wgpu::Buffer {
@@ -188,18 +258,33 @@ impl GpuDevice {
         p: &AttnParams<'_>,
         [q, k, v]: [Operand<'_>; 3],
     ) -> Result<GpuBuffer> {
-        let (b, l, _, _, ev) = p.dims;
-        let out = self.alloc_uninit(op, ((b * l * ev + b * l) * 4) as u64)?;
+        let (b, l, s, e, ev) = p.dims;
         let (tiles, chunks) = (l.div_ceil(TILE), ev.div_ceil(TILE));
-        let meta = p.words(tiles, chunks, b * l * ev, 0, [q.1, k.1, v.1, 0, 0], false);
+        // Keys a tile streams: all of them, or up to its last query when causal.
+        let keys = if p.causal { l.min(s) } else { s };
+        let span = span(Kernel::Forward, e, ev);
+        let passes = keys.div_ceil(span).max(1);
+        // Past [out, lse]: m, l and the NaN flag of each (chunk, row) between passes.
+        let state = if passes > 1 { chunks * b * l * 3 } else { 0 };
+        let out = self.alloc_uninit(op, ((b * l * ev + b * l + state) * 4) as u64)?;
+        let mut meta = p.words(
+            tiles,
+            chunks,
+            b * l * ev,
+            0,
+            [q.1, k.1, v.1, 0, 0],
+            false,
+            (span, passes, b * l * ev + b * l),
+        );
         let inputs = [&q.0.buffer, &k.0.buffer, &v.0.buffer, self.mask_buffer(p)];
         self.attention_launch(
             op,
             (Shader::AttentionForward, "attn_forward"),
             &inputs,
             &out,
-            &meta,
+            &mut meta,
             tiles * chunks * b,
+            passes,
         )?;
         Ok(out)
     }
@@ -225,27 +310,51 @@ impl GpuDevice {
         ];
         let ds_len = if want_ds { b * l * s } else { 0 };
         let dq = self.alloc_uninit(op, ((b * l * e + ds_len) * 4) as u64)?;
+        let span = span(Kernel::Backward, e, ev);
         let (tiles, chunks) = (l.div_ceil(TILE), e.div_ceil(TILE));
-        let meta = p.words(tiles, chunks, b * l * e, 0, offsets, want_ds);
+        // Keys attn_dq streams (up to a tile's last query when causal); dS is written for
+        // every key, the ones past a tile's causal end as zeros, pass by pass.
+        let keys = if p.causal && !want_ds { l.min(s) } else { s };
+        let passes = keys.div_ceil(span).max(1);
+        let mut meta = p.words(
+            tiles,
+            chunks,
+            b * l * e,
+            0,
+            offsets,
+            want_ds,
+            (span, passes, 0),
+        );
         self.attention_launch(
             op,
             (Shader::AttentionBackward, "attn_dq"),
             &inputs,
             &dq,
-            &meta,
+            &mut meta,
             tiles * chunks * b,
+            passes,
         )?;
         let dkv = self.alloc_uninit(op, ((b * s * e + b * s * ev) * 4) as u64)?;
         let (tiles, kchunks) = (s.div_ceil(TILE), e.div_ceil(TILE));
         let chunks = kchunks + ev.div_ceil(TILE);
-        let meta = p.words(tiles, chunks, b * s * e, kchunks, offsets, false);
+        let passes = l.div_ceil(span).max(1);
+        let mut meta = p.words(
+            tiles,
+            chunks,
+            b * s * e,
+            kchunks,
+            offsets,
+            false,
+            (span, passes, 0),
+        );
         self.attention_launch(
             op,
             (Shader::AttentionBackward, "attn_dkv"),
             &inputs,
             &dkv,
-            &meta,
+            &mut meta,
             tiles * chunks * b,
+            passes,
         )?;
         Ok((dq, dkv))
     }
