@@ -3,8 +3,11 @@
 // A matrix is stored as two planes per row range ("part"), see src/cpu/quant.rs: `scales`, the
 // f16 scales packed two per word (read with unpack2x16float), and `body`, the integer bodies of
 // the blocks as bytes packed four per word (every block body is a whole number of words).
-// Block types (params[6]): 0 = Q8_0, 1 = Q4_0, 2 = Q4_K, 3 = Q6_K, decoded exactly as ggml's
-// dequantize_row_* (the CPU twin is `cpu::quant::dequantize_block`).
+// Block types (params[6]): QTYPE_Q8_0, QTYPE_Q4_0, QTYPE_Q4_K, QTYPE_Q6_K, decoded exactly as
+// ggml's dequantize_row_* (the CPU twin is `cpu::quant::dequantize_block`). The library appends
+// the block-type table (src/gpu/shader_table.rs, from crate::QType and src/cpu/quant.rs): each
+// type's QTYPE_* code, BLOCK_LEN_* elements, BODY_BYTES_* body bytes and SCALES_* f16 scales
+// per block, and block_len(q).
 //
 // Computes   matvec:  dst[i, row0 + r] = sum_k W[r, k] * x[i, k]  (x @ W^T for this part's rows)
 //            dequant: dst[row0 + r, k] = W[r, k]
@@ -59,24 +62,25 @@ fn scale_min_k4(base: u32, j: u32) -> vec2<u32> {
 
 // Element j of block b (numbered within the part) of a matrix of type q.
 fn value(q: u32, b: u32, j: u32) -> f32 {
-    if (q == 0u) {
-        return f32(sbyte(b * 32u + j)) * scale(b);
+    if (q == QTYPE_Q8_0) {
+        return f32(sbyte(b * BODY_BYTES_Q8_0 + j)) * scale(SCALES_Q8_0 * b);
     }
-    if (q == 1u) {
-        let v = ubyte(b * 16u + (j & 15u));
+    if (q == QTYPE_Q4_0) {
+        let v = ubyte(b * BODY_BYTES_Q4_0 + (j & 15u));
         let nib = select(v & 15u, v >> 4u, j >= 16u);
-        return f32(i32(nib) - 8) * scale(b);
+        return f32(i32(nib) - 8) * scale(SCALES_Q4_0 * b);
     }
-    if (q == 2u) {
-        let base = b * 140u;
+    if (q == QTYPE_Q4_K) {
+        let base = b * BODY_BYTES_Q4_K;
         let k = j / 64u;
         let l = j % 64u;
         let sm = scale_min_k4(base, 2u * k + select(0u, 1u, l >= 32u));
         let qb = ubyte(base + 12u + 32u * k + (l % 32u));
         let qv = select(qb & 15u, qb >> 4u, l >= 32u);
-        return (scale(2u * b) * f32(sm.x)) * f32(qv) - scale(2u * b + 1u) * f32(sm.y);
+        let s = SCALES_Q4_K * b;
+        return (scale(s) * f32(sm.x)) * f32(qv) - scale(s + 1u) * f32(sm.y);
     }
-    let base = b * 208u;
+    let base = b * BODY_BYTES_Q6_K;
     let n = j / 128u;
     let l = j % 128u;
     let g = l / 32u;
@@ -85,12 +89,7 @@ fn value(q: u32, b: u32, j: u32) -> f32 {
     let nib = select(qlb & 15u, qlb >> 4u, g >= 2u);
     let qh = (ubyte(base + 128u + 32u * n + ll) >> (2u * g)) & 3u;
     let sc = sbyte(base + 192u + 8u * n + ll / 16u + 2u * g);
-    return (scale(b) * f32(sc)) * f32(i32(nib | (qh << 4u)) - 32);
-}
-
-// Elements per block: 32 in Q8_0 and Q4_0, 256 in the K-quants.
-fn block_len(q: u32) -> u32 {
-    return select(256u, 32u, q < 2u);
+    return (scale(SCALES_Q6_K * b) * f32(sc)) * f32(i32(nib | (qh << 4u)) - 32);
 }
 
 // Element k of row r (numbered within the part) of a matrix of type q.

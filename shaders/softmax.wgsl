@@ -1,10 +1,10 @@
 // softmax.wgsl: softmax, log_softmax and softmin over one dim of a strided view in ONE dispatch,
 // one workgroup per row, any row length.
 //
-// Computes   OP 0 (softmax):     dst[e] = exp(x - m) / s
-//            OP 1 (log_softmax): dst[e] = (x - m) - log(s)
-//            OP 2 (softmin):     OP 0 of -x (element() negates what it reads)
-//            with m the row max and s = Σ exp(x - m). Online softmax: each thread walks its
+// Computes   OP_SOFTMAX:     dst[e] = exp(x - m) / s
+//            OP_LOG_SOFTMAX: dst[e] = (x - m) - log(s)
+//            OP_SOFTMIN:     OP_SOFTMAX of -x (element() negates what it reads)
+//            (the row-op table, src/ops/rows.rs, appends the OP_* constants), with m the row max and s = Σ exp(x - m). Online softmax: each thread walks its
 //            elements k = lid, lid + 256, ... once, keeping a running max and a sum rescaled
 //            whenever the max grows; the 256 (max, sum) pairs are merged (row_tree.wgsl: a fixed
 //            tree in workgroup memory; row_subgroup.wgsl: subgroup operations and one barrier,
@@ -61,7 +61,7 @@ fn value(x: f32, rm: f32, rs: f32, ls: f32, nan_row: bool) -> f32 {
         return bitcast<f32>(NAN_BITS);
     }
     let d = x - rm;
-    if (OP == 1u) {
+    if (OP == OP_LOG_SOFTMAX) {
         return d - ls;
     }
     return exp(d) / rs;
@@ -83,8 +83,8 @@ fn empty_stat() -> RowStat {
 }
 
 fn element(at: u32) -> f32 {
-    // OP 2 (softmin) is the softmax of -x.
-    if (OP == 2u) {
+    // softmin is the softmax of -x.
+    if (OP == OP_SOFTMIN) {
         return -src[at];
     }
     return src[at];

@@ -131,8 +131,11 @@ fn shader_files_on_disk_validate() {
             // The reduction table's part is appended by the library (src/ops/reduce.rs); the
             // embedded list holds the composed shader.
             "reduce.wgsl",
-            // Likewise the row-op table's part (`centered()`, src/ops/rows.rs).
+            // Likewise the row-op table's part (the `OP_*` codes, `centered()`, src/ops/rows.rs)
             "layer_norm.wgsl",
+            "softmax.wgsl",
+            // and the block-type table's (`QTYPE_*`, `BLOCK_LEN_*`, ..., src/gpu/shader_table.rs).
+            "quant.wgsl",
         ];
         if snippets.contains(&name.as_str()) {
             continue;

@@ -7,6 +7,7 @@ use super::device::GpuDevice;
 use super::ids;
 use super::kernels::{Launch, Shader};
 use super::params::w;
+use super::shader_table::qtype_code;
 use crate::{Error, QType, Result};
 
 /// One row range of a quantized matrix on the device: its scales plane (f16 pairs) and body
@@ -27,15 +28,6 @@ pub(crate) struct QMatrix<'a> {
 
 /// Activation rows per matvec workgroup (`MT` in the shader).
 const MT: usize = 4;
-
-fn code(q: QType) -> u32 {
-    match q {
-        QType::Q8_0 => 0,
-        QType::Q4_0 => 1,
-        QType::Q4_K => 2,
-        QType::Q6_K => 3,
-    }
-}
 
 /// Elements a u32 index in the shaders can address.
 fn check_u32(op: &'static str, what: &str, n: usize) -> Result<()> {
@@ -63,7 +55,7 @@ impl GpuDevice {
             0,
             w(p.row0),
             w(shape[0]),
-            code(q),
+            qtype_code(q),
             0,
             0,
             0,

@@ -7,7 +7,8 @@
 use super::bindings::Bindings;
 use super::codegen::Generated;
 use super::variants::{matmul, matmul_f16, matmul_f16_acc, matmul_vec4};
-use crate::ops::{ReduceOp, RowOp};
+use crate::ops::{ReduceOp, RowFamily, RowOp};
+use crate::QType;
 
 /// The hand-written shader files, plus the generated elementwise kernels (`codegen.rs`). Each
 /// file is valid WGSL once `shaders/common.wgsl` and the declarations of its entry's bindings
@@ -224,6 +225,64 @@ macro_rules! shader {
     };
 }
 
+/// softmax.wgsl after the row merge (a workgroup tree), with the softmax family's op codes
+/// appended (`RowOp::codes_wgsl`), built on first use.
+fn softmax() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let file = wgsl!("row_tree.wgsl", "row_fold.wgsl", "softmax.wgsl");
+        format!("{file}{}", RowOp::codes_wgsl(RowFamily::Softmax))
+    })
+}
+
+/// [`softmax`] with the row merge in subgroup operations (adapters with `SUBGROUP`).
+fn softmax_subgroup() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let file = wgsl!(
+            "subgroup.wgsl",
+            "row_subgroup.wgsl",
+            "row_fold.wgsl",
+            "softmax.wgsl"
+        );
+        format!("{file}{}", RowOp::codes_wgsl(RowFamily::Softmax))
+    })
+}
+
+/// A block type's code in quant.wgsl's `params[6]`: its place in [`QType::ALL`], which the
+/// shader names as the `QTYPE_*` constants ([`quant`]).
+pub(crate) fn qtype_code(q: QType) -> u32 {
+    QType::ALL.iter().position(|&t| t == q).unwrap_or_default() as u32
+}
+
+/// ids.wgsl and quant.wgsl with the block-type table appended, built on first use: for each
+/// [`QType`] its code (`QTYPE_Q8_0`, ...: the value of `params[6]`), elements per block
+/// (`BLOCK_LEN_*`), body bytes per block (`BODY_BYTES_*`, the body plane of
+/// `src/cpu/quant.rs`) and f16 scales per block (`SCALES_*`), and `block_len(q)` over them.
+fn quant() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        use crate::cpu::quant::{body_bytes, scale_halfs};
+        let mut s = String::from(wgsl!("ids.wgsl", "quant.wgsl"));
+        s += "\n// The block-type table (crate::QType, src/cpu/quant.rs).\n";
+        for q in QType::ALL {
+            let n = q.as_str();
+            s += &format!("const QTYPE_{n}: u32 = {}u;\n", qtype_code(q));
+            s += &format!("const BLOCK_LEN_{n}: u32 = {}u;\n", q.block_len());
+            s += &format!("const BODY_BYTES_{n}: u32 = {}u;\n", body_bytes(q));
+            s += &format!("const SCALES_{n}: u32 = {}u;\n", scale_halfs(q));
+        }
+        s += "\n// Elements per block of a matrix of type q.\nfn block_len(q: u32) -> u32 {\n";
+        let (last, rest) = QType::ALL.split_last().expect("QType::ALL is not empty");
+        for q in rest {
+            let n = q.as_str();
+            s += &format!("    if (q == QTYPE_{n}) {{\n        return BLOCK_LEN_{n};\n    }}\n");
+        }
+        s += &format!("    return BLOCK_LEN_{};\n}}\n", last.as_str());
+        s
+    })
+}
+
 /// layer_norm.wgsl after the row merge, with the row-op table's part appended (the norms' op
 /// codes and `centered()`, `RowOp::norm_wgsl`), built on first use.
 fn norm() -> &'static str {
@@ -306,23 +365,14 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
         &REDUCE,
     )
     .body(Body::Built(reduce_subgroup)),
-    shader!(Shader::Softmax, "softmax.wgsl", &SOFTMAX).body(Body::Text(wgsl!(
-        "row_tree.wgsl",
-        "row_fold.wgsl",
-        "softmax.wgsl"
-    ))),
+    shader!(Shader::Softmax, "softmax.wgsl", &SOFTMAX).body(Body::Built(softmax)),
     ShaderDef::new(
         Shader::SoftmaxSubgroup,
         "softmax.wgsl (subgroups)",
         wgsl!("softmax.wgsl"),
         &SOFTMAX,
     )
-    .body(Body::Text(wgsl!(
-        "subgroup.wgsl",
-        "row_subgroup.wgsl",
-        "row_fold.wgsl",
-        "softmax.wgsl"
-    ))),
+    .body(Body::Built(softmax_subgroup)),
     shader!(Shader::LayerNorm, "layer_norm.wgsl", &LAYER_NORM).body(Body::Built(norm)),
     shader!(Shader::CrossEntropy, "cross_entropy.wgsl", &CROSS_ENTROPY).checked(wgsl!(
         "ids.wgsl",
@@ -356,7 +406,9 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
     shader!(Shader::Gather, "gather.wgsl", &GATHER).checked(wgsl!("ids.wgsl", "gather.wgsl")),
     shader!(Shader::Scatter, "scatter.wgsl", &SCATTER).checked(wgsl!("ids.wgsl", "scatter.wgsl")),
     shader!(Shader::Sum, "sum.wgsl", &SUM),
-    shader!(Shader::Quant, "quant.wgsl", &QUANT).checked(wgsl!("ids.wgsl", "quant.wgsl")),
+    shader!(Shader::Quant, "quant.wgsl", &QUANT)
+        .checked(wgsl!("ids.wgsl", "quant.wgsl"))
+        .body(Body::Built(quant)),
     shader!(
         Shader::AttentionDecode,
         "attention_decode.wgsl",

@@ -116,18 +116,25 @@ macro_rules! row_ops {
                 match self { $(RowOp::$V => $tol,)* }
             }
 
+            /// The op codes of `family` as WGSL: one `const OP_<NAME>: u32` per op, in table
+            /// order, which the family's shader compares its `OP` override with.
+            pub(crate) fn codes_wgsl(family: RowFamily) -> String {
+                let mut s = String::from("\n// The row-op table's part (src/ops/rows.rs).\n");
+                for o in Self::ALL.iter().filter(|o| o.family() == family) {
+                    s += &format!("const OP_{}: u32 = {}u;\n", o.name().to_uppercase(), o.code());
+                }
+                s
+            }
+
             /// The norm family's table part of `shaders/layer_norm.wgsl`: each norm's
-            /// `OP_<NAME>` constant and `centered()`, in table order.
+            /// `OP_<NAME>` constant ([`RowOp::codes_wgsl`]) and `centered()`.
             pub(crate) fn norm_wgsl() -> String {
                 let norms: Vec<RowOp> = Self::ALL
                     .iter()
                     .copied()
                     .filter(|o| o.family() == RowFamily::Norm)
                     .collect();
-                let mut s = String::from("\n// The row-op table's part (src/ops/rows.rs).\n");
-                for o in &norms {
-                    s += &format!("const OP_{}: u32 = {}u;\n", o.name().to_uppercase(), o.code());
-                }
+                let mut s = Self::codes_wgsl(RowFamily::Norm);
                 let centred: Vec<String> = norms
                     .iter()
                     .filter(|o| o.centered())
