@@ -6,9 +6,10 @@
 //! - the `RowOp` enum with `name`, `family`, `code`, `centered` and `bias`, which the CPU
 //!   kernels (`src/cpu/softmax.rs`, `src/cpu/norm.rs`, `src/cpu/cross_entropy.rs`) and the GPU
 //!   launches (`src/gpu/rows.rs`, which maps a family to its shader and entry points) read;
-//! - the WGSL: each family's shader takes the op's `code` as its `OP` override, and the norm
-//!   family's table part (the `OP_<NAME>` constants and `centered()`, [`RowOp::norm_wgsl`]) is
-//!   appended to `shaders/layer_norm.wgsl` when the library builds it;
+//! - the WGSL: each family's shader takes the op's `code` as its `OP` override and names the
+//!   codes by the `OP_<NAME>` constants of [`RowOp::codes_wgsl`], appended to
+//!   `shaders/softmax.wgsl` when the library builds it; the norm family's part adds
+//!   `centered()` ([`RowOp::norm_wgsl`]) for `shaders/layer_norm.wgsl`;
 //! - the public `Tensor` method with its rustdoc, in the signature of the entry's kind, and
 //!   the backward it records: a softmax-family op's `grad` formula, or the norm family's
 //!   backward (`src/autograd/norm.rs`), which reads the entry's facts (a norm that is not
