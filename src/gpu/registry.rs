@@ -290,9 +290,7 @@ impl Registry {
                         .limits
                         .max_compute_invocations_per_workgroup,
                     shader_f16: e.features.contains(wgpu::Features::SHADER_F16),
-                    max_compute_workgroup_storage_size: e
-                        .limits
-                        .max_compute_workgroup_storage_size,
+                    max_compute_workgroup_storage_size: e.limits.max_compute_workgroup_storage_size,
                     subgroups: e.features.contains(wgpu::Features::SUBGROUP),
                     subgroup_sizes: if e.features.contains(wgpu::Features::SUBGROUP) {
                         (e.info.subgroup_min_size, e.info.subgroup_max_size)
