@@ -8,6 +8,8 @@
 //            loop here may depend on the full K. A and B are read through their strides, so
 //            transposed, permuted, narrowed and broadcast (stride 0) views need no copy.
 // Entries    naive    one output per invocation: the baseline the benchmarks compare against.
+//            gemv_t   a few rows times a matrix read along K (x · Wᵀ): 32 invocations per
+//                     output, partial sums added in a fixed tree (see its entry at the end)
 //            gemv_m1, gemv_n1
 //                     the naive loop in 256 × 1 (rows of few outputs: M = 1, a row vector
 //                     times a matrix) or 1 × 256 workgroups (N = 1, a matrix times a vector),
@@ -346,4 +348,75 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
         cur = 1u - cur;
     }
     store_4x4(p, tr + lid.y * 4u, tc + lid.x * 4u, acc);
+}
+
+// gemv_t: a few rows of A times B read along K (B[k, col] consecutive in k: a weight matrix used
+// transposed, x · Wᵀ, as decode's matrix-vector products are). 256 invocations per workgroup:
+// 8 output columns of one row, 32 invocations each. Invocation `lane` of a column takes
+// k = k0 + lane + 32 i, so the 32 read consecutive elements of the column together; component
+// i % 4 of acc0 (i % 8 < 4) or acc1 sums every 8th such k. The 32 partial sums then meet in a
+// fixed tree in workgroup memory: the same order on every run and adapter, whatever its
+// subgroup size. Dispatch: grid (ceil(N/8), M, batches) from the row/column origin.
+var<workgroup> gemv_part: array<vec4<f32>, 256>;
+
+@compute @workgroup_size(256)
+fn gemv_t(@builtin(workgroup_id) wid: vec3<u32>,
+          @builtin(local_invocation_index) li: u32) {
+    let p = problem(wid.z);
+    let lane = li & 31u;
+    let row = params[2] + wid.y;
+    let col = params[3] + wid.x * 8u + (li >> 5u);
+    let live = row < p.m && col < p.n;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    if (live) {
+        let ia = p.a + row * p.a_rs;
+        let ib = p.b + col * p.b_cs;
+        // At most 16,384 / 256 = 64 iterations per chunk.
+        for (var k = lane; k < p.k1 - p.k0; k = k + 256u) {
+            var a0 = vec4<f32>(0.0);
+            var b0 = vec4<f32>(0.0);
+            var a1 = vec4<f32>(0.0);
+            var b1 = vec4<f32>(0.0);
+            let n = p.k1 - p.k0;
+            if (k + 224u < n) {
+                // The whole run is inside the chunk: no per-load guards.
+                a0 = vec4<f32>(ld_a(ia + k * p.a_ks), ld_a(ia + (k + 32u) * p.a_ks),
+                               ld_a(ia + (k + 64u) * p.a_ks), ld_a(ia + (k + 96u) * p.a_ks));
+                b0 = vec4<f32>(ld_b(ib + k * p.b_ks), ld_b(ib + (k + 32u) * p.b_ks),
+                               ld_b(ib + (k + 64u) * p.b_ks), ld_b(ib + (k + 96u) * p.b_ks));
+                a1 = vec4<f32>(ld_a(ia + (k + 128u) * p.a_ks), ld_a(ia + (k + 160u) * p.a_ks),
+                               ld_a(ia + (k + 192u) * p.a_ks), ld_a(ia + (k + 224u) * p.a_ks));
+                b1 = vec4<f32>(ld_b(ib + (k + 128u) * p.b_ks), ld_b(ib + (k + 160u) * p.b_ks),
+                               ld_b(ib + (k + 192u) * p.b_ks), ld_b(ib + (k + 224u) * p.b_ks));
+            } else {
+                for (var u = 0u; u < 4u; u = u + 1u) {
+                    let k0 = k + 32u * u;
+                    let k1 = k0 + 128u;
+                    if (k0 < n) {
+                        a0[u] = ld_a(ia + k0 * p.a_ks);
+                        b0[u] = ld_b(ib + k0 * p.b_ks);
+                    }
+                    if (k1 < n) {
+                        a1[u] = ld_a(ia + k1 * p.a_ks);
+                        b1[u] = ld_b(ib + k1 * p.b_ks);
+                    }
+                }
+            }
+            acc0 = fma(a0, b0, acc0);
+            acc1 = fma(a1, b1, acc1);
+        }
+    }
+    gemv_part[li] = acc0 + acc1;
+    workgroupBarrier();
+    for (var s = 16u; s > 0u; s = s >> 1u) {
+        if (lane < s) {
+            gemv_part[li] = gemv_part[li] + gemv_part[li + s];
+        }
+        workgroupBarrier();
+    }
+    if (live && lane == 0u) {
+        let v = gemv_part[li];
+        store(p, row, col, (v.x + v.y) + (v.z + v.w));
+    }
 }

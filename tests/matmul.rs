@@ -383,6 +383,7 @@ fn long_inner_dim_is_split_on_the_gpu() {
                 "tiled_double",
                 "gemv_m1",
                 "gemv_n1",
+                "gemv_t",
             ] {
                 let got = values(&ta.matmul_with_kernel(&tb, kernel).unwrap());
                 assert_eq!(got, want, "on {d} with kernel {kernel}");
@@ -394,7 +395,7 @@ fn long_inner_dim_is_split_on_the_gpu() {
             assert_eq!(ta.matmul_kernel_choice(&tbt).unwrap(), "register_vec4");
             for kernel in Tensor::matmul_kernels()
                 .into_iter()
-                .filter(|k| k.starts_with("register_vec4"))
+                .filter(|k| k.starts_with("register_vec4") || *k == "gemv_t")
             {
                 let got = values(&ta.matmul_with_kernel(&tbt, kernel).unwrap());
                 assert_eq!(got, want, "on {d} with kernel {kernel}");

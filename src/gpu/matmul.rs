@@ -74,10 +74,15 @@ pub(crate) enum MatmulKernel {
     GemvM1,
     /// One output per invocation in 1×256 workgroups: a matrix times a vector (N = 1).
     GemvN1,
+    /// A few rows times a matrix read along K (a weight used transposed, `x · Wᵀ`: decode's
+    /// matrix-vector products): 32 invocations share each output, reading its column as
+    /// consecutive K, and add their partial sums in a fixed tree. Hardware GPUs' choice for
+    /// M <= 4 with B contiguous along K.
+    GemvT,
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 14] = [
+    pub(crate) const ALL: [MatmulKernel; 15] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
@@ -92,6 +97,7 @@ impl MatmulKernel {
         MatmulKernel::SplitK,
         MatmulKernel::GemvM1,
         MatmulKernel::GemvN1,
+        MatmulKernel::GemvT,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -110,17 +116,20 @@ impl MatmulKernel {
             MatmulKernel::SplitK => "split_k",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
+            MatmulKernel::GemvT => "gemv_t",
         }
     }
 
     /// The order of the arithmetic behind each output, as far as it decides the bits: kernels
     /// of one order give identical results (`tests/determinism.rs` checks it on every adapter).
     /// 0: one `acc + a * b` per k, in k order (naive, gemv); 1: one `fma` per k, in k order
-    /// (the register and tiled kernels); 2: split-K (slices summed at the end).
+    /// (the register and tiled kernels); 2: split-K (slices summed at the end); 3: K spread
+    /// over 32 invocations summed in a fixed tree (gemv_t).
     pub(crate) fn order(self) -> u8 {
         match self {
             MatmulKernel::Naive | MatmulKernel::GemvM1 | MatmulKernel::GemvN1 => 0,
             MatmulKernel::SplitK => 2,
+            MatmulKernel::GemvT => 3,
             _ => 1,
         }
     }
@@ -179,6 +188,7 @@ impl MatmulKernel {
             MatmulKernel::TiledDouble => "tiled_double",
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
+            MatmulKernel::GemvT => "gemv_t",
         }
     }
 
@@ -194,6 +204,7 @@ impl MatmulKernel {
             MatmulKernel::Tiled | MatmulKernel::TiledPadded | MatmulKernel::TiledDouble => (64, 64),
             MatmulKernel::GemvM1 => (1, 256),
             MatmulKernel::GemvN1 => (256, 1),
+            MatmulKernel::GemvT => (1, 8),
         }
     }
 }
@@ -254,11 +265,16 @@ impl Problem {
     fn class(&self) -> String {
         let b = |x: usize| if x <= 1 { x } else { x.next_power_of_two() };
         format!(
-            "m{} n{} k{}{}{}",
+            "m{} n{} k{}{}{}{}",
             b(self.m),
             b(self.n),
             b(self.k),
             if self.batches() > 1 { " batched" } else { "" },
+            if self.rows_times_transposed() {
+                " bt"
+            } else {
+                ""
+            },
             if self.vec4_layout().is_some() {
                 " vec4"
             } else if self.half {
@@ -267,6 +283,12 @@ impl Problem {
                 ""
             }
         )
+    }
+
+    /// A few rows times B read along K (`x · Wᵀ` in decode): [`MatmulKernel::GemvT`]'s shape,
+    /// which GPUs run far from their bandwidth with a 64×64 output tile (one useful row).
+    fn rows_times_transposed(&self) -> bool {
+        self.m <= 4 && self.b_ks == 1 && self.k >= 256 && self.n >= 64
     }
 
     fn batches(&self) -> usize {
@@ -330,7 +352,10 @@ impl GpuDevice {
     /// the barrier-free 8×8 register tile wins there (most FMAs per load), with vec4 loads
     /// (about the cost of one scalar load) when the operands allow them; measured on lavapipe at
     /// 256³ and 512³: ~10× the naive kernel, 2–3× the workgroup-tiled one (`benches/matmul.rs`).
-    /// Hardware GPUs need workgroup-memory tiles to reuse each loaded element across a tile.
+    /// Hardware GPUs need workgroup-memory tiles to reuse each loaded element across a tile,
+    /// except for a few rows times a matrix read along K (decode's `x · Wᵀ`), where a tile
+    /// would compute one useful row of 64 and leave most of the GPU idle: `gemv_t` spreads each
+    /// output's K over 32 invocations instead (measured on an H200 in docs/reports/).
     pub(crate) fn matmul_kernel(&self, la: &Layout, lb: &Layout, half: bool) -> MatmulKernel {
         let p = Problem::new(la, lb, half);
         match self.0.info.device_type {
@@ -338,6 +363,14 @@ impl GpuDevice {
                 Some(_) => MatmulKernel::RegisterVec4,
                 None => MatmulKernel::Register,
             },
+            wgpu::DeviceType::DiscreteGpu
+            | wgpu::DeviceType::IntegratedGpu
+            | wgpu::DeviceType::VirtualGpu
+            | wgpu::DeviceType::Other
+                if p.rows_times_transposed() =>
+            {
+                MatmulKernel::GemvT
+            }
             wgpu::DeviceType::DiscreteGpu
             | wgpu::DeviceType::IntegratedGpu
             | wgpu::DeviceType::VirtualGpu

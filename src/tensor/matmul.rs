@@ -240,7 +240,9 @@ impl Tensor {
     ///   against bank conflicts, double-buffered;
     /// - `split_k`: K in up to 16 slices summed at the end (unbatched, K >= 2,048; elsewhere
     ///   `register`);
-    /// - `gemv_m1`, `gemv_n1`: one output per invocation in 256×1 / 1×256 workgroups.
+    /// - `gemv_m1`, `gemv_n1`: one output per invocation in 256×1 / 1×256 workgroups;
+    /// - `gemv_t`: a few rows times a matrix read along K (`x · Wᵀ`, decode): 32 invocations
+    ///   per output, their partial sums added in a fixed tree.
     ///
     /// The CPU has one kernel and ignores the name once it is validated.
     ///
@@ -255,7 +257,7 @@ impl Tensor {
     /// let listed = [
     ///     "naive", "register", "register_vec4", "register_vec4_16x4", "register_vec4_4x16",
     ///     "register_vec4_16x16", "register_vec4_r4x4", "register_vec4_r8x4", "tiled",
-    ///     "tiled_padded", "tiled_double", "split_k", "gemv_m1", "gemv_n1",
+    ///     "tiled_padded", "tiled_double", "split_k", "gemv_m1", "gemv_n1", "gemv_t",
     /// ];
     /// let why = "a new kernel's name belongs in the list above";
     /// assert_eq!(Tensor::matmul_kernels(), listed, "{why}");
