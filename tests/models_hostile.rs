@@ -637,3 +637,96 @@ fn checkpoint_options_are_implemented_or_named() {
         assert_format(load(&dir, &cpu), &[word], &format!("{key} = {value}"));
     }
 }
+
+/// The F32 GGUF fixture reshaped into one layer of one head of 256 (about 1.2 MB) with a
+/// context of `context` positions.
+fn wide_head_gguf(tmp: &TempDir, context: u32) -> PathBuf {
+    let fill = |n: usize, norm: bool| -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| {
+                let x = if norm {
+                    1.0f32
+                } else {
+                    ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.2
+                };
+                x.to_le_bytes()
+            })
+            .collect()
+    };
+    llama_gguf(
+        tmp,
+        |m| {
+            for (k, v) in [
+                ("llama.embedding_length", 256),
+                ("llama.attention.head_count", 1),
+                ("llama.attention.head_count_kv", 1),
+                ("llama.attention.key_length", 256),
+                ("llama.attention.value_length", 256),
+                ("llama.block_count", 1),
+                ("llama.context_length", context),
+            ] {
+                set(m, k, GgufValue::U32(v));
+            }
+            m.retain(|(k, _)| k != "llama.rope.dimension_count");
+        },
+        |name, dims, ty, _| {
+            if name.starts_with("blk.1.") {
+                return None;
+            }
+            // Hidden (64), q (64) and k/v (32) widths become 256; vocab and FFN widths stay.
+            let dims: Vec<u64> = if name == "rope_freqs.weight" {
+                vec![128]
+            } else {
+                dims.iter()
+                    .map(|&d| if d == 64 || d == 32 { 256 } else { d })
+                    .collect()
+            };
+            let n = dims.iter().product::<u64>() as usize;
+            let ones = name.contains("norm") || name == "rope_freqs.weight";
+            Some((dims, ty, fill(n, ones)))
+        },
+    )
+}
+
+/// a GGUF with head_dim 256 and a context of 2^24 positions loads within a 64 MiB budget
+/// (RoPE tables are built for the caches that ask, not for the whole context), generates the
+/// ids of the same model with a short context, and a cache of the whole context is
+/// `OutOfMemory`: never an abort. Runs in a child, so an abort fails this test alone.
+#[test]
+fn a_huge_context_loads_within_the_budget() {
+    let out = common::run_child("huge_context_child", &[]);
+    for line in out.lines().filter(|l| l.contains("within 64 MiB")) {
+        println!("{line}");
+    }
+}
+
+#[test]
+fn huge_context_child() {
+    if !common::is_child("huge_context_child") {
+        return;
+    }
+    let (tmp_short, tmp_huge) = (TempDir::new("short_ctx"), TempDir::new("huge_ctx"));
+    let short = wide_head_gguf(&tmp_short, 64);
+    let huge = wide_head_gguf(&tmp_huge, 1 << 24);
+    let p = prompt();
+    for d in devices() {
+        let want = load(&short, &d).unwrap().generate(&p, &greedy(6)).unwrap();
+        wgtensor::set_memory_budget(&d, Some(64 << 20));
+        let before = wgtensor::memory_allocated(&d);
+        let model = load(&huge, &d).unwrap();
+        assert_eq!(model.config().max_position_embeddings, 1 << 24);
+        assert_eq!(model.config().head_dim, 256);
+        let loaded = wgtensor::memory_allocated(&d).saturating_sub(before);
+        assert!(loaded < 4 << 20, "{d}: the load holds {loaded} bytes");
+        let got = no_panic("generate", || model.generate(&p, &greedy(6))).unwrap();
+        assert_eq!(got, want, "{d}: the ids of the short-context model");
+        match no_panic("new_cache", || model.new_cache(1 << 24)) {
+            Err(Error::OutOfMemory { .. }) => {}
+            Err(e) => panic!("{d}: expected OutOfMemory, got {e}"),
+            Ok(_) => panic!("{d}: a cache of 2^24 positions fit in 64 MiB"),
+        }
+        wgtensor::set_memory_budget(&d, None);
+        println!("{d}: 2^24 positions of head_dim 256 within 64 MiB");
+    }
+    common::child_done("huge_context_child");
+}

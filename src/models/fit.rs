@@ -23,9 +23,9 @@ pub(crate) fn gguf_bytes(file: &GgufFile, dtype: DType) -> u64 {
         .sum()
 }
 
-/// [`Error::OutOfMemory`] when `bytes` of weights do not fit in what is left of `device`'s
-/// [`memory_budget`]; `Ok` when they fit or the budget is unknown.
-pub(crate) fn check(device: &Device, bytes: u64) -> Result<()> {
+/// [`Error::OutOfMemory`] from `op` when `bytes` (weights, a KV cache, RoPE tables) do not fit
+/// in what is left of `device`'s [`memory_budget`]; `Ok` when they fit or the budget is unknown.
+pub(crate) fn check(op: &'static str, device: &Device, bytes: u64) -> Result<()> {
     let Some(budget) = memory_budget(device) else {
         return Ok(());
     };
@@ -39,7 +39,7 @@ pub(crate) fn check(device: &Device, bytes: u64) -> Result<()> {
         device.name()
     };
     Err(Error::OutOfMemory {
-        op: "AutoModel::load",
+        op,
         device: device.to_string(),
         adapter,
         requested: bytes,

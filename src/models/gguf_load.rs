@@ -277,7 +277,11 @@ pub(crate) fn load_gguf(
 ) -> Result<CausalLM> {
     let file = GgufFile::open(path)?;
     let mut config = config(&file)?;
-    super::fit::check(device, super::fit::gguf_bytes(&file, dtype))?;
+    super::fit::check(
+        "AutoModel::load",
+        device,
+        super::fit::gguf_bytes(&file, dtype),
+    )?;
     let total = file
         .tensor_infos()
         .iter()

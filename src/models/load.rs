@@ -194,7 +194,11 @@ pub(crate) fn load_hf(
     let config = ModelConfig::from_file(dir.join("config.json"))?;
     let file = checkpoint_path(dir)?;
     let ckpt = Checkpoint::open(&file)?;
-    super::fit::check(device, super::fit::hf_bytes(&ckpt, dtype))?;
+    super::fit::check(
+        "AutoModel::load",
+        device,
+        super::fit::hf_bytes(&ckpt, dtype),
+    )?;
     let total = ckpt.data_bytes();
     let mut ld = Loader {
         ckpt: &ckpt,

@@ -3,6 +3,7 @@
 
 use super::cache::KvCache;
 use super::config::{Architecture, ModelConfig};
+use super::llama::Rope;
 use super::weight::Weight;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -115,8 +116,8 @@ pub struct CausalLM {
     pub(crate) final_norm: Norm,
     /// The output projection (`None`: tied to the embedding).
     pub(crate) lm_head: Option<Weight>,
-    /// RoPE tables `[context, head_dim / 2]` (Llama family).
-    pub(crate) rope: Option<(Tensor, Tensor)>,
+    /// RoPE (Llama family): its tables are built for the caches that ask.
+    pub(crate) rope: Option<Rope>,
 }
 
 impl std::fmt::Debug for CausalLM {
@@ -177,6 +178,12 @@ impl CausalLM {
                 ),
             });
         }
+        // Keys and values, f32, counted against the budget before any is allocated.
+        let bytes = [c.num_layers, capacity, c.num_kv_heads, c.head_dim, 4, 2]
+            .iter()
+            .try_fold(1u64, |a, &x| a.checked_mul(x as u64))
+            .unwrap_or(u64::MAX);
+        super::fit::check("new_cache", &self.device, bytes)?;
         KvCache::new(
             c.num_layers,
             capacity,
@@ -289,8 +296,23 @@ impl CausalLM {
         } else {
             None
         };
+        // Tables for every position this cache can hold (so decode steps reuse them), cut to
+        // this step's positions once for every layer.
+        let rope = match &self.rope {
+            Some(r) => {
+                let (cos, sin) = r.tables(cache.capacity(), &self.device)?;
+                let rows = |t: Tensor| t.narrow(0, start, n)?.unsqueeze(1);
+                Some((rows(cos)?, rows(sin)?))
+            }
+            None => None,
+        };
+        let step = Step {
+            start,
+            mask: mask.as_ref(),
+            rope,
+        };
         for (l, block) in self.blocks.iter().enumerate() {
-            x = self.block(l, block, &x, start, cache, mask.as_ref())?;
+            x = self.block(l, block, &x, cache, &step)?;
         }
         cache.advance(n);
         if last_only && n > 1 {
@@ -318,20 +340,17 @@ impl CausalLM {
         Tensor::from_vec(m, &[n, s], &self.device)
     }
 
-    /// RoPE (the rotate-half form of transformers) of `x` `[n, heads, head_dim]` at positions
-    /// `start..start + n`.
-    fn rope(&self, x: &Tensor, start: usize) -> Result<Tensor> {
-        let Some((cos, sin)) = &self.rope else {
+    /// RoPE (the rotate-half form of transformers) of `x` `[n, heads, head_dim]` with the
+    /// step's tables `[n, 1, head_dim / 2]` (`None`: no RoPE).
+    fn rope(&self, x: &Tensor, rope: Option<&(Tensor, Tensor)>) -> Result<Tensor> {
+        let Some((c, s)) = rope else {
             return Ok(x.clone());
         };
-        let n = x.shape()[0];
         let half = self.config.head_dim / 2;
-        let c = cos.narrow(0, start, n)?.unsqueeze(1)?;
-        let s = sin.narrow(0, start, n)?.unsqueeze(1)?;
         let x1 = x.narrow(-1, 0, half)?;
         let x2 = x.narrow(-1, half, half)?;
-        let a = x1.mul(&c)?.sub(&x2.mul(&s)?)?;
-        let b = x2.mul(&c)?.add(&x1.mul(&s)?)?;
+        let a = x1.mul(c)?.sub(&x2.mul(s)?)?;
+        let b = x2.mul(c)?.add(&x1.mul(s)?)?;
         Tensor::cat(&[&a, &b], -1)
     }
 
@@ -377,18 +396,18 @@ impl CausalLM {
         l: usize,
         block: &Block,
         x: &Tensor,
-        start: usize,
         cache: &mut KvCache,
-        mask: Option<&Tensor>,
+        step: &Step,
     ) -> Result<Tensor> {
+        let (start, mask, rope) = (step.start, step.mask, step.rope.as_ref());
         let c = &self.config;
         let (n, h, kvh, hd) = (x.shape()[0], c.num_heads, c.num_kv_heads, c.head_dim);
         match block {
             Block::Llama(b) => {
                 let a = self.norm(&b.attn_norm, x)?;
                 let [qa, ka, va] = Linear::apply_many([&b.q, &b.k, &b.v], &a)?;
-                let qs = self.rope(&qa.reshape(&[n, h, hd])?, start)?;
-                let ks = self.rope(&ka.reshape(&[n, kvh, hd])?, start)?;
+                let qs = self.rope(&qa.reshape(&[n, h, hd])?, rope)?;
+                let ks = self.rope(&ka.reshape(&[n, kvh, hd])?, rope)?;
                 let vs = va.reshape(&[n, kvh, hd])?;
                 cache.write(l, &ks, &vs)?;
                 let att = self.attend(l, &qs, start, cache, mask)?;
@@ -413,6 +432,16 @@ impl CausalLM {
             }
         }
     }
+}
+
+/// What every layer of one forward step shares.
+struct Step<'a> {
+    /// Positions the cache held before this step.
+    start: usize,
+    /// The causal mask of a step of several positions.
+    mask: Option<&'a Tensor>,
+    /// RoPE's cos and sin for this step's positions, `[n, 1, head_dim / 2]` each.
+    rope: Option<(Tensor, Tensor)>,
 }
 
 /// GELU in the tanh form of GPT-2 (`gelu_new`):
