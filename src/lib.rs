@@ -105,7 +105,7 @@ pub use memory::{
     TransferStats,
 };
 pub use profile::{KernelTime, Profile};
-pub use random::manual_seed;
+pub use random::{manual_seed, Generator};
 pub use tensor::{
     f16_accumulation, quantized_activations, read_all, set_f16_accumulation,
     set_quantized_activations, Conv2dOptions, PadMode, QTensor, Tensor, WgpuBufferView,

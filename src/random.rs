@@ -58,6 +58,46 @@ pub(crate) fn take(n: usize) -> (u64, u64) {
     out
 }
 
+/// A generator of its own (PyTorch's `torch.Generator`): a seed and an offset that only the
+/// calls given it advance, so a computation seeded with one draws the same numbers whatever
+/// other threads draw from the global generator or from theirs at the same time.
+/// [`crate::Tensor::rand_with`] takes it; the numbers are those the global generator gives
+/// after [`manual_seed`] with the same seed (the same Philox counters).
+///
+/// ```
+/// use wgtensor::{Device, Generator, Tensor};
+/// let dev = Device::cpu();
+/// let mut g = Generator::new(42);
+/// let a = Tensor::rand_with(&[3], &dev, &mut g)?.to_vec::<f32>()?;
+/// wgtensor::manual_seed(42);
+/// assert_eq!(a, Tensor::rand(&[3], &dev)?.to_vec::<f32>()?);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generator {
+    seed: u64,
+    offset: u64,
+}
+
+impl Generator {
+    /// A generator at the start of `seed`'s stream.
+    pub fn new(seed: u64) -> Generator {
+        Generator { seed, offset: 0 }
+    }
+
+    /// The seed it was made with.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Takes `n` offsets: returns `(seed, first offset)` and advances past them (as [`take`]).
+    pub(crate) fn take(&mut self, n: usize) -> (u64, u64) {
+        let out = (self.seed, self.offset);
+        self.offset = self.offset.wrapping_add(n as u64);
+        out
+    }
+}
+
 /// `0..len` shuffled (Fisher-Yates) by Philox keyed with `seed`, counter starting at `epoch`'s
 /// block: the same order on every machine, independent of the global generator (so data
 /// loading and sharding never shift `rand` streams).

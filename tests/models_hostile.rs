@@ -730,3 +730,39 @@ fn huge_context_child() {
     }
     common::child_done("huge_context_child");
 }
+
+/// two threads sampling with the same seed at once, while this thread draws from the global
+/// generator, give the ids of a lone run in each of 10 rounds: a seeded generation owns its
+/// generator.
+#[test]
+fn seeded_sampling_is_reproducible_while_other_threads_sample() {
+    let options = GenerateOptions {
+        max_new_tokens: 12,
+        temperature: 1.0,
+        seed: Some(11),
+        eos_token_ids: Some(vec![]),
+        ..Default::default()
+    };
+    let p = prompt();
+    for d in devices() {
+        let model = load(&llama(), &d).unwrap();
+        let lone = model.generate(&p, &options).unwrap();
+        for round in 0..10 {
+            let done = std::sync::atomic::AtomicUsize::new(0);
+            let [a, b] = std::thread::scope(|s| {
+                let run = || {
+                    let ids = no_panic("generate", || model.generate(&p, &options));
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    ids.unwrap()
+                };
+                let (a, b) = (s.spawn(run), s.spawn(run));
+                while done.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+                    Tensor::rand(&[64], &d).unwrap().to_vec::<f32>().unwrap();
+                }
+                [a.join().unwrap(), b.join().unwrap()]
+            });
+            assert_eq!(a, lone, "{d}: round {round}, first thread");
+            assert_eq!(b, lone, "{d}: round {round}, second thread");
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 use super::cache::KvCache;
 use super::model::CausalLM;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Error, Generator, Result, Tensor};
 use std::time::{Duration, Instant};
 
 /// How [`CausalLM::generate`] chooses tokens. `Default` is greedy decoding of 32 tokens.
@@ -29,8 +29,11 @@ pub struct GenerateOptions {
     /// transformers' repetition penalty: logits of tokens already in the sequence are divided
     /// by it when positive, multiplied when negative (1: off).
     pub repetition_penalty: f32,
-    /// Seeds the device generator ([`crate::manual_seed`]) before sampling; `None` keeps its
-    /// state.
+    /// Sampling draws from a [`crate::Generator`] of this generation's own, made from this
+    /// seed: the same seed gives the same ids whatever other threads sample or draw at the
+    /// same time, and the global generator is left alone (the ids are those that
+    /// [`crate::manual_seed`] with this seed gave before). `None` draws from the global
+    /// generator.
     pub seed: Option<u64>,
     /// Ids that end the generation (included in the output); `None`: the model's
     /// `eos_token_id`.
@@ -135,9 +138,6 @@ impl CausalLM {
         // context (a sum past usize::MAX saturates rather than wrapping to a small cache).
         let capacity = prompt.len().saturating_add(options.max_new_tokens).min(ctx);
         let cache = self.new_cache(capacity)?;
-        if let Some(seed) = options.seed {
-            crate::manual_seed(seed);
-        }
         let seen = if options.repetition_penalty != 1.0 {
             let mut m = vec![0u8; self.config.vocab_size];
             for &id in prompt {
@@ -164,6 +164,7 @@ impl CausalLM {
             next_input: prompt.to_vec(),
             produced: 0,
             done: options.max_new_tokens == 0,
+            generator: options.seed.map(Generator::new),
             seen,
             prefill: Duration::ZERO,
             prompt_len: prompt.len(),
@@ -182,6 +183,8 @@ pub struct TokenStream<'a> {
     next_input: Vec<u32>,
     produced: usize,
     done: bool,
+    /// The generation's own generator (a seeded generation); `None`: the global one.
+    generator: Option<Generator>,
     /// U8 `[vocab]`: ids already in the sequence (repetition penalty only).
     seen: Option<Tensor>,
     prefill: Duration,
@@ -250,7 +253,11 @@ impl TokenStream<'_> {
                 l = l.masked_fill(&l.lt(&kept_min.reshape(&[1])?)?, f32::NEG_INFINITY)?;
             }
             // Gumbel-max: argmax(l + g), g = -log(-log u), samples softmax(l) exactly.
-            let u = Tensor::rand(&[v], l.device())?.clamp(1e-20, 1.0 - 1e-7)?;
+            let u = match &mut self.generator {
+                Some(g) => Tensor::rand_with(&[v], l.device(), g)?,
+                None => Tensor::rand(&[v], l.device())?,
+            };
+            let u = u.clamp(1e-20, 1.0 - 1e-7)?;
             let g = u.log()?.neg()?.log()?.neg()?;
             l.add(&g)?.argmax_all()?
         };

@@ -266,6 +266,32 @@ impl Tensor {
         Tensor::random("rand", random::Dist::Uniform, shape, device)
     }
 
+    /// [`Tensor::rand`] drawn from `generator` instead of the global generator
+    /// (`torch.rand(3, 4, generator=g)`): only `generator` advances, so the values depend on
+    /// it alone, whatever else runs at the same time.
+    ///
+    /// ```
+    /// use wgtensor::{Device, Generator, Tensor};
+    /// let (mut a, mut b) = (Generator::new(7), Generator::new(7));
+    /// let x = Tensor::rand_with(&[4], &Device::best(), &mut a)?;
+    /// let y = Tensor::rand_with(&[4], &Device::best(), &mut b)?;
+    /// assert_eq!(x.to_vec::<f32>()?, y.to_vec::<f32>()?);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn rand_with(
+        shape: &[usize],
+        device: &Device,
+        generator: &mut random::Generator,
+    ) -> Result<Tensor> {
+        Tensor::random_from(
+            "rand",
+            random::Dist::Uniform,
+            shape,
+            device,
+            Some(generator),
+        )
+    }
+
     /// Standard-normal samples as f32 (`torch.randn(3, 4, device=device)`); see [`Tensor::rand`].
     /// Box-Muller over two Philox words: the CPU and a GPU agree to the last bits of `ln`/`cos`.
     ///
@@ -333,8 +359,22 @@ impl Tensor {
         shape: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
+        Tensor::random_from(op, dist, shape, device, None)
+    }
+
+    /// [`Tensor::random`] drawing from `generator` (`None`: the global one).
+    fn random_from(
+        op: &'static str,
+        dist: random::Dist,
+        shape: &[usize],
+        device: &Device,
+        generator: Option<&mut random::Generator>,
+    ) -> Result<Tensor> {
         let n = numel_for(shape, DType::F32)?;
-        let (seed, offset) = random::take(n);
+        let (seed, offset) = match generator {
+            Some(g) => g.take(n),
+            None => random::take(n),
+        };
         if let Backend::Gpu(g) = backend(device) {
             let mut f = super::fuse::Fuser::new(op, g, shape)?;
             let words = [
