@@ -9,9 +9,12 @@
 //! Streams the continuation, then prints `prefill: X tok/s, decode: Y tok/s on DEVICE (DTYPE)`;
 //! with `--ids`, a last line `ids: [..]` (the generated ids as JSON). `--temperature 0` (the
 //! default) is greedy. A GGUF file takes its tokenizer from `--tokenizer` or a `tokenizer.json`
-//! beside it. Any error is one line on stderr and exit code 1. Loading progress goes to stderr
-//! when it is a terminal. Make a model to try it with `examples/make_model.rs`.
+//! beside it. `--help` prints the usage on stdout (exit code 0); a bad command line (an unknown
+//! flag, a missing value, an argument that is not UTF-8 where text is needed) is a message and
+//! the usage on stderr, exit code 2; any other error is one line on stderr and exit code 1.
+//! Loading progress goes to stderr when it is a terminal. Make a model to try it with `examples/make_model.rs`.
 
+use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,7 +34,22 @@ struct Args {
 const USAGE: &str = "usage: generate --model PATH [--tokenizer FILE] --prompt TEXT [--max-new-tokens N] \
 [--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids]";
 
-fn parse() -> Result<Args, String> {
+/// What the command line asks for.
+enum Cli {
+    Run(Args),
+    /// `-h` / `--help`: the usage on stdout, exit 0.
+    Help,
+}
+
+/// `v` as text, or the error naming `what` (arguments are read as `OsString`, so a non-UTF-8
+/// one is a message and exit code 2, not a panic).
+fn text(what: &str, v: OsString) -> Result<String, String> {
+    v.into_string()
+        .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
+}
+
+/// Parses the arguments after the program name; a usage error is the message to print.
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
     let mut a = Args {
         model: PathBuf::new(),
         tokenizer: None,
@@ -45,43 +63,43 @@ fn parse() -> Result<Args, String> {
         ids: false,
     };
     let (mut model, mut prompt) = (false, false);
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     while let Some(flag) = it.next() {
-        let mut value = || {
-            it.next()
-                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
-        };
-        fn num<T: std::str::FromStr>(flag: &str, v: String) -> Result<T, String> {
+        let flag = text("argument", flag)?;
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        fn num<T: std::str::FromStr>(flag: &str, v: OsString) -> Result<T, String> {
+            let v = text(flag, v)?;
             v.parse()
                 .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
         }
         match flag.as_str() {
+            // Paths are taken as the OS gives them: they need not be UTF-8.
             "--model" => (a.model, model) = (PathBuf::from(value()?), true),
             "--tokenizer" => a.tokenizer = Some(PathBuf::from(value()?)),
-            "--prompt" => (a.prompt, prompt) = (value()?, true),
+            "--prompt" => (a.prompt, prompt) = (text(&flag, value()?)?, true),
             "--max-new-tokens" => a.options.max_new_tokens = num(&flag, value()?)?,
             "--temperature" => a.options.temperature = num(&flag, value()?)?,
             "--top-k" => a.options.top_k = num(&flag, value()?)?,
             "--top-p" => a.options.top_p = num(&flag, value()?)?,
             "--seed" => a.options.seed = Some(num(&flag, value()?)?),
             "--repetition-penalty" => a.options.repetition_penalty = num(&flag, value()?)?,
-            "--device" => a.device = Some(value()?),
+            "--device" => a.device = Some(text(&flag, value()?)?),
             "--dtype" => {
-                a.dtype = match value()?.as_str() {
+                a.dtype = match text(&flag, value()?)?.as_str() {
                     "f32" => DType::F32,
                     "f16" => DType::F16,
                     other => return Err(format!("--dtype: {other:?} is not f32 or f16")),
                 }
             }
             "--ids" => a.ids = true,
-            "-h" | "--help" => return Err(USAGE.to_string()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+            "-h" | "--help" => return Ok(Cli::Help),
+            other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if !model || !prompt {
-        return Err(format!("--model and --prompt are required\n{USAGE}"));
+        return Err("--model and --prompt are required".into());
     }
-    Ok(a)
+    Ok(Cli::Run(a))
 }
 
 /// The tokenizer: `--tokenizer`, else `tokenizer.json` in the model directory or beside the file.
@@ -118,8 +136,7 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn run() -> Result<(), String> {
-    let args = parse()?;
+fn run(args: Args) -> Result<(), String> {
     let device: Device = match &args.device {
         Some(d) => d.parse().map_err(|e: wgtensor::Error| e.to_string())?,
         None => Device::best(),
@@ -209,7 +226,18 @@ fn main() -> ExitCode {
         // SAFETY: first statement of `main`, before any other thread exists.
         unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
     }
-    match run() {
+    let args = match parse(std::env::args_os().skip(1)) {
+        Ok(Cli::Run(args)) => args,
+        Ok(Cli::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

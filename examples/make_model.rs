@@ -11,39 +11,77 @@
 //! `tiny`: 2 layers, hidden 64 (a few hundred KB). `125m`: the 125 M-parameter Llama of the
 //! benchmarks (12 layers, hidden 768, 12 heads, 4 key-value heads, intermediate 2048, vocabulary
 //! 32,000, context 1024; 500 MB in f32). `1b`: Llama 3.2 1B's shape (16 layers, hidden 2048,
-//! vocabulary 128,256; 5 GB in f32). `--gguf` may be given more than once.
+//! vocabulary 128,256; 5 GB in f32). `--gguf` may be given more than once. `--help` prints the
+//! usage on stdout (exit code 0); a bad command line is a message and the usage on stderr, exit
+//! code 2; a failure to write is exit code 1.
 
 #[path = "common/random_llama.rs"]
 mod random_llama;
 
 use random_llama::Preset;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wgtensor::QType;
 
-fn run() -> std::result::Result<(), String> {
+const USAGE: &str =
+    "usage: make_model --out DIR [--preset tiny|125m|1b] [--gguf q8_0|q4_0|f32]... [--seed S]";
+
+/// What the command line asks for.
+enum Cli {
+    Run {
+        out: PathBuf,
+        preset: String,
+        ggufs: Vec<Option<QType>>,
+        seed: u64,
+    },
+    /// `-h` / `--help`: the usage on stdout, exit 0.
+    Help,
+}
+
+/// `v` as text, or the error naming `what` (arguments are read as `OsString`, so a non-UTF-8
+/// one is a message and exit code 2, not a panic).
+fn text(what: &str, v: OsString) -> Result<String, String> {
+    v.into_string()
+        .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
+}
+
+/// Parses the arguments after the program name; a usage error is the message to print.
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
     let (mut out, mut preset, mut ggufs, mut seed) = (None, "tiny".to_string(), Vec::new(), 0u64);
-    let mut it = std::env::args().skip(1);
+    let mut it = args.into_iter();
     while let Some(flag) = it.next() {
+        let flag = text("argument", flag)?;
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
+            // The directory is taken as the OS gives it: it need not be UTF-8.
             "--out" => out = Some(PathBuf::from(value()?)),
-            "--preset" => preset = value()?,
-            "--gguf" => ggufs.push(match value()?.as_str() {
+            "--preset" => preset = text(&flag, value()?)?,
+            "--gguf" => ggufs.push(match text(&flag, value()?)?.as_str() {
                 "f32" => None,
                 "q8_0" => Some(QType::Q8_0),
                 "q4_0" => Some(QType::Q4_0),
                 other => return Err(format!("--gguf: {other:?} is not q8_0, q4_0 or f32")),
             }),
-            "--seed" => seed = value()?.parse().map_err(|_| "--seed takes an integer".to_string())?,
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?}; usage: make_model --out DIR [--preset tiny|125m|1b] [--gguf q8_0|q4_0|f32]... [--seed S]"
-                ))
+            "--seed" => {
+                seed = text(&flag, value()?)?
+                    .parse()
+                    .map_err(|_| "--seed takes an integer".to_string())?
             }
+            "-h" | "--help" => return Ok(Cli::Help),
+            other => return Err(format!("unknown argument {other:?}")),
         }
     }
     let out = out.ok_or("--out DIR is required")?;
+    Ok(Cli::Run {
+        out,
+        preset,
+        ggufs,
+        seed,
+    })
+}
+
+fn run(out: PathBuf, preset: String, ggufs: Vec<Option<QType>>, seed: u64) -> Result<(), String> {
     let p = Preset::named(&preset)
         .ok_or_else(|| format!("--preset: {preset:?} is not tiny, 125m or 1b"))?;
     random_llama::write(&out, &p, &ggufs, seed)?;
@@ -58,7 +96,23 @@ fn run() -> std::result::Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    let result = match parse(std::env::args_os().skip(1)) {
+        Ok(Cli::Run {
+            out,
+            preset,
+            ggufs,
+            seed,
+        }) => run(out, preset, ggufs, seed),
+        Ok(Cli::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
