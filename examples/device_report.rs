@@ -400,7 +400,8 @@ fn decode_section(dev: &Device, m: &Model, read_gbs: Option<f64>, full: bool) ->
                     "decode_tokens": n, "decode_tok_s": row.decode, "weight_bytes": weight_bytes,
                     "decode_gbs": gbs, "pct_of_read_bandwidth": read_gbs.map(|r| 100.0 * gbs / r),
                     "dispatches_per_token": row.dispatches, "submits_per_token": row.submits,
-                    "bytes_read_back_per_token": row.read_back}),
+                    "bytes_read_back_per_token": row.read_back,
+                    "host_record_ms_per_token": row.record_ms}),
                 );
             }
             Err(e) => println!("  decode {format}: failed: {e}"),

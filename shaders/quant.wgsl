@@ -107,6 +107,37 @@ fn lane(w: u32, k: u32) -> f32 {
     return f32(bitcast<i32>(w << (24u - 8u * k)) >> 24u);
 }
 
+// `acc` plus one Q8_0 block (global block gb) times the 32 activations from x index `xo`: the
+// block's 8 words in order, each adding d * (its 4 products).
+fn q8_0_block(gb: u32, xo: u32, acc: f32) -> f32 {
+    let d = scale(gb);
+    var a = acc;
+    for (var w = 0u; w < 8u; w = w + 1u) {
+        let word = body[gb * 8u + w];
+        let x = xo + 4u * w;
+        a = a + d * (lane(word, 0u) * xv(x) + lane(word, 1u) * xv(x + 1u) + lane(word, 2u) * xv(x + 2u) + lane(word, 3u) * xv(x + 3u));
+    }
+    return a;
+}
+
+// `acc` plus one Q4_0 block times its 32 activations: per body word, the low nibbles pair with
+// x[4w..4w+4] and the high ones with x[16+4w..], as ggml lays them out.
+fn q4_0_block(gb: u32, xo: u32, acc: f32) -> f32 {
+    let d = scale(gb);
+    var a = acc;
+    for (var w = 0u; w < 4u; w = w + 1u) {
+        let word = body[gb * 4u + w];
+        let x = xo + 4u * w;
+        var s = 0.0;
+        for (var k = 0u; k < 4u; k = k + 1u) {
+            let v = (word >> (8u * k)) & 0xFFu;
+            s = s + f32(i32(v & 15u) - 8) * xv(x + k) + f32(i32(v >> 4u) - 8) * xv(x + k + 16u);
+        }
+        a = a + d * s;
+    }
+    return a;
+}
+
 @compute @workgroup_size(64)
 fn matvec(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -126,56 +157,48 @@ fn matvec(
     }
     let i0 = wid.z * MT;
     let mt = min(MT, m - i0);
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    // Four accumulators by name, not an array indexed by the activation row: a dynamically
+    // indexed array lives in memory on GPUs, and these sums are the kernel's inner loop.
+    var a0 = 0.0;
+    var a1 = 0.0;
+    var a2 = 0.0;
+    var a3 = 0.0;
     let bl = block_len(q);
     // At most nb / 64 iterations (a row of 65,536 * 64 * 32 values would be needed to pass
     // lavapipe's loop cap).
     for (var b = lid; b < nb; b = b + WG) {
         let gb = r * nb + b;
-        let k0 = b * bl;
+        // Row i0 of x at this block's first element; row i0 + t is t * cols further.
+        let xr = xoff + i0 * cols + b * bl;
         if (q == 0u) {
-            let d = scale(gb);
-            for (var w = 0u; w < 8u; w = w + 1u) {
-                let word = body[gb * 8u + w];
-                let q0 = lane(word, 0u);
-                let q1 = lane(word, 1u);
-                let q2 = lane(word, 2u);
-                let q3 = lane(word, 3u);
-                for (var t = 0u; t < mt; t = t + 1u) {
-                    let xo = xoff + (i0 + t) * cols + k0 + 4u * w;
-                    acc[t] = acc[t] + d * (q0 * xv(xo) + q1 * xv(xo + 1u) + q2 * xv(xo + 2u) + q3 * xv(xo + 3u));
-                }
-            }
+            a0 = q8_0_block(gb, xr, a0);
+            if (mt > 1u) { a1 = q8_0_block(gb, xr + cols, a1); }
+            if (mt > 2u) { a2 = q8_0_block(gb, xr + 2u * cols, a2); }
+            if (mt > 3u) { a3 = q8_0_block(gb, xr + 3u * cols, a3); }
         } else if (q == 1u) {
-            let d = scale(gb);
-            for (var w = 0u; w < 4u; w = w + 1u) {
-                let word = body[gb * 4u + w];
-                for (var t = 0u; t < mt; t = t + 1u) {
-                    let xo = xoff + (i0 + t) * cols + k0 + 4u * w;
-                    var s = 0.0;
-                    for (var k = 0u; k < 4u; k = k + 1u) {
-                        let v = (word >> (8u * k)) & 0xFFu;
-                        s = s + f32(i32(v & 15u) - 8) * xv(xo + k) + f32(i32(v >> 4u) - 8) * xv(xo + k + 16u);
-                    }
-                    acc[t] = acc[t] + d * s;
-                }
-            }
+            a0 = q4_0_block(gb, xr, a0);
+            if (mt > 1u) { a1 = q4_0_block(gb, xr + cols, a1); }
+            if (mt > 2u) { a2 = q4_0_block(gb, xr + 2u * cols, a2); }
+            if (mt > 3u) { a3 = q4_0_block(gb, xr + 3u * cols, a3); }
         } else {
             for (var j = 0u; j < bl; j = j + 1u) {
                 let wv = value(q, gb, j);
-                for (var t = 0u; t < mt; t = t + 1u) {
-                    acc[t] = acc[t] + wv * xv(xoff + (i0 + t) * cols + k0 + j);
-                }
+                a0 = a0 + wv * xv(xr + j);
+                if (mt > 1u) { a1 = a1 + wv * xv(xr + cols + j); }
+                if (mt > 2u) { a2 = a2 + wv * xv(xr + 2u * cols + j); }
+                if (mt > 3u) { a3 = a3 + wv * xv(xr + 3u * cols + j); }
             }
         }
     }
-    for (var t = 0u; t < MT; t = t + 1u) {
-        partial[t * WG + lid] = acc[t];
-    }
+    partial[lid] = a0;
+    partial[WG + lid] = a1;
+    partial[2u * WG + lid] = a2;
+    partial[3u * WG + lid] = a3;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
-            for (var t = 0u; t < MT; t = t + 1u) {
+            // Only the live rows: decode's single row pays one sum, not four.
+            for (var t = 0u; t < mt; t = t + 1u) {
                 partial[t * WG + lid] = partial[t * WG + lid] + partial[t * WG + lid + s];
             }
         }
