@@ -30,6 +30,8 @@
 //            dequant, gather: 256 threads, one output element per thread (item()).
 
 const WG: u32 = 64u;
+// matvec's block type (a QTYPE_* code), set per pipeline by the host.
+override OP: u32 = 0u;
 // Activation rows per workgroup: each weight block is decoded once for all of them.
 const MT: u32 = 4u;
 
@@ -148,7 +150,9 @@ fn matvec(
     let cols = params[1];
     let nb = params[2];
     let m = params[3];
-    let q = params[6];
+    // The block type as a pipeline constant: each type's matvec is compiled alone, without the
+    // other types' decoding in its registers (params[6] holds the same code).
+    let q = OP;
     let xoff = params[7];
     // Uniform per workgroup, so the early exit keeps the barriers below in uniform control flow.
     let r = group_index(wid, nwg);

@@ -130,7 +130,8 @@ impl GpuDevice {
                 Launch {
                     shader: Shader::Quant,
                     entry: "matvec",
-                    op_code: None,
+                    // One pipeline per block type (quant.wgsl's `OP`).
+                    op_code: Some(params[6]),
                     inputs: &[&p.scales.buffer, &p.body.buffer, &x.0.buffer],
                     output: &out.buffer,
                     meta: &params,
