@@ -360,16 +360,36 @@ fn linear_memory(d: &Device, l: usize) {
     );
 }
 
+// Peak memory is counted per device for the whole process: each measurement runs in a child
+// of its own, so the other tests of this binary, running at the same time, do not enter it.
 #[test]
 fn memory_grows_linearly_on_the_cpu() {
+    common::run_child("memory_grows_linearly_on_the_cpu_child", &[]);
+}
+
+#[test]
+fn memory_grows_linearly_on_the_cpu_child() {
+    if !common::is_child("memory_grows_linearly_on_the_cpu_child") {
+        return;
+    }
     linear_memory(&Device::cpu(), 2048);
+    common::child_done("memory_grows_linearly_on_the_cpu_child");
 }
 
 #[test]
 fn memory_grows_linearly_on_gpus() {
+    common::run_child("memory_grows_linearly_on_gpus_child", &[]);
+}
+
+#[test]
+fn memory_grows_linearly_on_gpus_child() {
+    if !common::is_child("memory_grows_linearly_on_gpus_child") {
+        return;
+    }
     for d in gpus() {
         linear_memory(&d, 2048);
     }
+    common::child_done("memory_grows_linearly_on_gpus_child");
 }
 
 /// The brief's size: 16,384 positions x 64 dims x 1 head, forward and backward (its score
@@ -675,6 +695,98 @@ fn decode_matches_float64(hd: usize) {
                 1e-4,
                 &format!("{d}: decode over {len} positions, head dim {hd}"),
             );
+        }
+    }
+}
+
+/// Output and `[dq, dk, dv]` of an attention of 2 heads in which head 0's query 1 may attend
+/// to no key (a U8 or a float mask, with and without `is_causal`), forced to `mode`.
+fn fully_masked_run(d: &Device, float: bool, causal: bool, mode: &str) -> Vec<Vec<f32>> {
+    let (h, l, s, e) = (2, 4, 5, 8);
+    let t = |shape: &[usize], seed: u64, grad: bool| {
+        let n = shape.iter().product();
+        Tensor::from_vec(data(n, seed, 1.0), shape, d)
+            .unwrap()
+            .requires_grad_(grad)
+    };
+    let (q, k, v) = (
+        t(&[1, h, l, e], 1, true),
+        t(&[1, h, s, e], 2, true),
+        t(&[1, h, s, e], 3, true),
+    );
+    let w = t(&[1, h, l, e], 4, false);
+    // Head 0, row 1: nothing; every other row keeps its diagonal and the last key.
+    let keep: Vec<bool> = (0..h * l * s)
+        .map(|x| {
+            let (hh, r, c) = (x / (l * s), x / s % l, x % s);
+            !(hh == 0 && r == 1) && (c == r || c == s - 1 || (c + r) % 3 == 0)
+        })
+        .collect();
+    let mask = if float {
+        let m = keep
+            .iter()
+            .map(|&k| if k { 0.0 } else { f32::NEG_INFINITY })
+            .collect();
+        Tensor::from_vec(m, &[h, l, s], d).unwrap()
+    } else {
+        Tensor::from_vec(keep.iter().map(|&k| u8::from(k)).collect(), &[h, l, s], d).unwrap()
+    };
+    assert!(force_attention(Some(mode)));
+    let out = Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&mask), causal, 0.0, None);
+    force_attention(None);
+    let out = out.unwrap();
+    out.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    let mut r = vec![values(&out)];
+    for x in [&q, &k, &v] {
+        r.push(values(&x.grad().expect("a gradient")));
+    }
+    r
+}
+
+/// a query that may attend to no key gives PyTorch's math-path answer on every path and
+/// device, whatever the mask's dtype: its output row is NaN, and so are its q-gradient row
+/// and the whole k- and v-gradients of its head (the NaN of `softmax` of all `-inf` flows back
+/// through the scores, as it does through PyTorch's additive mask); every other head's values
+/// agree with the CPU's composed float-mask run.
+#[test]
+fn a_fully_masked_row_has_the_same_nan_gradients_on_every_path() {
+    let (l, s, e) = (4, 5, 8);
+    let names = ["out", "dq", "dk", "dv"];
+    // Whether element `i` of result `which` is NaN in PyTorch's answer.
+    let nan = |which: usize, i: usize| match which {
+        0 | 1 => i / (l * e) == 0 && i / e % l == 1,
+        _ => i / (s * e) == 0,
+    };
+    for d in devices() {
+        for (float, causal, mode) in [false, true]
+            .into_iter()
+            .flat_map(|f| [false, true].map(|c| (f, c)))
+            .flat_map(|(f, c)| ["fused", "composed"].map(|m| (f, c, m)))
+        {
+            let ctx = format!(
+                "{d}, {} mask, causal {causal}, {mode}",
+                if float { "float" } else { "U8" }
+            );
+            let got = fully_masked_run(&d, float, causal, mode);
+            let want = fully_masked_run(&Device::cpu(), true, causal, "composed");
+            for (which, (g, w)) in got.iter().zip(&want).enumerate() {
+                for (i, x) in g.iter().enumerate() {
+                    assert_eq!(
+                        x.is_nan(),
+                        nan(which, i),
+                        "{ctx}: {}[{i}] = {x}",
+                        names[which]
+                    );
+                    if !x.is_nan() {
+                        assert!(
+                            (x - w[i]).abs() <= 1e-4 * (1.0 + w[i].abs()),
+                            "{ctx}: {}[{i}] = {x}, want {}",
+                            names[which],
+                            w[i]
+                        );
+                    }
+                }
+            }
         }
     }
 }

@@ -371,7 +371,9 @@ impl Tensor {
     /// (PyTorch's boolean mask); a float mask is added to the scores. `is_causal` masks
     /// `col > row` (with `mask`, both apply). `scale` defaults to `1 / sqrt(E)`. Dropout (when
     /// `dropout_p > 0`) is drawn on the device. Gradients flow to `q`, `k`, `v` (and a float
-    /// mask).
+    /// mask). A query that may attend to no key gives PyTorch's math-path answer on every path
+    /// and device: a NaN output row, a NaN `q`-gradient row and NaN `k`/`v` gradients for its
+    /// head (docs/tensors.md).
     ///
     /// ```
     /// use wgtensor::{Device, Tensor};
@@ -428,13 +430,22 @@ impl Tensor {
         // The scale goes on q ([.., L, E]) rather than on the scores ([.., L, S]), as PyTorch's
         // kernels do: fewer elements whenever S > E.
         let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
+        // Masks are added as a bias of 0 and -inf, as PyTorch's math path adds them, rather
+        // than filled: a filled position passes no gradient, which would turn the NaN gradient
+        // of a row that may attend to nothing into 0 (the fused path and a float mask keep it).
+        let dtype = scores.dtype();
+        let (zero, neg_inf) = (
+            Tensor::zeros(&[1], dtype, q.device())?,
+            Tensor::full(&[1], f64::NEG_INFINITY, dtype, q.device())?,
+        );
+        let bias = |masked: &Tensor| masked.where_cond(&neg_inf, &zero);
         if is_causal {
             let future = triangle(l, s, 1, false, q.device())?;
-            scores = scores.masked_fill(&future, f32::NEG_INFINITY)?;
+            scores = scores.add(&bias(&future)?)?;
         }
         if let Some(m) = mask {
             scores = if m.dtype() == DType::U8 {
-                scores.masked_fill(&m.eq_scalar(0.0)?, f32::NEG_INFINITY)?
+                scores.add(&bias(&m.eq_scalar(0.0)?)?)?
             } else {
                 scores.add(m)?
             };
