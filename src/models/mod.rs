@@ -16,6 +16,7 @@ mod gguf_load;
 mod llama;
 mod load;
 mod model;
+mod rope;
 mod tokenizer;
 mod weight;
 

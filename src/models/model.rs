@@ -3,7 +3,7 @@
 
 use super::cache::KvCache;
 use super::config::{Architecture, ModelConfig};
-use super::llama::Rope;
+use super::rope::Rope;
 use super::weight::Weight;
 use crate::{DType, Device, Error, Result, Tensor};
 
