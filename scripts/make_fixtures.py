@@ -140,6 +140,57 @@ def gpt2():
     write_expected(d, tok, ids, m)
 
 
+def mistral():
+    """Mistral with a sliding window of 6, shorter than the prompt: prefill and every decode step
+    attend only to the last 6 positions (transformers: key j is seen by query i when
+    i - 6 < j <= i). 30 greedy ids, so decode runs far past the window."""
+    from transformers import MistralConfig, MistralForCausalLM
+    tok = sentencepiece_tokenizer()
+    d = fresh("mistral")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    cfg = MistralConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                        rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=6, tie_word_embeddings=False,
+                        bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    m = MistralForCausalLM(cfg).eval()
+    scale_weights(m, 0.3)
+    m.save_pretrained(d, safe_serialization=True)
+    ids = tok.encode(PROMPT).ids
+    assert len(ids) > cfg.sliding_window
+    global NEW
+    NEW, saved = 30, NEW
+    try:
+        write_expected(d, tok, ids, m)
+    finally:
+        NEW = saved
+
+
+def qwen2_window():
+    """Qwen2 with `use_sliding_window`: layer 0 full attention, layer 1 a window of 5
+    (`max_window_layers` 1), so one model mixes both kinds of layer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    tok = sentencepiece_tokenizer()
+    d = fresh("qwen2-window")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    cfg = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6,
+                      rope_theta=10000.0, tie_word_embeddings=False, use_sliding_window=True, sliding_window=5,
+                      max_window_layers=1, bos_token_id=1, eos_token_id=2)
+    assert cfg.layer_types == ["full_attention", "sliding_attention"], cfg.layer_types
+    torch.manual_seed(0)
+    m = Qwen2ForCausalLM(cfg).eval()
+    scale_weights(m, 0.3)
+    m.save_pretrained(d, safe_serialization=True)
+    ids = tok.encode(PROMPT).ids
+    global NEW
+    NEW, saved = 30, NEW
+    try:
+        write_expected(d, tok, ids, m)
+    finally:
+        NEW = saved
+
+
 GG = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
       "lm_head.weight": "output.weight"}
 for hf, gg in [("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
@@ -206,6 +257,13 @@ def unpermute(w, n):
 
 
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["windows"]:  # only the sliding-window fixtures
+        mistral()
+        qwen2_window()
+        sys.exit(0)
+    mistral()
+    qwen2_window()
     m, cfg, tok, ids = llama()
     llama_gguf(m, cfg, tok, ids)
     qwen2()

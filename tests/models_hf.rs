@@ -80,6 +80,82 @@ fn qwen2_bf16_shards_tied_bias_match_transformers() {
     }
 }
 
+/// Mistral with a sliding window of 6 under a prompt longer than it and 30 greedy ids: prefill
+/// and every decode step see only the window, as in transformers. The model without its window
+/// gives other ids, so the test sees the window applied.
+#[test]
+fn mistral_sliding_window_matches_transformers() {
+    for d in devices() {
+        check_model("mistral", &d, DType::F32, 1e-4, 1e-4);
+        // Prefill in one step and decode through the cache agree: the logits after all
+        // positions at once equal transformers' over the whole sequence.
+        let e = expected("mistral", "expected.json");
+        let mut full = ids(&e["prompt_ids"]);
+        full.extend(ids(&e["greedy_ids"]));
+        let model = AutoModel::load(dir("mistral"), &d, DType::F32).unwrap();
+        let mut cache = model.new_cache(64).unwrap();
+        let last = model.forward_last(&full, &mut cache).unwrap();
+        assert_close(
+            &last.to_vec::<f32>().unwrap(),
+            &floats(&e["full_last_logits"]),
+            1e-4,
+            1e-4,
+            &format!("mistral whole-sequence logits on {d}"),
+        );
+    }
+    let tmp = common::TempDir::new("mistral_unwindowed");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(dir("mistral").join(f), tmp.path().join(f)).unwrap();
+    }
+    let cfg_path = tmp.path().join("config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["sliding_window"] = Value::Null;
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let e = expected("mistral", "expected.json");
+    let plain = AutoModel::load(tmp.path(), &Device::cpu(), DType::F32).unwrap();
+    let opts = GenerateOptions {
+        max_new_tokens: 30,
+        eos_token_ids: Some(vec![]),
+        ..Default::default()
+    };
+    assert_ne!(
+        plain.generate(&ids(&e["prompt_ids"]), &opts).unwrap(),
+        ids(&e["greedy_ids"]),
+        "the fixture's window must matter"
+    );
+}
+
+/// Qwen2 with `use_sliding_window`: layer 0 attends to everything, layer 1 to a window of 5
+/// (`layer_types`); the same from `max_window_layers` when the config lists no layer types.
+#[test]
+fn qwen2_mixed_window_layers_match_transformers() {
+    for d in devices() {
+        check_model("qwen2-window", &d, DType::F32, 1e-4, 1e-4);
+    }
+    let tmp = common::TempDir::new("qwen2_no_layer_types");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(dir("qwen2-window").join(f), tmp.path().join(f)).unwrap();
+    }
+    let cfg_path = tmp.path().join("config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg.as_object_mut().unwrap().remove("layer_types");
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let model = AutoModel::load(tmp.path(), &Device::cpu(), DType::F32).unwrap();
+    assert_eq!(model.config().sliding_layers, Some(vec![false, true]));
+    let e = expected("qwen2-window", "expected.json");
+    let opts = GenerateOptions {
+        max_new_tokens: 30,
+        eos_token_ids: Some(vec![]),
+        ..Default::default()
+    };
+    assert_eq!(
+        model.generate(&ids(&e["prompt_ids"]), &opts).unwrap(),
+        ids(&e["greedy_ids"])
+    );
+}
+
 #[test]
 fn gpt2_matches_transformers() {
     for d in devices() {

@@ -593,7 +593,9 @@ fn checkpoint_options_are_implemented_or_named() {
         |_, d, t, b| Some((d, t, b)),
     );
     assert_format(load(&yarn, &cpu), &["rope.scaling.type", "yarn"], "yarn");
-    // Mistral's sliding window of 16 under a context of 128: the context is the window.
+    // Mistral's sliding window of 16 under a context of 128: the context stays 128 and the
+    // window applies past 16 positions (tests/models_hf.rs checks the ids against
+    // transformers); within the window the ids are the unwindowed model's.
     let tmp4 = TempDir::new("window");
     let win = llama_dir(
         &tmp4,
@@ -604,15 +606,16 @@ fn checkpoint_options_are_implemented_or_named() {
         |_| {},
     );
     let m = load(&win, &cpu).unwrap();
-    assert_eq!(m.config().max_position_embeddings, 16);
-    let ids = m.generate(&p, &greedy(usize::MAX)).unwrap();
-    assert_eq!(ids.len(), 16 - p.len() + 1, "the last id needs no position");
+    assert_eq!(m.config().max_position_embeddings, 128);
+    assert_eq!(m.config().sliding_window, Some(16));
+    let ids = m.generate(&p, &greedy(16 - p.len())).unwrap();
     let plain = load(&llama(), &cpu).unwrap();
     assert_eq!(
         ids,
-        plain.generate(&p, &greedy(16 - p.len() + 1)).unwrap(),
+        plain.generate(&p, &greedy(16 - p.len())).unwrap(),
         "exact within the window"
     );
+    assert_eq!(m.generate(&p, &greedy(40)).unwrap().len(), 40);
     // Keys and values that change the computation and are not implemented.
     let refused: [(&str, Value, &str); 4] = [
         ("hidden_act", "gelu".into(), "hidden_act"),

@@ -54,11 +54,17 @@ pub struct ModelConfig {
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
-    /// The context length: the KV cache holds this many positions at most. For a model with
-    /// a sliding attention window (`sliding_window` of Mistral, of Qwen2 with
-    /// `use_sliding_window`) shorter than its context, this is the window: within it no
-    /// position falls out of the window, so every result is transformers' own.
+    /// The context length: the KV cache holds this many positions at most.
     pub max_position_embeddings: usize,
+    /// The sliding attention window (`sliding_window` of Mistral, of Qwen2 with
+    /// `use_sliding_window`), when it is shorter than the context: position `i` attends to
+    /// positions `i - window + 1 ..= i` only, as in transformers. `None`: every earlier
+    /// position.
+    pub sliding_window: Option<usize>,
+    /// With a sliding window, which layers use it (`layer_types` of the config:
+    /// `"sliding_attention"` or `"full_attention"`); the others attend to every earlier
+    /// position. `None` without a window.
+    pub sliding_layers: Option<Vec<bool>>,
     pub norm_eps: f32,
     pub rope_theta: f32,
     pub rope_scaling: Option<RopeScaling>,
@@ -282,21 +288,51 @@ impl ModelConfig {
                 "attention_bias / mlp_bias are Llama options; GPT-2 always has biases".into(),
             ));
         }
-        let mut max_position_embeddings =
-            need(&["max_position_embeddings", "n_positions", "n_ctx"])?;
-        // A sliding window shorter than the context: run the context the window covers
-        // (transformers lets position i attend to i - window + 1..=i; within `window`
-        // positions that is every earlier one).
-        let sliding_layers = v
-            .get("layer_types")
-            .and_then(Value::as_array)
-            .is_some_and(|l| l.iter().any(|t| t.as_str() == Some("sliding_attention")));
-        let windowed = sliding_layers
-            || match model_type.as_str() {
-                "qwen2" => bool_key("use_sliding_window"),
-                _ => true,
-            };
-        if windowed {
+        let max_position_embeddings = need(&["max_position_embeddings", "n_positions", "n_ctx"])?;
+        // transformers lets position i attend to i - window + 1 ..= i; a window as long as the
+        // context changes nothing and is dropped.
+        let mut sliding_window = None;
+        let num_layers = need(&["num_hidden_layers", "n_layer"])?;
+        // Which layers slide: `layer_types` where the config lists them (transformers 5 writes
+        // them), else Qwen2's `use_sliding_window` from `max_window_layers` on, else every
+        // layer of Mistral; Llama and GPT-2 have no window (transformers ignores the key).
+        let sliding_layers = match v.get("layer_types").filter(|l| !l.is_null()) {
+            Some(l) => {
+                let l = l
+                    .as_array()
+                    .filter(|l| l.len() == num_layers)
+                    .ok_or_else(|| {
+                        format_err(
+                            path,
+                            format!("layer_types = {l} is not a list of {num_layers} layer types"),
+                        )
+                    })?;
+                let mut out = Vec::with_capacity(num_layers);
+                for t in l {
+                    out.push(match t.as_str() {
+                        Some("sliding_attention") => true,
+                        Some("full_attention") => false,
+                        _ => {
+                            return Err(format_err(
+                                path,
+                                format!("layer_types holds {t}, which wgtensor does not run"),
+                            ));
+                        }
+                    });
+                }
+                out
+            }
+            None => {
+                let from = match model_type.as_str() {
+                    "qwen2" if !bool_key("use_sliding_window") => num_layers,
+                    "qwen2" => get(&["max_window_layers"]).map_or(0, |x| x as usize),
+                    "mistral" => 0,
+                    _ => num_layers,
+                };
+                (0..num_layers).map(|l| l >= from).collect()
+            }
+        };
+        if sliding_layers.iter().any(|&s| s) {
             if let Some(w) = v.get("sliding_window").filter(|w| !w.is_null()) {
                 let w = w.as_u64().filter(|&w| w > 0).ok_or_else(|| {
                     format_err(
@@ -304,7 +340,9 @@ impl ModelConfig {
                         format!("sliding_window = {w} is not a positive integer"),
                     )
                 })?;
-                max_position_embeddings = max_position_embeddings.min(w as usize);
+                sliding_window = usize::try_from(w)
+                    .ok()
+                    .filter(|&w| w < max_position_embeddings);
             }
         }
         let c = ModelConfig {
@@ -312,11 +350,13 @@ impl ModelConfig {
             vocab_size: need(&["vocab_size"])?,
             hidden_size,
             intermediate_size,
-            num_layers: need(&["num_hidden_layers", "n_layer"])?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
             max_position_embeddings,
+            sliding_window,
+            sliding_layers: sliding_window.map(|_| sliding_layers),
             norm_eps: float(&["rms_norm_eps", "layer_norm_epsilon"], 1e-5),
             rope_theta,
             rope_scaling,
@@ -333,6 +373,12 @@ impl ModelConfig {
         };
         c.validate(path)?;
         Ok(c)
+    }
+
+    /// The sliding window of layer `layer`, if it has one.
+    pub(crate) fn window(&self, layer: usize) -> Option<usize> {
+        let slides = self.sliding_layers.as_ref()?.get(layer).copied()?;
+        self.sliding_window.filter(|_| slides)
     }
 
     /// Sizes that would make a kernel or the cache meaningless are refused up front.

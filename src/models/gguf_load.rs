@@ -254,6 +254,9 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
         num_kv_heads: kv_heads,
         head_dim,
         max_position_embeddings: need("context_length")?,
+        // Refused above: llama.cpp's llama and qwen2 graphs run no window either.
+        sliding_window: None,
+        sliding_layers: None,
         norm_eps: float("attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta: float("rope.freq_base", 10000.0),
         rope_scaling,

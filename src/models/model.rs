@@ -292,9 +292,13 @@ impl CausalLM {
             x = x.add(&p.narrow(0, start, n)?.to_dtype(DType::F32)?)?;
         }
         let mask = if n > 1 {
-            Some(self.causal_mask(start, n)?)
+            Some(self.causal_mask(start, n, None)?)
         } else {
             None
+        };
+        let window_mask = match c.sliding_window {
+            Some(w) if n > 1 && start + n > w => Some(self.causal_mask(start, n, Some(w))?),
+            _ => None,
         };
         // Tables for every position this cache can hold (so decode steps reuse them), cut to
         // this step's positions once for every layer.
@@ -309,6 +313,7 @@ impl CausalLM {
         let step = Step {
             start,
             mask: mask.as_ref(),
+            window_mask: window_mask.as_ref(),
             rope,
         };
         for (l, block) in self.blocks.iter().enumerate() {
@@ -330,12 +335,18 @@ impl CausalLM {
         }
     }
 
-    /// `[n, start + n]`: 0 where position `start + i` may attend, -inf past it.
-    fn causal_mask(&self, start: usize, n: usize) -> Result<Tensor> {
+    /// `[n, start + n]`: 0 where position `start + i` may attend, -inf past it and, with a
+    /// sliding `window`, before `start + i + 1 - window` (transformers' window: the query
+    /// and the `window - 1` positions before it).
+    fn causal_mask(&self, start: usize, n: usize, window: Option<usize>) -> Result<Tensor> {
         let s = start + n;
         let mut m = vec![0f32; n * s];
         for i in 0..n {
-            m[i * s + start + i + 1..(i + 1) * s].fill(f32::NEG_INFINITY);
+            let row = &mut m[i * s..(i + 1) * s];
+            row[start + i + 1..].fill(f32::NEG_INFINITY);
+            if let Some(w) = window {
+                row[..(start + i + 1).saturating_sub(w)].fill(f32::NEG_INFINITY);
+            }
         }
         Tensor::from_vec(m, &[n, s], &self.device)
     }
@@ -369,13 +380,16 @@ impl CausalLM {
         let scale = 1.0 / (hd as f32).sqrt();
         let len = start + n;
         if n == 1 {
-            let out = Tensor::attention_decode(
-                &q.reshape(&[h, hd])?,
-                &cache.k[l],
-                &cache.v[l],
-                len,
-                scale,
-            )?;
+            // A sliding window attends to the last `w` positions only: those rows of the cache.
+            let (k, v, len) = match c.window(l).filter(|&w| len > w) {
+                Some(w) => (
+                    cache.k[l].narrow(0, len - w, w)?,
+                    cache.v[l].narrow(0, len - w, w)?,
+                    w,
+                ),
+                None => (cache.k[l].clone(), cache.v[l].clone(), len),
+            };
+            let out = Tensor::attention_decode(&q.reshape(&[h, hd])?, &k, &v, len, scale)?;
             return out.reshape(&[1, h * hd]);
         }
         // [len, kvh, hd] -> [h, len, hd], each key-value head repeated for its query group.
@@ -399,7 +413,11 @@ impl CausalLM {
         cache: &mut KvCache,
         step: &Step,
     ) -> Result<Tensor> {
-        let (start, mask, rope) = (step.start, step.mask, step.rope.as_ref());
+        let (start, rope) = (step.start, step.rope.as_ref());
+        let mask = match self.config.window(l) {
+            Some(_) if step.window_mask.is_some() => step.window_mask,
+            _ => step.mask,
+        };
         let c = &self.config;
         let (n, h, kvh, hd) = (x.shape()[0], c.num_heads, c.num_kv_heads, c.head_dim);
         match block {
@@ -440,6 +458,8 @@ struct Step<'a> {
     start: usize,
     /// The causal mask of a step of several positions.
     mask: Option<&'a Tensor>,
+    /// The same with the sliding window, when the step reaches past it.
+    window_mask: Option<&'a Tensor>,
     /// RoPE's cos and sin for this step's positions, `[n, 1, head_dim / 2]` each.
     rope: Option<(Tensor, Tensor)>,
 }
