@@ -27,6 +27,7 @@ mod quant;
 mod reduce;
 mod rows;
 mod scatter;
+mod similarity;
 mod softmax;
 mod transfer;
 mod view;

@@ -5,10 +5,13 @@
 //! `model.safetensors` or a sharded index; f32, f16 or bf16 weights) of the Llama family (Llama
 //! 2 and 3, Mistral, Qwen2) or GPT-2 onto a device in f32 or f16; [`CausalLM::forward`] runs new
 //! positions through a [`KvCache`]; [`CausalLM::generate`] samples on the device; [`Tokenizer`]
-//! reads `tokenizer.json`. See `docs/pretrained.md`.
+//! reads `tokenizer.json`; [`Embedder`] computes sentence embeddings with BERT-shaped encoders
+//! (`bert`, `roberta`, `xlm-roberta`) as sentence-transformers does. See `docs/pretrained.md`.
 
+mod bert;
 mod cache;
 mod config;
+mod embed;
 mod fit;
 mod generate;
 pub mod gguf;
@@ -22,6 +25,7 @@ mod weight;
 
 pub use cache::KvCache;
 pub use config::{Architecture, ModelConfig, RopeScaling};
+pub use embed::Embedder;
 pub use generate::{GenerateOptions, TokenStream};
 pub use load::Progress;
 pub use model::CausalLM;
