@@ -4,7 +4,36 @@
 use super::cache::KvCache;
 use super::model::CausalLM;
 use crate::{DType, Error, Generator, Result, Tensor};
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The `eos_token_id` of `dir/generation_config.json` (an id or a list of ids), which
+/// transformers' `generate` stops at in preference to `config.json`'s; `None` when the file or
+/// the key is absent.
+pub(crate) fn generation_eos(dir: &Path) -> Result<Option<Vec<u32>>> {
+    let path = dir.join("generation_config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let op = "AutoModel::load";
+    let text = std::fs::read_to_string(&path).map_err(super::config::io_error(op, &path))?;
+    let bad = |message: String| Error::Format {
+        op,
+        path: path.display().to_string(),
+        message,
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let one = |x: &serde_json::Value| {
+        x.as_u64()
+            .and_then(|id| u32::try_from(id).ok())
+            .ok_or_else(|| bad(format!("eos_token_id {x} is not a 32-bit token id")))
+    };
+    match v.get("eos_token_id") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Array(a)) => a.iter().map(one).collect::<Result<_>>().map(Some),
+        Some(x) => Ok(Some(vec![one(x)?])),
+    }
+}
 
 /// How [`CausalLM::generate`] chooses tokens. `Default` is greedy decoding of 32 tokens.
 ///
@@ -36,7 +65,8 @@ pub struct GenerateOptions {
     /// generator.
     pub seed: Option<u64>,
     /// Ids that end the generation (included in the output); `None`: the model's
-    /// `eos_token_id`.
+    /// `eos_token_id` (every id of `generation_config.json`'s `eos_token_id`, an int or a list,
+    /// when the model directory has one; else `config.json`'s, or a GGUF file's EOS).
     pub eos_token_ids: Option<Vec<u32>>,
 }
 
@@ -138,6 +168,65 @@ impl CausalLM {
         // context (a sum past usize::MAX saturates rather than wrapping to a small cache).
         let capacity = prompt.len().saturating_add(options.max_new_tokens).min(ctx);
         let cache = self.new_cache(capacity)?;
+        self.start(cache, prompt, options)
+    }
+
+    /// [`CausalLM::stream`] continuing a sequence already in `cache`: `new_ids` follow the
+    /// positions it holds (a chat's next turn after [`TokenStream::into_cache`] of the last
+    /// one, without running the conversation again). The generation stops when the cache is
+    /// full, so make it with room ([`CausalLM::new_cache`]). The repetition penalty sees
+    /// `new_ids` and the generated ids only.
+    ///
+    /// ```no_run
+    /// use wgtensor::models::{AutoModel, GenerateOptions};
+    /// let model = AutoModel::load("model_dir", &wgtensor::Device::best(), wgtensor::DType::F32)?;
+    /// let opts = GenerateOptions::default();
+    /// let mut s = model.stream_with_cache(model.new_cache(512)?, &[1, 15043], &opts)?;
+    /// let first: Vec<u32> = s.by_ref().collect::<Result<_, _>>()?;
+    /// let cache = s.into_cache(); // the prompt and the ids fed back so far
+    /// let more = model.stream_with_cache(cache, &[29892], &opts)?;
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for empty `new_ids`, ones that do not fit in the cache, or
+    /// bad options; a cache of another model fails at the first step, as in
+    /// [`CausalLM::forward`].
+    pub fn stream_with_cache(
+        &self,
+        cache: KvCache,
+        new_ids: &[u32],
+        options: &GenerateOptions,
+    ) -> Result<TokenStream<'_>> {
+        options.validate()?;
+        if new_ids.is_empty() {
+            return Err(Error::InvalidArgument {
+                op: "generate",
+                message: "no new ids to continue the cached sequence with".into(),
+            });
+        }
+        if cache.len() + new_ids.len() >= cache.capacity() {
+            return Err(Error::InvalidArgument {
+                op: "generate",
+                message: format!(
+                    "the cache holds {} of {} positions: no room for {} new ids and a reply; \
+                     start again with a larger cache or a shorter conversation",
+                    cache.len(),
+                    cache.capacity(),
+                    new_ids.len()
+                ),
+            });
+        }
+        self.start(cache, new_ids, options)
+    }
+
+    /// A generation of `prompt` after what `cache` holds.
+    fn start(
+        &self,
+        cache: KvCache,
+        prompt: &[u32],
+        options: &GenerateOptions,
+    ) -> Result<TokenStream<'_>> {
         let seen = if options.repetition_penalty != 1.0 {
             let mut m = vec![0u8; self.config.vocab_size];
             for &id in prompt {
@@ -207,6 +296,21 @@ impl TokenStream<'_> {
     /// The KV cache (prompt and generated positions so far).
     pub fn cache(&self) -> &KvCache {
         &self.cache
+    }
+
+    /// The KV cache, to continue the sequence with [`CausalLM::stream_with_cache`]. It holds
+    /// the prompt and every generated id but the last, which was never fed back (feed it
+    /// first, or truncate the cache to what the next prompt shares with it).
+    ///
+    /// ```no_run
+    /// # let model = wgtensor::models::AutoModel::load("m", &wgtensor::Device::best(), wgtensor::DType::F32)?;
+    /// let mut s = model.stream(&[1, 2, 3], &Default::default())?;
+    /// let ids: Vec<u32> = s.by_ref().collect::<Result<_, _>>()?;
+    /// assert_eq!(s.into_cache().len(), 3 + ids.len() - 1);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn into_cache(self) -> KvCache {
+        self.cache
     }
 
     fn step(&mut self) -> Result<u32> {

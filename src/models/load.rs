@@ -191,7 +191,12 @@ pub(crate) fn load_hf(
     dtype: DType,
     progress: Progress<'_>,
 ) -> Result<CausalLM> {
-    let config = ModelConfig::from_file(dir.join("config.json"))?;
+    let mut config = ModelConfig::from_file(dir.join("config.json"))?;
+    if let Some(eos) = super::generate::generation_eos(dir)? {
+        // transformers' generate stops at generation_config.json's ids (Llama 3 Instruct
+        // lists <|eot_id|> there besides config.json's <|end_of_text|>).
+        config.eos_token_ids = eos;
+    }
     let file = checkpoint_path(dir)?;
     let ckpt = Checkpoint::open(&file)?;
     super::fit::check(

@@ -10,6 +10,7 @@
 
 mod bert;
 mod cache;
+mod chat;
 mod config;
 mod embed;
 mod fit;
@@ -24,6 +25,7 @@ mod tokenizer;
 mod weight;
 
 pub use cache::KvCache;
+pub use chat::ChatMessage;
 pub use config::{Architecture, ModelConfig, RopeScaling};
 pub use embed::Embedder;
 pub use generate::{GenerateOptions, TokenStream};

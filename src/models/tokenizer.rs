@@ -1,7 +1,9 @@
 //! `tokenizer.json` through Hugging Face's `tokenizers` crate (byte-level BPE as in GPT-2,
 //! Llama 3 and Qwen; SentencePiece-style BPE with byte fallback as in Llama 2 and Mistral), and
-//! a streaming decoder that emits whole UTF-8 characters only.
+//! a streaming decoder that emits whole UTF-8 characters only; the chat template of
+//! `tokenizer_config.json` (see [`Tokenizer::apply_chat_template`]).
 
+use super::chat::{self, ChatMessage, ChatTemplate, SpecialTokens};
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -15,6 +17,11 @@ use std::path::Path;
 /// ```
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The chat template, or the file and message of one that did not compile (reported when
+    /// it is used, so a broken template does not keep the tokenizer from loading).
+    chat: Option<std::result::Result<ChatTemplate, (String, String)>>,
+    /// `bos_token`, `eos_token`, ... as the template sees them.
+    special: SpecialTokens,
 }
 
 fn err(op: &'static str, e: impl std::fmt::Display) -> Error {
@@ -25,11 +32,13 @@ fn err(op: &'static str, e: impl std::fmt::Display) -> Error {
 }
 
 impl Tokenizer {
-    /// Reads `tokenizer.json`.
+    /// Reads `tokenizer.json`, and the chat template and special tokens of the
+    /// `tokenizer_config.json` beside it (a `chat_template.jinja` beside it replaces the
+    /// template, as in transformers' newer model directories); neither file is required.
     ///
     /// # Errors
-    /// [`Error::Io`] when the file cannot be read; [`Error::Format`] when it is not a
-    /// tokenizer the `tokenizers` crate understands.
+    /// [`Error::Io`] when a file cannot be read; [`Error::Format`] when `tokenizer.json` is not a
+    /// tokenizer the `tokenizers` crate understands or `tokenizer_config.json` is not JSON.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
         let op = "Tokenizer::from_file";
@@ -39,7 +48,21 @@ impl Tokenizer {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        Ok(Tokenizer { inner })
+        let mut tok = Tokenizer {
+            inner,
+            chat: None,
+            special: SpecialTokens::default(),
+        };
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let config = dir.join("tokenizer_config.json");
+        if config.is_file() {
+            tok.load_template_from(&config, true)?;
+        }
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.is_file() {
+            tok.load_template_from(&jinja, true)?;
+        }
+        Ok(tok)
     }
 
     /// The ids of `text`; `add_special_tokens` adds what the tokenizer's post-processor adds
@@ -96,6 +119,159 @@ impl Tokenizer {
     /// The id of a token, e.g. `"</s>"`.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
+    }
+
+    /// Renders a conversation with the model's chat template, as transformers'
+    /// `tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`:
+    /// `add_generation_prompt` appends the header of an assistant turn for the model to
+    /// complete. The template sees `messages`, `add_generation_prompt`, `bos_token`,
+    /// `eos_token` (and the other special tokens `tokenizer_config.json` names).
+    ///
+    /// The text usually starts with the BOS token already, so encode it with
+    /// `add_special_tokens = false` (transformers' `apply_chat_template(tokenize=True)` does the
+    /// same), or the BOS appears twice.
+    ///
+    /// ```no_run
+    /// use wgtensor::models::{ChatMessage, Tokenizer};
+    /// let tok = Tokenizer::from_file("model_dir/tokenizer.json")?;
+    /// let chat = [ChatMessage::system("You are terse."), ChatMessage::user("Hi!")];
+    /// let text = tok.apply_chat_template(&chat, true)?;
+    /// let ids = tok.encode(&text, false)?;
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the tokenizer has no template (the message names
+    /// [`Tokenizer::load_chat_template`] and [`Tokenizer::set_chat_template`]) or the template
+    /// refuses the conversation (its `raise_exception` message, e.g. roles that do not
+    /// alternate); [`Error::Format`] when the template of the model's files does not compile.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let op = "Tokenizer::apply_chat_template";
+        let t = match &self.chat {
+            None => return Err(chat::missing(op)),
+            Some(Err((path, message))) => {
+                return Err(Error::Format {
+                    op,
+                    path: path.clone(),
+                    message: format!("the chat template does not compile: {message}"),
+                })
+            }
+            Some(Ok(t)) => t,
+        };
+        t.render(messages, add_generation_prompt, &self.special)
+            .map_err(|message| Error::InvalidArgument {
+                op,
+                message: format!("the chat template failed: {message}"),
+            })
+    }
+
+    /// The chat template's Jinja text, if the tokenizer has one that compiled.
+    ///
+    /// ```no_run
+    /// let tok = wgtensor::models::Tokenizer::from_file("model_dir/tokenizer.json")?;
+    /// println!("{}", tok.chat_template().unwrap_or("(none)"));
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn chat_template(&self) -> Option<&str> {
+        match &self.chat {
+            Some(Ok(t)) => Some(t.source()),
+            _ => None,
+        }
+    }
+
+    /// Uses `template` (Jinja, as in `tokenizer_config.json`'s `chat_template`) from now on.
+    ///
+    /// ```no_run
+    /// use wgtensor::models::{ChatMessage, Tokenizer};
+    /// let mut tok = Tokenizer::from_file("model_dir/tokenizer.json")?;
+    /// tok.set_chat_template("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")?;
+    /// assert_eq!(tok.apply_chat_template(&[ChatMessage::user("hi")], false)?, "user: hi\n");
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] with MiniJinja's message when the template does not compile
+    /// (the tokenizer keeps its previous template).
+    pub fn set_chat_template(&mut self, template: &str) -> Result<()> {
+        let t = ChatTemplate::new(template).map_err(|message| Error::InvalidArgument {
+            op: "Tokenizer::set_chat_template",
+            message: format!("the chat template does not compile: {message}"),
+        })?;
+        self.chat = Some(Ok(t));
+        Ok(())
+    }
+
+    /// The `bos_token` or `eos_token` string the template sees (`"bos_token"`, `"eos_token"`,
+    /// `"pad_token"`, `"unk_token"`), if the loaded files name it.
+    ///
+    /// ```no_run
+    /// let tok = wgtensor::models::Tokenizer::from_file("model_dir/tokenizer.json")?;
+    /// let eos = tok.special_token("eos_token").and_then(|t| tok.token_to_id(t));
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn special_token(&self, name: &str) -> Option<&str> {
+        self.special.0.get(name).map(String::as_str)
+    }
+
+    /// Loads a chat template (and the special tokens it names) from `path`: a
+    /// `tokenizer_config.json` (its `chat_template`, a string or transformers' list of named
+    /// templates, of which `default` is taken), a `.jinja` file, or a `.gguf` file
+    /// (`tokenizer.chat_template`, BOS and EOS from its vocabulary). [`Tokenizer::from_file`]
+    /// already loads the `tokenizer_config.json` beside `tokenizer.json`; a GGUF model's
+    /// template needs this call.
+    ///
+    /// ```no_run
+    /// let mut tok = wgtensor::models::Tokenizer::from_file("tokenizer.json")?;
+    /// tok.load_chat_template("model-q8_0.gguf")?;
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read; [`Error::Format`] when it is not JSON or
+    /// GGUF, holds no chat template, or its template does not compile.
+    pub fn load_chat_template(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        self.load_template_from(path.as_ref(), false)
+    }
+
+    /// [`Tokenizer::load_chat_template`]; `beside_tokenizer` (the files [`Tokenizer::from_file`]
+    /// finds) accepts a file without a template and keeps a template that does not compile as
+    /// the error [`Tokenizer::apply_chat_template`] reports, so the tokenizer still loads.
+    fn load_template_from(&mut self, path: &Path, beside_tokenizer: bool) -> Result<()> {
+        let (template, special) = chat::read_template_file(path)?;
+        let shown = path.display().to_string();
+        for (k, v) in special.0 {
+            self.special.0.insert(k, v);
+        }
+        match template {
+            Some(src) => match ChatTemplate::new(&src) {
+                Ok(t) => self.chat = Some(Ok(t)),
+                Err(message) => {
+                    if !beside_tokenizer {
+                        return Err(Error::Format {
+                            op: "Tokenizer::load_chat_template",
+                            path: shown,
+                            message: format!("the chat template does not compile: {message}"),
+                        });
+                    }
+                    self.chat = Some(Err((shown, message)));
+                }
+            },
+            None if beside_tokenizer => {}
+            None => {
+                return Err(Error::Format {
+                    op: "Tokenizer::load_chat_template",
+                    path: shown,
+                    message: "no chat template in this file (tokenizer_config.json's \
+                              chat_template, a GGUF file's tokenizer.chat_template)"
+                        .into(),
+                })
+            }
+        }
+        Ok(())
     }
 
     /// A streaming decoder over this tokenizer.
