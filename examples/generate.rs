@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --features models --example generate -- --model PATH [--tokenizer FILE]
 //!     --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//!     [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids]
+//!     [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat]
 //! ```
 //!
 //! Streams the continuation, then prints `prefill: X tok/s, decode: Y tok/s on DEVICE (DTYPE)`;
@@ -13,12 +13,20 @@
 //! flag, a missing value, an argument that is not UTF-8 where text is needed) is a message and
 //! the usage on stderr, exit code 2; any other error is one line on stderr and exit code 1.
 //! Loading progress goes to stderr when it is a terminal. Make a model to try it with `examples/make_model.rs`.
+//!
+//! `--chat` makes the prompt a user message of the model's chat template (`tokenizer_config.json`
+//! beside `tokenizer.json`, or the GGUF file's own) with the assistant header appended; the
+//! rendered text carries the template's special tokens, so none are added when encoding it.
+//! Without `--prompt`, it is a conversation: each line of stdin is a user turn (a `> ` prompt
+//! shows when stdin is a terminal), the replies stream, and the conversation is kept; the KV
+//! cache of one turn is kept for the next, so each turn runs only its new tokens. A chat stops at
+//! the model's EOS ids (`generation_config.json`'s list) and the template's `eos_token`.
 
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use wgtensor::models::{AutoModel, GenerateOptions, Tokenizer};
+use wgtensor::models::{AutoModel, CausalLM, ChatMessage, GenerateOptions, KvCache, Tokenizer};
 use wgtensor::{DType, Device};
 
 struct Args {
@@ -29,10 +37,15 @@ struct Args {
     device: Option<String>,
     dtype: DType,
     ids: bool,
+    /// `--chat`, or no `--prompt`: a conversation through the chat template.
+    chat: bool,
+    /// `--prompt` was given (else the user turns come from stdin).
+    has_prompt: bool,
 }
 
 const USAGE: &str = "usage: generate --model PATH [--tokenizer FILE] --prompt TEXT [--max-new-tokens N] \
-[--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids]";
+[--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat]
+without --prompt: a chat, one user turn per line of stdin";
 
 /// What the command line asks for.
 enum Cli {
@@ -61,6 +74,8 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
         device: None,
         dtype: DType::F32,
         ids: false,
+        chat: false,
+        has_prompt: false,
     };
     let (mut model, mut prompt) = (false, false);
     let mut it = args.into_iter();
@@ -92,13 +107,17 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
                 }
             }
             "--ids" => a.ids = true,
+            "--chat" => a.chat = true,
             "-h" | "--help" => return Ok(Cli::Help),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if !model || !prompt {
-        return Err("--model and --prompt are required".into());
+    if !model {
+        return Err("--model is required".into());
     }
+    // Without a prompt the user turns come from stdin: that is a chat.
+    a.has_prompt = prompt;
+    a.chat |= !prompt;
     Ok(Cli::Run(a))
 }
 
@@ -125,7 +144,14 @@ fn tokenizer(args: &Args) -> Result<Tokenizer, String> {
             p
         }
     };
-    Tokenizer::from_file(&path).map_err(|e| e.to_string())
+    let mut tok = Tokenizer::from_file(&path).map_err(|e| e.to_string())?;
+    let gguf = args.model.extension().is_some_and(|e| e == "gguf");
+    if args.chat && gguf && tok.chat_template().is_none() {
+        // A GGUF file carries its model's template in its metadata.
+        tok.load_chat_template(&args.model)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(tok)
 }
 
 /// Peak resident memory of this process (Linux `VmHWM`), in MB.
@@ -177,6 +203,9 @@ fn run(args: Args) -> Result<(), String> {
         t0.elapsed().as_secs_f64(),
         peak_rss_mb().unwrap_or(0.0)
     );
+    if args.chat {
+        return chat(&args, &tok, &model, &device);
+    }
     let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
     let ctx = model.config().max_position_embeddings;
     if prompt.len() >= ctx {
@@ -214,6 +243,108 @@ fn run(args: Args) -> Result<(), String> {
     if args.ids {
         let list: Vec<String> = generated.iter().map(u32::to_string).collect();
         let _ = writeln!(out, "ids: [{}]", list.join(", "));
+    }
+    Ok(())
+}
+
+/// A conversation: `--prompt` as its one user turn, or each line of stdin as the next.
+fn chat(args: &Args, tok: &Tokenizer, model: &CausalLM, device: &Device) -> Result<(), String> {
+    let err = |e: wgtensor::Error| e.to_string();
+    let mut options = args.options.clone();
+    if options.eos_token_ids.is_none() {
+        // The model's EOS ids, and the template's end-of-turn token (`<|im_end|>`, `<|eot_id|>`)
+        // when the model's configuration does not list it.
+        let mut eos = model.config().eos_token_ids.clone();
+        let turn_end = tok
+            .special_token("eos_token")
+            .and_then(|t| tok.token_to_id(t));
+        eos.extend(turn_end.filter(|id| !eos.contains(id)));
+        options.eos_token_ids = Some(eos);
+    }
+    let ctx = model.config().max_position_embeddings;
+    let terminal = std::io::stdin().is_terminal();
+    let mut lines = std::io::stdin().lock().lines();
+    let mut out = std::io::stdout().lock();
+    let mut messages: Vec<ChatMessage> = Vec::new();
+    // The cache of the last turn and the ids it holds, so that the next turn runs only the
+    // tokens past what the two share.
+    let mut cache: Option<KvCache> = None;
+    let mut held: Vec<u32> = Vec::new();
+    loop {
+        let user = if args.has_prompt {
+            if !messages.is_empty() {
+                break;
+            }
+            args.prompt.clone()
+        } else {
+            if terminal {
+                eprint!("> ");
+            }
+            match lines.next() {
+                None => break,
+                Some(line) => line.map_err(|e| format!("reading stdin: {e}"))?,
+            }
+        };
+        messages.push(ChatMessage::user(user));
+        let text = tok.apply_chat_template(&messages, true).map_err(err)?;
+        // The template wrote the special tokens (BOS included): add none.
+        let ids = tok.encode(&text, false).map_err(err)?;
+        if ids.len() >= ctx {
+            return Err(format!(
+                "the conversation is {} tokens, the model's context {ctx}: start a new one",
+                ids.len()
+            ));
+        }
+        // Keep the cached positions this turn's ids start with (at least one id must run).
+        let shared = held.iter().zip(&ids).take_while(|(a, b)| a == b).count();
+        let keep = shared.min(ids.len() - 1);
+        let needed = ids.len().saturating_add(options.max_new_tokens).min(ctx);
+        let mut c = match cache.take() {
+            Some(c) if c.capacity() >= needed => c,
+            // Too small (or the first turn): a larger cache, run from the start.
+            _ => model.new_cache(needed.max(ctx.min(4096))).map_err(err)?,
+        };
+        let keep = keep.min(c.len());
+        c.truncate(keep).map_err(err)?;
+        eprintln!("chat: {} prompt tokens, {keep} of them cached", ids.len());
+        let mut stream = model
+            .stream_with_cache(c, &ids[keep..], &options)
+            .map_err(err)?;
+        let mut text = tok.stream();
+        let mut generated = Vec::new();
+        for id in stream.by_ref() {
+            let id = id.map_err(err)?;
+            generated.push(id);
+            if let Some(piece) = text.push(id).map_err(err)? {
+                let _ = write!(out, "{piece}");
+                let _ = out.flush();
+            }
+        }
+        if let Some(rest) = text.finish().map_err(err)? {
+            let _ = write!(out, "{rest}");
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "prefill: {:.1} tok/s, decode: {:.1} tok/s on {device} ({})",
+            stream.prefill_tokens_per_second(),
+            stream.decode_tokens_per_second(),
+            model.weight_type()
+        );
+        if args.ids {
+            let list: Vec<String> = generated.iter().map(u32::to_string).collect();
+            let _ = writeln!(out, "ids: [{}]", list.join(", "));
+        }
+        let c = stream.into_cache();
+        held = ids
+            .iter()
+            .chain(&generated)
+            .copied()
+            .take(c.len())
+            .collect();
+        cache = Some(c);
+        let reply = tok.decode(&generated, true).map_err(err)?;
+        messages.push(ChatMessage::assistant(reply));
     }
     Ok(())
 }

@@ -115,3 +115,88 @@ fn example_command_lines_give_help_and_report_bad_arguments() {
         out_dir.display()
     );
 }
+
+/// `generate --chat`: the prompt becomes a user turn of the model directory's chat template
+/// and is encoded without added special tokens (the template wrote BOS: the count on stderr is
+/// the template's text encoded plainly); without `--prompt`, each stdin line is a turn, the
+/// second turn reusing the first's cache.
+#[test]
+fn generate_chat_uses_the_template_and_keeps_the_conversation() {
+    use wgtensor::models::{ChatMessage, Tokenizer};
+    let dir = built_examples(&["generate"]);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/models/llama");
+    let tmp = TempDir::new("example_chat");
+    for f in ["config.json", "model.safetensors", "generation_config.json"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    // Llama's post-processor, which adds BOS when special tokens are added, so that adding
+    // them to the template's text (which starts with BOS) would show.
+    let mut tj: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("tokenizer.json")).unwrap())
+            .unwrap();
+    tj["post_processor"] = serde_json::json!({
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}
+    });
+    std::fs::write(tmp.join("tokenizer.json"), tj.to_string()).unwrap();
+    let template = "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+    let config =
+        serde_json::json!({"bos_token": "<s>", "eos_token": "</s>", "chat_template": template});
+    std::fs::write(tmp.join("tokenizer_config.json"), config.to_string()).unwrap();
+    let tok = Tokenizer::from_file(tmp.join("tokenizer.json")).unwrap();
+    let text = tok
+        .apply_chat_template(&[ChatMessage::user("Hello")], true)
+        .unwrap();
+    let n = tok.encode(&text, false).unwrap().len();
+    assert_eq!(
+        tok.encode(&text, true).unwrap().len(),
+        n + 1,
+        "BOS would be added twice"
+    );
+    let run = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(dir.join("generate"))
+            .arg("--model")
+            .arg(tmp.path())
+            .args(["--device", "cpu", "--max-new-tokens", "4"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        );
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        (out, err)
+    };
+    let (out, err) = run(&["--chat", "--prompt", "Hello", "--ids"], "");
+    assert!(
+        err.contains(&format!("chat: {n} prompt tokens, 0 of them cached")),
+        "{err}"
+    );
+    assert_eq!(out.matches("prefill: ").count(), 1, "{out}");
+    assert!(out.contains("ids: ["), "{out}");
+
+    let (out, err) = run(&[], "Hello\nAnd again?\n");
+    assert_eq!(out.matches("prefill: ").count(), 2, "{out}");
+    let turns: Vec<&str> = err.lines().filter(|l| l.starts_with("chat: ")).collect();
+    assert_eq!(turns.len(), 2, "{err}");
+    assert!(turns[0].ends_with(" 0 of them cached"), "{err}");
+    assert!(
+        !turns[1].ends_with(" 0 of them cached"),
+        "the second turn ran from the start: {err}"
+    );
+}
