@@ -5,8 +5,9 @@
 //! `model.safetensors` or a sharded index; f32, f16 or bf16 weights) of the Llama family (Llama
 //! 2 and 3, Mistral, Qwen2) or GPT-2 onto a device in f32 or f16; [`CausalLM::forward`] runs new
 //! positions through a [`KvCache`]; [`CausalLM::generate`] samples on the device; [`Tokenizer`]
-//! reads `tokenizer.json`; [`Embedder`] computes sentence embeddings with BERT-shaped encoders
-//! (`bert`, `roberta`, `xlm-roberta`) as sentence-transformers does. See `docs/pretrained.md`.
+//! reads `tokenizer.json` and renders chat templates ([`ChatMessage`]); [`Embedder`] computes
+//! sentence embeddings with BERT-shaped encoders (`bert`, `roberta`, `xlm-roberta`) as
+//! sentence-transformers does. See `docs/pretrained.md`.
 
 mod bert;
 mod cache;
