@@ -1,4 +1,4 @@
-// matmul.wgsl: batched f32 matrix products over strided views, C[b] (+)= A[b] · B[b].
+// matmul.wgsl: batched matrix products (f32, or f16 by the composed element file) over strided views, C[b] (+)= A[b] · B[b].
 //
 // Computes   for every batch b, row i < M, column j < N:
 //              dst[c(b) + i * N + j] (+)= Σ_{k0 <= k < k1} A[b, i, k] * B[b, k, j]
@@ -49,16 +49,10 @@
 //            tiled, tiled_double: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
 //            x/y count from the row/column origin, z from the first batch; every store guarded.
 
-// Element i of A / B. The f16 build of this file (shader_table.rs, `Shader::MatmulF16`) binds both
-// operands as packed f16 pairs (array<u32>) and reads element i as half i % 2 of word i / 2:
-// f16 operands are multiplied where they are, with f32 accumulation, no f32 copies.
-fn ld_a(i: u32) -> f32 {
-    return lhs[i];
-}
-
-fn ld_b(i: u32) -> f32 {
-    return rhs[i];
-}
+// Element i of A / B (`ld_a`, `ld_b`) and the element type `Scalar` of accumulators, staged
+// tiles and the output come from the file composed with this one: matmul_f32.wgsl (f32),
+// matmul_f16_packed.wgsl (f16 operands read in place as packed pairs, f32 accumulation) or
+// matmul_f16.wgsl (f16 throughout, `SHADER_F16`). One body, three element types.
 
 // One batch's problem, decoded from params.
 struct Problem {
@@ -99,7 +93,7 @@ fn problem(z: u32) -> Problem {
 }
 
 // The guarded store every entry ends with: the grid is rounded up to whole tiles.
-fn store(p: Problem, row: u32, col: u32, v: f32) {
+fn store(p: Problem, row: u32, col: u32, v: Scalar) {
     if (row < p.m && col < p.n) {
         let i = p.c + row * p.n + col;
         if (p.add) {
@@ -110,7 +104,7 @@ fn store(p: Problem, row: u32, col: u32, v: f32) {
     }
 }
 
-fn store4(p: Problem, row: u32, col: u32, v: vec4<f32>) {
+fn store4(p: Problem, row: u32, col: u32, v: vec4<Scalar>) {
     store(p, row, col, v.x);
     store(p, row, col + 1u, v.y);
     store(p, row, col + 2u, v.z);
@@ -119,15 +113,15 @@ fn store4(p: Problem, row: u32, col: u32, v: vec4<f32>) {
 
 // A 4×4 block of outputs of the tiled entries: r[i] holds row i's 4 columns.
 struct Acc4 {
-    r: array<vec4<f32>, 4>,
+    r: array<vec4<Scalar>, 4>,
 }
 
 // acc += a ⊗ b for one k: a = the block's 4 rows, b = its 4 columns.
-fn acc_rank1(acc: ptr<function, Acc4>, a: vec4<f32>, b: vec4<f32>) {
-    (*acc).r[0] = fma(vec4<f32>(a.x), b, (*acc).r[0]);
-    (*acc).r[1] = fma(vec4<f32>(a.y), b, (*acc).r[1]);
-    (*acc).r[2] = fma(vec4<f32>(a.z), b, (*acc).r[2]);
-    (*acc).r[3] = fma(vec4<f32>(a.w), b, (*acc).r[3]);
+fn acc_rank1(acc: ptr<function, Acc4>, a: vec4<Scalar>, b: vec4<Scalar>) {
+    (*acc).r[0] = fma(vec4<Scalar>(a.x), b, (*acc).r[0]);
+    (*acc).r[1] = fma(vec4<Scalar>(a.y), b, (*acc).r[1]);
+    (*acc).r[2] = fma(vec4<Scalar>(a.z), b, (*acc).r[2]);
+    (*acc).r[3] = fma(vec4<Scalar>(a.w), b, (*acc).r[3]);
 }
 
 // Rows r0..r0+3 of a 4×4 block of outputs from column c0 (the tiled entries' epilogue).
@@ -146,10 +140,10 @@ fn block_origin(y: u32, x: u32, per: u32) -> vec2<u32> {
 }
 
 // Σ over this chunk of A[row, k] * B[k, col], one k at a time (k1 - k0 <= 16,384 iterations).
-fn dot(p: Problem, row: u32, col: u32) -> f32 {
+fn dot(p: Problem, row: u32, col: u32) -> Scalar {
     var ia = p.a + row * p.a_rs;
     var ib = p.b + col * p.b_cs;
-    var acc = 0.0;
+    var acc = Scalar(0.0);
     for (var k = p.k0; k < p.k1; k = k + 1u) {
         acc = acc + ld_a(ia) * ld_b(ib);
         ia = ia + p.a_ks;
@@ -159,8 +153,7 @@ fn dot(p: Problem, row: u32, col: u32) -> f32 {
 }
 
 // One output per invocation at (row origin + gid.y, column origin + gid.x): the body of the
-// naive and GEMV entries, which differ only in their workgroup shape (kernels.rs copies `naive`
-// as gemv_m1 (256, 1) and gemv_n1 (1, 256)).
+// naive and GEMV entries, which differ only in their workgroup shape.
 fn one_output(gid: vec3<u32>) {
     let p = problem(gid.z);
     let at = block_origin(gid.y, gid.x, 1u);
@@ -172,6 +165,16 @@ fn one_output(gid: vec3<u32>) {
 
 @compute @workgroup_size(16, 16)
 fn naive(@builtin(global_invocation_id) gid: vec3<u32>) {
+    one_output(gid);
+}
+
+@compute @workgroup_size(256, 1)
+fn gemv_m1(@builtin(global_invocation_id) gid: vec3<u32>) {
+    one_output(gid);
+}
+
+@compute @workgroup_size(1, 256)
+fn gemv_n1(@builtin(global_invocation_id) gid: vec3<u32>) {
     one_output(gid);
 }
 
@@ -195,17 +198,17 @@ fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     var t: Tile;
     for (var i = 0u; i < 8u; i = i + 1u) {
-        t.lo[i] = vec4<f32>(0.0);
-        t.hi[i] = vec4<f32>(0.0);
+        t.lo[i] = vec4<Scalar>(0.0);
+        t.hi[i] = vec4<Scalar>(0.0);
     }
     // k1 - k0 <= 16,384 iterations; 16 loads per 64 FMAs.
     var ka = 0u;
     var kb = 0u;
     for (var k = p.k0; k < p.k1; k = k + 1u) {
-        let a0 = vec4<f32>(ld_a(ia[0] + ka), ld_a(ia[1] + ka), ld_a(ia[2] + ka), ld_a(ia[3] + ka));
-        let a1 = vec4<f32>(ld_a(ia[4] + ka), ld_a(ia[5] + ka), ld_a(ia[6] + ka), ld_a(ia[7] + ka));
-        let b0 = vec4<f32>(ld_b(ib[0] + kb), ld_b(ib[1] + kb), ld_b(ib[2] + kb), ld_b(ib[3] + kb));
-        let b1 = vec4<f32>(ld_b(ib[4] + kb), ld_b(ib[5] + kb), ld_b(ib[6] + kb), ld_b(ib[7] + kb));
+        let a0 = vec4<Scalar>(ld_a(ia[0] + ka), ld_a(ia[1] + ka), ld_a(ia[2] + ka), ld_a(ia[3] + ka));
+        let a1 = vec4<Scalar>(ld_a(ia[4] + ka), ld_a(ia[5] + ka), ld_a(ia[6] + ka), ld_a(ia[7] + ka));
+        let b0 = vec4<Scalar>(ld_b(ib[0] + kb), ld_b(ib[1] + kb), ld_b(ib[2] + kb), ld_b(ib[3] + kb));
+        let b1 = vec4<Scalar>(ld_b(ib[4] + kb), ld_b(ib[5] + kb), ld_b(ib[6] + kb), ld_b(ib[7] + kb));
         rank1(&t, a0, a1, b0, b1);
         ka = ka + p.a_ks;
         kb = kb + p.b_ks;
@@ -226,8 +229,8 @@ const DEPTH: u32 = 16u;
 // (16-way conflicts on GPUs with 32 4-byte banks); 1 (the `tiled_padded` variant) pads each
 // depth to 17 vec4s, which spreads them over 8 banks (2-way). The autotuner picks per adapter.
 override OP: u32 = 0u;
-var<workgroup> tile_a: array<vec4<f32>, 272>;
-var<workgroup> tile_b: array<vec4<f32>, 256>;
+var<workgroup> tile_a: array<vec4<Scalar>, 272>;
+var<workgroup> tile_b: array<vec4<Scalar>, 256>;
 
 @compute @workgroup_size(16, 16)
 fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
@@ -250,14 +253,14 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
             let e = li + 256u * s;
             let ak = e % DEPTH;
             let ar = e / DEPTH;
-            var va = 0.0;
+            var va = Scalar(0.0);
             if (tr + ar < p.m && ks + ak < p.k1) {
                 va = ld_a(p.a + (tr + ar) * p.a_rs + (ks + ak - p.k0) * p.a_ks);
             }
             tile_a[ak * a_stride + ar / 4u][ar % 4u] = va;
             let bc = e % TILE;
             let bk = e / TILE;
-            var vb = 0.0;
+            var vb = Scalar(0.0);
             if (tc + bc < p.n && ks + bk < p.k1) {
                 vb = ld_b(p.b + (ks + bk - p.k0) * p.b_ks + (tc + bc) * p.b_cs);
             }
@@ -278,17 +281,17 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
 // the next slice (fetched before the FMAs, so memory latency hides behind them) and stores
 // them into the other buffer afterwards: one barrier per 16-deep slice instead of two. Two
 // unpadded buffers pairs take 16 KiB of workgroup memory, WebGPU's default limit.
-var<workgroup> dbl_a: array<vec4<f32>, 512>;
-var<workgroup> dbl_b: array<vec4<f32>, 512>;
+var<workgroup> dbl_a: array<vec4<Scalar>, 512>;
+var<workgroup> dbl_b: array<vec4<Scalar>, 512>;
 
 // One invocation's share of a slice: 4 elements of A and 4 of B (zeros past the edges).
 struct Staged {
-    a: vec4<f32>,
-    b: vec4<f32>,
+    a: vec4<Scalar>,
+    b: vec4<Scalar>,
 }
 
 fn fetch_slice(p: Problem, tr: u32, tc: u32, ks: u32, li: u32) -> Staged {
-    var out = Staged(vec4<f32>(0.0), vec4<f32>(0.0));
+    var out = Staged(vec4<Scalar>(0.0), vec4<Scalar>(0.0));
     for (var s = 0u; s < 4u; s = s + 1u) {
         let e = li + 256u * s;
         let ak = e % DEPTH;
@@ -331,7 +334,7 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
     // No early return: every invocation reaches every barrier. At most 1,024 slices.
     for (var ks = p.k0; ks < p.k1; ks = ks + DEPTH) {
         let more = ks + DEPTH < p.k1;
-        var next = Staged(vec4<f32>(0.0), vec4<f32>(0.0));
+        var next = Staged(vec4<Scalar>(0.0), vec4<Scalar>(0.0));
         if (more) {
             next = fetch_slice(p, tr, tc, ks + DEPTH, li);
         }
@@ -357,7 +360,7 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
 // i % 4 of acc0 (i % 8 < 4) or acc1 sums every 8th such k. The 32 partial sums then meet in a
 // fixed tree in workgroup memory: the same order on every run and adapter, whatever its
 // subgroup size. Dispatch: grid (ceil(N/8), M, batches) from the row/column origin.
-var<workgroup> gemv_part: array<vec4<f32>, 256>;
+var<workgroup> gemv_part: array<vec4<Scalar>, 256>;
 
 @compute @workgroup_size(256)
 fn gemv_t(@builtin(workgroup_id) wid: vec3<u32>,
@@ -367,27 +370,27 @@ fn gemv_t(@builtin(workgroup_id) wid: vec3<u32>,
     let row = params[2] + wid.y;
     let col = params[3] + wid.x * 8u + (li >> 5u);
     let live = row < p.m && col < p.n;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
+    var acc0 = vec4<Scalar>(0.0);
+    var acc1 = vec4<Scalar>(0.0);
     if (live) {
         let ia = p.a + row * p.a_rs;
         let ib = p.b + col * p.b_cs;
         // At most 16,384 / 256 = 64 iterations per chunk.
         for (var k = lane; k < p.k1 - p.k0; k = k + 256u) {
-            var a0 = vec4<f32>(0.0);
-            var b0 = vec4<f32>(0.0);
-            var a1 = vec4<f32>(0.0);
-            var b1 = vec4<f32>(0.0);
+            var a0 = vec4<Scalar>(0.0);
+            var b0 = vec4<Scalar>(0.0);
+            var a1 = vec4<Scalar>(0.0);
+            var b1 = vec4<Scalar>(0.0);
             let n = p.k1 - p.k0;
             if (k + 224u < n) {
                 // The whole run is inside the chunk: no per-load guards.
-                a0 = vec4<f32>(ld_a(ia + k * p.a_ks), ld_a(ia + (k + 32u) * p.a_ks),
+                a0 = vec4<Scalar>(ld_a(ia + k * p.a_ks), ld_a(ia + (k + 32u) * p.a_ks),
                                ld_a(ia + (k + 64u) * p.a_ks), ld_a(ia + (k + 96u) * p.a_ks));
-                b0 = vec4<f32>(ld_b(ib + k * p.b_ks), ld_b(ib + (k + 32u) * p.b_ks),
+                b0 = vec4<Scalar>(ld_b(ib + k * p.b_ks), ld_b(ib + (k + 32u) * p.b_ks),
                                ld_b(ib + (k + 64u) * p.b_ks), ld_b(ib + (k + 96u) * p.b_ks));
-                a1 = vec4<f32>(ld_a(ia + (k + 128u) * p.a_ks), ld_a(ia + (k + 160u) * p.a_ks),
+                a1 = vec4<Scalar>(ld_a(ia + (k + 128u) * p.a_ks), ld_a(ia + (k + 160u) * p.a_ks),
                                ld_a(ia + (k + 192u) * p.a_ks), ld_a(ia + (k + 224u) * p.a_ks));
-                b1 = vec4<f32>(ld_b(ib + (k + 128u) * p.b_ks), ld_b(ib + (k + 160u) * p.b_ks),
+                b1 = vec4<Scalar>(ld_b(ib + (k + 128u) * p.b_ks), ld_b(ib + (k + 160u) * p.b_ks),
                                ld_b(ib + (k + 192u) * p.b_ks), ld_b(ib + (k + 224u) * p.b_ks));
             } else {
                 for (var u = 0u; u < 4u; u = u + 1u) {

@@ -33,14 +33,16 @@
 //              [10] B offset [11] B k stride  [12] B column stride
 //              [13] first batch of this dispatch  [14] batch ndim = nd
 //              [15 ..] batch shape[nd], A batch strides[nd], B batch strides[nd]
-// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point; kernels.rs
-//            copies register_tile into the last three) with 8×8
+// Dispatch   @workgroup_size(X, Y) (8x8, 16x4, 4x16 or 16x16 by entry point) with 8×8
 //            outputs per invocation, grid (ceil(N/(8X)), ceil(M/(8Y)), batches); the r4x4 and
 //            r8x4 entries cover 64×64 outputs per workgroup, grid (ceil(N/64), ceil(M/64),
 //            batches); counted from the row/column origin and the first batch; every store
 //            guarded.
 
 override OP: u32 = 3u;
+
+// tile.wgsl's element type: this file reads and accumulates f32.
+alias Scalar = f32;
 
 fn store(c: u32, n: u32, m: u32, add: bool, row: u32, col: u32, v: f32) {
     if (row < m && col < n) {
@@ -105,12 +107,27 @@ fn quad_b(t: TileStart, c: u32, step: u32) -> array<vec4<f32>, 4> {
     return b;
 }
 
-// The 8x8-per-invocation body. kernels.rs copies this entry under the other workgroup shapes
-// of the autotuned variants (register_tile_16x4, _4x16 and _16x16; register_vec4 is this one):
-// the shape sets which outputs share a workgroup, and so cache reuse and how a driver packs
-// invocations into SIMD lanes or subgroups.
+// The 8x8-per-invocation body in the workgroup shapes of the autotuned variants
+// (register_vec4 is the 8×8 one; register_tile_16x4, _4x16 and _16x16): the shape sets which
+// outputs share a workgroup, and so cache reuse and how a driver packs invocations into SIMD
+// lanes or subgroups.
 @compute @workgroup_size(8, 8)
 fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+@compute @workgroup_size(16, 4)
+fn register_tile_16x4(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+@compute @workgroup_size(4, 16)
+fn register_tile_4x16(@builtin(global_invocation_id) gid: vec3<u32>) {
+    tile8(gid);
+}
+
+@compute @workgroup_size(16, 16)
+fn register_tile_16x16(@builtin(global_invocation_id) gid: vec3<u32>) {
     tile8(gid);
 }
 

@@ -286,6 +286,7 @@ pub mod testing {
         v.push(("ids.wgsl", crate::gpu::shader_table::IDS));
         v.push(("normal.wgsl", crate::gpu::shader_table::NORMAL));
         v.push(("attention.wgsl", crate::gpu::shader_table::ATTENTION));
+        v.extend(crate::gpu::shader_table::MATMUL_PARTS);
         v
     }
 

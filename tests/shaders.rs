@@ -136,6 +136,11 @@ fn shader_files_on_disk_validate() {
             "softmax.wgsl",
             // and the block-type table's (`QTYPE_*`, `BLOCK_LEN_*`, ..., src/gpu/shader_table.rs).
             "quant.wgsl",
+            // The register tile and matmul's element files, composed below.
+            "tile.wgsl",
+            "matmul_f32.wgsl",
+            "matmul_f16_packed.wgsl",
+            "matmul_f16.wgsl",
         ];
         if snippets.contains(&name.as_str()) {
             continue;
@@ -153,6 +158,14 @@ fn shader_files_on_disk_validate() {
         let mut source = source.clone();
         if source.contains("finish_score(") {
             source.push_str(&shaders["attention.wgsl"]);
+        }
+        // Tile users get the register tile; matmul.wgsl its f32 element file (the embedded list
+        // validates all three element types).
+        if source.contains("var t: Tile;") {
+            source.push_str(&shaders["tile.wgsl"]);
+        }
+        if name == "matmul.wgsl" {
+            source.push_str(&shaders["matmul_f32.wgsl"]);
         }
         validate(name, &format!("{common}\n{full}\n{source}"));
     }
@@ -327,4 +340,27 @@ fn gpu_modules_import_each_other_one_way() {
         !registry.contains("crate::device::"),
         "gpu/registry.rs must not use crate::device"
     );
+}
+
+#[test]
+fn no_shader_text_is_built_by_replacement() {
+    // Variants come from named declarations (`alias Scalar`, entry points written in the
+    // files, constants generated from the Rust tables), never from editing WGSL text: a
+    // `.replace(` in the GPU layer or the op tables would make a shader no file states.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for dir in ["gpu", "ops"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("src dir") {
+            let path = entry.expect("directory entry").path();
+            let text = std::fs::read_to_string(&path).expect("source file");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                assert!(
+                    !code.contains(".replace(") && !code.contains(".replacen("),
+                    "{}:{}: WGSL built by string replacement",
+                    path.display(),
+                    n + 1
+                );
+            }
+        }
+    }
 }

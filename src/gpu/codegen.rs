@@ -375,12 +375,12 @@ fn op_fn(fns: &mut String, have: &mut Vec<String>, op: Op, dt: DType) -> String 
         ),
         Op::U(o) => (
             format!("x: {t}"),
-            o.wgsl_int().unwrap_or("return x;").replace("{T}", t),
+            o.wgsl_int(t).unwrap_or_else(|| "return x;".into()),
         ),
         Op::B(o) if t == "f32" => ("x: f32, y: f32".to_string(), o.wgsl().to_string()),
         Op::B(o) => (
             format!("x: {t}, y: {t}"),
-            o.wgsl_int().unwrap_or("return x;").replace("{T}", t),
+            o.wgsl_int(t).unwrap_or_else(|| "return x;".into()),
         ),
     };
     let _ = writeln!(fns, "fn {name}({params}) -> {t} {{\n    {body}\n}}\n");

@@ -99,7 +99,6 @@ pub(crate) mod staging;
 pub(crate) mod sync;
 pub(crate) mod timing;
 pub(crate) mod transfer;
-pub(crate) mod variants;
 
 pub(crate) use buffer::GpuBuffer;
 pub(crate) use device::GpuDevice;

@@ -6,7 +6,6 @@
 
 use super::bindings::Bindings;
 use super::codegen::Generated;
-use super::variants::{matmul, matmul_f16, matmul_f16_acc, matmul_vec4};
 use crate::ops::{ReduceOp, RowFamily, RowOp};
 use crate::QType;
 
@@ -153,7 +152,8 @@ pub(crate) const NORMAL: &str = include_str!("../../shaders/normal.wgsl");
 pub(crate) enum Body {
     /// Files concatenated at compile time ([`wgsl!`]).
     Text(&'static str),
-    /// A variant derived from a file by text replacement, built on first use.
+    /// A file followed by source generated from the Rust tables (op codes, block sizes),
+    /// built on first use.
     Built(fn() -> &'static str),
 }
 
@@ -224,6 +224,16 @@ macro_rules! shader {
         ShaderDef::new($shader, $file, wgsl!($file), $bindings)
     };
 }
+
+/// The register tile and matmul.wgsl's element files (`Scalar` and the operand readers), by
+/// file name: the matmul entries compose them.
+#[allow(dead_code)]
+pub(crate) const MATMUL_PARTS: [(&str, &str); 4] = [
+    ("tile.wgsl", wgsl!("tile.wgsl")),
+    ("matmul_f32.wgsl", wgsl!("matmul_f32.wgsl")),
+    ("matmul_f16_packed.wgsl", wgsl!("matmul_f16_packed.wgsl")),
+    ("matmul_f16.wgsl", wgsl!("matmul_f16.wgsl")),
+];
 
 /// softmax.wgsl after the row merge (a workgroup tree), with the softmax family's op codes
 /// appended (`RowOp::codes_wgsl`), built on first use.
@@ -381,8 +391,14 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
         "cross_entropy.wgsl"
     )),
     shader!(Shader::Join, "join.wgsl", &JOIN),
+    // One matmul body in three element types, each from the file that declares `Scalar` and
+    // the operand readers (`enable f16;` leads matmul_f16.wgsl, so it comes first).
     shader!(Shader::Matmul, "matmul.wgsl", &MATMUL)
-        .body(Body::Built(matmul))
+        .body(Body::Text(wgsl!(
+            "matmul_f32.wgsl",
+            "tile.wgsl",
+            "matmul.wgsl"
+        )))
         .unbounded(),
     ShaderDef::new(
         Shader::MatmulF16,
@@ -390,7 +406,11 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
         wgsl!("matmul.wgsl"),
         &MATMUL_F16,
     )
-    .body(Body::Built(matmul_f16))
+    .body(Body::Text(wgsl!(
+        "matmul_f16_packed.wgsl",
+        "tile.wgsl",
+        "matmul.wgsl"
+    )))
     .unbounded(),
     ShaderDef::new(
         Shader::MatmulF16Acc,
@@ -398,10 +418,14 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
         wgsl!("matmul.wgsl"),
         &MATMUL_F16_ACC,
     )
-    .body(Body::Built(matmul_f16_acc))
+    .body(Body::Text(wgsl!(
+        "matmul_f16.wgsl",
+        "tile.wgsl",
+        "matmul.wgsl"
+    )))
     .unbounded(),
     shader!(Shader::MatmulVec4, "matmul_vec4.wgsl", &MATMUL_VEC4)
-        .body(Body::Built(matmul_vec4))
+        .body(Body::Text(wgsl!("tile.wgsl", "matmul_vec4.wgsl")))
         .unbounded(),
     shader!(Shader::Gather, "gather.wgsl", &GATHER).checked(wgsl!("ids.wgsl", "gather.wgsl")),
     shader!(Shader::Scatter, "scatter.wgsl", &SCATTER).checked(wgsl!("ids.wgsl", "scatter.wgsl")),

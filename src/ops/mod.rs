@@ -16,7 +16,8 @@
 //! above it while every op is still written once.
 //!
 //! Adding a unary op is one `unary_ops!` entry and its test. In the WGSL bodies the operands are
-//! `x` (and `y`); integer bodies are written once for i32 and u32 with `{T}` for the type.
+//! `x` (and `y`); integer bodies are written once for i32 and u32, naming the type through the
+//! closure's `t`.
 //! Float bodies of unary ops run after a NaN check (`NaN -> NaN`), as every unary op here
 //! propagates NaN.
 
@@ -98,7 +99,7 @@ macro_rules! unary_ops {
         $V:ident $method:ident {
             cpu: |$x:ident| $cpu:expr,
             wgsl: $wgsl:literal,
-            $(int: |$ix:ident| $int:expr, wgsl_int: $wgsl_int:literal,)?
+            $(int: |$ix:ident| $int:expr, wgsl_int: |$wt:ident| $wgsl_int:expr,)?
             grad: |$gx:ident, $gy:ident, $gg:ident| $grad:expr $(,)?
         }
     )*) => {
@@ -129,7 +130,7 @@ macro_rules! unary_ops {
         impl UnaryOp {
             /// Defined only for floats (integer tensors get `UnsupportedDType`).
             pub(crate) fn float_only(self) -> bool {
-                match self { $(UnaryOp::$V => true $(&& { let _ = $wgsl_int; false })?,)* }
+                match self { $(UnaryOp::$V => true $(&& { let _ = stringify!($wgsl_int); false })?,)* }
             }
 
             /// The WGSL body of `fn(x: f32) -> f32`.
@@ -137,9 +138,11 @@ macro_rules! unary_ops {
                 match self { $(UnaryOp::$V => $wgsl,)* }
             }
 
-            /// The WGSL body of `fn(x: {T}) -> {T}` for i32 / u32, if the op takes integers.
-            pub(crate) fn wgsl_int(self) -> Option<&'static str> {
-                match self { $(UnaryOp::$V => None $(.or(Some($wgsl_int)))?,)* }
+            /// The WGSL body of `fn(x: t) -> t` for `t` = `"i32"` or `"u32"`, if the op takes
+            /// integers: written from the entry's `wgsl_int`, which names the type through `t`.
+            #[allow(unused_variables)]
+            pub(crate) fn wgsl_int(self, t: &str) -> Option<String> {
+                match self { $(UnaryOp::$V => None $(.or_else(|| { let $wt = t; Some($wgsl_int) }))?,)* }
             }
 
             /// `f::<the op's functions>()`: one monomorphised instance per op.
@@ -191,7 +194,7 @@ macro_rules! binary_ops {
             scalar: $(#[$sdoc:meta])* $smethod:ident,
             cpu: |$a:ident, $b:ident| $cpu:expr,
             wgsl: $wgsl:literal,
-            $(int: |$ia:ident, $ib:ident| $int:expr, wgsl_int: $wgsl_int:literal,)?
+            $(int: |$ia:ident, $ib:ident| $int:expr, wgsl_int: |$wt:ident| $wgsl_int:expr,)?
             grad_a: |$ga:ident, $gb:ident, $go:ident, $gg:ident| $grad_a:expr,
             grad_b: |$ha:ident, $hb:ident, $ho:ident, $hg:ident| $grad_b:expr,
             grad_scalar: |$sx:ident, $ss:ident, $sfirst:ident, $so:ident, $sg:ident| $grad_s:expr $(,)?
@@ -226,7 +229,7 @@ macro_rules! binary_ops {
 
         impl BinaryOp {
             pub(crate) fn float_only(self) -> bool {
-                match self { $(BinaryOp::$V => true $(&& { let _ = $wgsl_int; false })?,)* }
+                match self { $(BinaryOp::$V => true $(&& { let _ = stringify!($wgsl_int); false })?,)* }
             }
 
             /// The WGSL body of `fn(x: f32, y: f32) -> f32`.
@@ -234,9 +237,11 @@ macro_rules! binary_ops {
                 match self { $(BinaryOp::$V => $wgsl,)* }
             }
 
-            /// The WGSL body of `fn(x: {T}, y: {T}) -> {T}`, if the op takes integers.
-            pub(crate) fn wgsl_int(self) -> Option<&'static str> {
-                match self { $(BinaryOp::$V => None $(.or(Some($wgsl_int)))?,)* }
+            /// The WGSL body of `fn(x: t, y: t) -> t` for `t` = `"i32"` or `"u32"`, if the op
+            /// takes integers (see [`UnaryOp::wgsl_int`]).
+            #[allow(unused_variables)]
+            pub(crate) fn wgsl_int(self, t: &str) -> Option<String> {
+                match self { $(BinaryOp::$V => None $(.or_else(|| { let $wt = t; Some($wgsl_int) }))?,)* }
             }
 
             pub(crate) fn visit<V: BinaryVisitor>(self, v: V) -> V::Out {
@@ -312,7 +317,7 @@ unary_ops! {
     Neg neg {
         cpu: |x| -x,
         wgsl: "return -x;",
-        int: |x| x.wneg(), wgsl_int: "return {T}(0) - x;",
+        int: |x| x.wneg(), wgsl_int: |t| format!("return {t}(0) - x;"),
         grad: |x, y, g| g.neg(),
     }
     /// `|self|`.
@@ -325,7 +330,7 @@ unary_ops! {
     Abs abs {
         cpu: |x| x.abs(),
         wgsl: "return abs(x);",
-        int: |x| x.wabs(), wgsl_int: "return select(x, {T}(0) - x, x < {T}(0));",
+        int: |x| x.wabs(), wgsl_int: |t| format!("return select(x, {t}(0) - x, x < {t}(0));"),
         // sign(x) * g; 0 at x == 0 (PyTorch's subgradient).
         grad: |x, y, g| x.gt_scalar(0.0)?.where_cond(g, &masked(&x.lt_scalar(0.0)?, &g.neg()?)?),
     }
@@ -376,7 +381,7 @@ unary_ops! {
         // PyTorch propagates NaN through relu; `x.max(0.0)` would swallow it.
         cpu: |x| if x > 0.0 || x.is_nan() { x } else { 0.0 },
         wgsl: "return select(0.0, x, x > 0.0);",
-        int: |x| x.max(T::ZERO), wgsl_int: "return max(x, {T}(0));",
+        int: |x| x.max(T::ZERO), wgsl_int: |t| format!("return max(x, {t}(0));"),
         grad: |x, y, g| masked(&x.gt_scalar(0.0)?, g),
     }
     /// `1 / (1 + e^-self)`.
@@ -507,7 +512,7 @@ binary_ops! {
         add_scalar,
         cpu: |a, b| a + b,
         wgsl: "return x + y;",
-        int: |a, b| a.wadd(b), wgsl_int: "return x + y;",
+        int: |a, b| a.wadd(b), wgsl_int: |t| "return x + y;".into(),
         grad_a: |a, b, o, g| Ok(g.clone()),
         grad_b: |a, b, o, g| Ok(g.clone()),
         grad_scalar: |x, s, first, o, g| Ok(g.clone()),
@@ -532,7 +537,7 @@ binary_ops! {
         sub_scalar,
         cpu: |a, b| a - b,
         wgsl: "return x - y;",
-        int: |a, b| a.wsub(b), wgsl_int: "return x - y;",
+        int: |a, b| a.wsub(b), wgsl_int: |t| "return x - y;".into(),
         grad_a: |a, b, o, g| Ok(g.clone()),
         grad_b: |a, b, o, g| g.neg(),
         grad_scalar: |x, s, first, o, g| if first { g.neg() } else { Ok(g.clone()) },
@@ -557,7 +562,7 @@ binary_ops! {
         mul_scalar,
         cpu: |a, b| a * b,
         wgsl: "return x * y;",
-        int: |a, b| a.wmul(b), wgsl_int: "return x * y;",
+        int: |a, b| a.wmul(b), wgsl_int: |t| "return x * y;".into(),
         grad_a: |a, b, o, g| g.mul(b),
         grad_b: |a, b, o, g| g.mul(a),
         grad_scalar: |x, s, first, o, g| g.mul_scalar(s),
@@ -583,7 +588,7 @@ binary_ops! {
         div_scalar,
         cpu: |a, b| a / b,
         wgsl: "return x / y;",
-        int: |a, b| a.wdiv(b), wgsl_int: "return x / guard_{T}(x, y);",
+        int: |a, b| a.wdiv(b), wgsl_int: |t| format!("return x / guard_{t}(x, y);"),
         grad_a: |a, b, o, g| g.div(b),
         // d/db a/b = -a/b^2 = -o/b
         grad_b: |a, b, o, g| g.mul(o)?.div(b)?.neg(),
@@ -611,7 +616,7 @@ binary_ops! {
         maximum_scalar,
         cpu: |a, b| maximum(a, b),
         wgsl: "if (is_nan(x) || is_nan(y)) { return nan_f32(); } return select(y, x, x > y);",
-        int: |a, b| a.max(b), wgsl_int: "return max(x, y);",
+        int: |a, b| a.max(b), wgsl_int: |t| "return max(x, y);".into(),
         grad_a: |a, b, o, g| winner_grad(g, a, Err(b), true),
         grad_b: |a, b, o, g| winner_grad(g, b, Err(a), true),
         grad_scalar: |x, s, first, o, g| winner_grad(g, x, Ok(s), true),
@@ -637,7 +642,7 @@ binary_ops! {
         minimum_scalar,
         cpu: |a, b| minimum(a, b),
         wgsl: "if (is_nan(x) || is_nan(y)) { return nan_f32(); } return select(y, x, x < y);",
-        int: |a, b| a.min(b), wgsl_int: "return min(x, y);",
+        int: |a, b| a.min(b), wgsl_int: |t| "return min(x, y);".into(),
         grad_a: |a, b, o, g| winner_grad(g, a, Err(b), false),
         grad_b: |a, b, o, g| winner_grad(g, b, Err(a), false),
         grad_scalar: |x, s, first, o, g| winner_grad(g, x, Ok(s), false),
@@ -698,7 +703,7 @@ binary_ops! {
         rem_scalar,
         cpu: |a, b| rem_f32(a, b),
         wgsl: "return x - y * trunc(x / y);",
-        int: |a, b| a.wrem(b), wgsl_int: "return rem_{T}(x, y);",
+        int: |a, b| a.wrem(b), wgsl_int: |t| format!("return rem_{t}(x, y);"),
         grad_a: |a, b, o, g| Ok(g.clone()),
         // fmod(a, b) = a - b * trunc(a / b): d/db = -trunc(a / b) = -(a - o) / b.
         grad_b: |a, b, o, g| g.mul(&a.sub(o)?.div(b)?)?.neg(),
