@@ -4,6 +4,8 @@
 //! the budget is per device for the whole process.
 
 mod common;
+#[path = "../examples/common/random_llama.rs"]
+mod random_llama;
 
 use common::devices;
 use std::path::PathBuf;
@@ -78,6 +80,66 @@ fn models_over_budget_are_refused_up_front() {
         // The CPU and adapters sharing host memory have a budget without being told one.
         if device.is_cpu() {
             assert!(memory_budget(&device).is_some_and(|b| b > 1 << 20));
+        }
+    }
+}
+
+/// A decode step on an adapter is one submit and reads back only the sampled id (4 bytes): the
+/// greedy choice is made on the device and the step's kernels go out in one batch
+/// (`Device::one_submit`). An 8-layer random model, so a step launches far more kernels than the
+/// 64 after which a batch is otherwise submitted; f32 weights and Q8_0 ones.
+#[test]
+fn a_decoded_token_is_one_submit_and_four_bytes_read_back() {
+    let tmp = common::TempDir::new("eight_layers");
+    let preset = random_llama::Preset {
+        vocab: 512,
+        hidden: 64,
+        layers: 8,
+        heads: 4,
+        kv_heads: 2,
+        inter: 128,
+        ctx: 256,
+    };
+    random_llama::write(tmp.path(), &preset, &[Some(wgtensor::QType::Q8_0)], 7).unwrap();
+    let files = [
+        tmp.path().to_path_buf(),
+        tmp.path()
+            .join(random_llama::gguf_name(Some(wgtensor::QType::Q8_0))),
+    ];
+    for d in devices().into_iter().filter(|d| d.is_gpu()) {
+        for f in &files {
+            let m = AutoModel::load(f, &d, DType::F32).unwrap();
+            let prompt = [1u32, 40, 50, 60];
+            let opts = |n| wgtensor::models::GenerateOptions {
+                max_new_tokens: n,
+                eos_token_ids: Some(vec![]),
+                ..Default::default()
+            };
+            let measure = |n: usize| {
+                d.synchronize().unwrap();
+                wgtensor::reset_kernel_stats(&d);
+                wgtensor::reset_transfer_stats(&d);
+                m.generate(&prompt, &opts(n)).unwrap();
+                (wgtensor::kernel_stats(&d), wgtensor::transfer_stats(&d))
+            };
+            measure(4); // pipelines compiled, pools filled
+                        // 12 new tokens against 4: 8 more decode steps, whatever prefill and setup cost.
+            let (k4, t4) = measure(4);
+            let (k12, t12) = measure(12);
+            let steps = 8;
+            let what = format!("{d}, {}", f.display());
+            let dispatches = (k12.dispatches - k4.dispatches) / steps;
+            assert!(dispatches > 64, "{what}: {dispatches} kernels a step");
+            assert_eq!(
+                k12.submits - k4.submits,
+                steps,
+                "{what}: submits per decoded token"
+            );
+            assert_eq!(
+                t12.download_bytes - t4.download_bytes,
+                4 * steps,
+                "{what}: bytes read back per decoded token"
+            );
         }
     }
 }

@@ -193,9 +193,10 @@ impl GpuDevice {
             super::staging::WARN_CHURN.store(true, Ordering::Relaxed);
         }
         let param_align = (limits.min_storage_buffer_offset_alignment as usize).max(4);
-        // Room for a full batch of dispatches, each window at an aligned offset.
+        // Room for a full batch of dispatches (a deferred one: a whole decode step), each window
+        // at an aligned offset.
         let ring_size =
-            (super::queue::FLUSH_EVERY as u64 + 1) * (PARAM_WINDOW + param_align as u64);
+            (super::queue::DEFERRED_FLUSH_EVERY as u64 + 1) * (PARAM_WINDOW + param_align as u64);
         let gl = info.backend == wgpu::Backend::Gl;
         let (ring, errors) = {
             let _turn = GlTurn::take(gl);
@@ -402,6 +403,11 @@ impl GpuDevice {
         Ok(value)
     }
 
+    /// Defers the every-`FLUSH_EVERY`-ops submit until the guard drops (`Device::one_submit`).
+    pub(crate) fn defer_submits(&self) -> super::queue::Deferred<'_> {
+        self.0.batch.defer_submits()
+    }
+
     /// Runs `f` on the pending batch (under the batch lock) and counts one op; submits when the
     /// batch is due. With `WGTENSOR_VALIDATE=1`, `f` runs inside its own error scopes.
     pub(crate) fn with_batch<R>(
@@ -424,7 +430,7 @@ impl GpuDevice {
             q.note_open(&b);
             let ring_full = b.params.len() as u64 + 2 * (PARAM_WINDOW + self.0.param_align as u64)
                 > self.0.ring.size();
-            let due = b.count(op) || ring_full;
+            let due = b.count(op, q.deferred()) || ring_full;
             (r?, due)
         };
         if due {

@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// starts working while the host is still recording.
 pub(crate) const FLUSH_EVERY: usize = 64;
 
+/// Ops recorded before a submit is forced while submits are deferred
+/// ([`Queue::defer_submits`]: a decode step recorded whole, then submitted once). The params
+/// ring holds this many dispatches.
+pub(crate) const DEFERRED_FLUSH_EVERY: usize = 2048;
+
 /// Uploaded bytes staged by `write_buffer` before a submit is forced, so that a loop of uploads
 /// without ops or readbacks does not pile up staging memory.
 pub(crate) const FLUSH_WRITTEN_BYTES: u64 = 64 << 20;
@@ -135,12 +140,17 @@ impl Batch {
     }
 
     /// Counts one recorded op; returns whether the batch is due for a submit.
-    pub(crate) fn count(&mut self, op: &'static str) -> bool {
+    pub(crate) fn count(&mut self, op: &'static str, deferred: bool) -> bool {
         self.ops += 1;
         if self.names.len() < NAMES_KEPT && !self.names.contains(&op) {
             self.names.push(op);
         }
-        self.ops >= FLUSH_EVERY
+        self.ops
+            >= if deferred {
+                DEFERRED_FLUSH_EVERY
+            } else {
+                FLUSH_EVERY
+            }
     }
 
     /// Appends `words` to the params at the next multiple of `align`; returns their offset.
@@ -177,9 +187,34 @@ pub(crate) struct Queue {
     /// the encoder is submitted: a `queue.write_buffer` into a reused buffer lands before the
     /// next submit's commands, so reusing one that unsubmitted commands read would corrupt them.
     retired: Mutex<Vec<(u64, wgpu::Buffer)>>,
+    /// Open [`Queue::defer_submits`] scopes (any thread's).
+    deferring: std::sync::atomic::AtomicUsize,
+}
+
+/// Ends a [`Queue::defer_submits`] scope.
+pub(crate) struct Deferred<'a>(&'a Queue);
+
+impl Drop for Deferred<'_> {
+    fn drop(&mut self) {
+        self.0.deferring.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Queue {
+    /// Until the guard drops, ops do not force a submit every [`FLUSH_EVERY`] (only every
+    /// [`DEFERRED_FLUSH_EVERY`]): work whose length the caller knows (a decode step) goes to the
+    /// GPU in one submit, at its readback. Readbacks, `synchronize` and large uploads still
+    /// submit.
+    pub(crate) fn defer_submits(&self) -> Deferred<'_> {
+        self.deferring.fetch_add(1, Ordering::SeqCst);
+        Deferred(self)
+    }
+
+    /// Whether a [`Queue::defer_submits`] scope is open.
+    pub(crate) fn deferred(&self) -> bool {
+        self.deferring.load(Ordering::SeqCst) > 0
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Batch> {
         lock(&self.batch)
     }

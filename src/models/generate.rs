@@ -315,8 +315,12 @@ impl TokenStream<'_> {
 
     fn step(&mut self) -> Result<u32> {
         let t0 = Instant::now();
-        let logits = self.model.forward_last(&self.next_input, &mut self.cache)?;
-        let id = self.choose(&logits)?;
+        // The whole step (forward, choice, the id's readback) in one submit.
+        let device = self.model.device().clone();
+        let id = device.one_submit(|| {
+            let logits = self.model.forward_last(&self.next_input, &mut self.cache)?;
+            self.choose(&logits)
+        })?;
         if self.produced == 0 {
             self.prefill = t0.elapsed();
         } else {

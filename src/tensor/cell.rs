@@ -219,4 +219,40 @@ impl Device {
             }
         }
     }
+
+    /// Runs `f` with the kernels it launches on this device going to the GPU in one submit, at
+    /// the first readback or [`Device::synchronize`] inside or after it, instead of one submit
+    /// every 64 kernels: for a step of known length, such as one decoded token, which then
+    /// costs the host one submit. Uploads past 64 MiB and a step past 2,048 kernels still
+    /// submit on their way. Results are the same; only when work reaches the GPU changes (a
+    /// no-op on the CPU).
+    ///
+    /// ```
+    /// use wgtensor::{DType, Device, Tensor};
+    /// let dev = Device::best();
+    /// let x = Tensor::ones(&[64], DType::F32, &dev)?;
+    /// dev.synchronize()?;
+    /// wgtensor::reset_kernel_stats(&dev);
+    /// let y = dev.one_submit(|| {
+    ///     let mut y = x.clone();
+    ///     for _ in 0..100 {
+    ///         y = y.add_scalar(1.0)?; // 100 kernels
+    ///     }
+    ///     y.to_vec::<f32>()
+    /// })?;
+    /// assert_eq!(y[0], 101.0);
+    /// if dev.is_gpu() {
+    ///     assert_eq!(wgtensor::kernel_stats(&dev).submits, 1);
+    /// }
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn one_submit<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.0 {
+            DeviceInner::Cpu => f(),
+            DeviceInner::Gpu(g) => {
+                let _deferred = g.defer_submits();
+                f()
+            }
+        }
+    }
 }
