@@ -157,8 +157,9 @@ fn xlm_roberta_matches_sentence_transformers_every_pooling() {
 /// f16 weight matrices (activations, norms and pooling in f32): a looser, explicit tolerance.
 #[test]
 fn f16_weights_match_within_f16_tolerance() {
-    check_variants("bert", DType::F16, 1e-2, 1e-2);
-    check_variants("xlm-roberta", DType::F16, 1e-2, 1e-2);
+    // Measured: 3.5e-4 at most on unit-length embeddings.
+    check_variants("bert", DType::F16, 1e-2, 2e-3);
+    check_variants("xlm-roberta", DType::F16, 1e-2, 2e-3);
 }
 
 /// The committed directories as sentence-transformers saved them (mean pooling, Normalize)

@@ -137,7 +137,7 @@ impl BertConfig {
             pad_token_id: pad,
             act,
         };
-        if c.hidden_size % c.num_heads != 0 {
+        if !c.hidden_size.is_multiple_of(c.num_heads) {
             let message = format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 c.hidden_size, c.num_heads
