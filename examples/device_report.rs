@@ -453,14 +453,17 @@ fn decode_row(
     wgtensor::reset_kernel_stats(dev);
     wgtensor::reset_transfer_stats(dev);
     let t = Instant::now();
-    // Time spent recording a step (and submitting the batches that fill up) against time
-    // spent waiting for its id: which side bounds decode.
+    // Time spent recording a step against time spent waiting for its id: which side bounds
+    // decode.
     let mut record = 0f64;
     for _ in 0..n {
-        let r = Instant::now();
-        let next = model.forward_last(&[id], &mut cache)?.argmax_all()?;
-        record += r.elapsed().as_secs_f64();
-        id = next.to_scalar::<u32>()?;
+        // One submit per token, as generation does it (`Device::one_submit`).
+        id = dev.one_submit(|| -> Result<u32> {
+            let r = Instant::now();
+            let next = model.forward_last(&[id], &mut cache)?.argmax_all()?;
+            record += r.elapsed().as_secs_f64();
+            next.to_scalar::<u32>()
+        })?;
     }
     let decode = n as f64 / t.elapsed().as_secs_f64();
     let (k, x) = (wgtensor::kernel_stats(dev), wgtensor::transfer_stats(dev));

@@ -140,6 +140,30 @@ fn q4_0_block(gb: u32, xo: u32, acc: f32) -> f32 {
     return a;
 }
 
+// Lane `lane`'s share of activation row `t`'s dot product with weight row `r`: blocks lane,
+// lane + WG, ... in order, as invocation `lane` of a `matvec` workgroup sums them. `xr0` is
+// row 0 of x at column 0. At most nb / 64 iterations (a row of 65,536 * 64 * 32 values would be
+// needed to pass lavapipe's loop cap).
+fn lane_sum(q: u32, r: u32, lane: u32, xr0: u32, acc: f32) -> f32 {
+    let nb = params[2];
+    let bl = block_len(q);
+    var a = acc;
+    for (var b = lane; b < nb; b = b + WG) {
+        let gb = r * nb + b;
+        let xr = xr0 + b * bl;
+        if (q == QTYPE_Q8_0) {
+            a = q8_0_block(gb, xr, a);
+        } else if (q == QTYPE_Q4_0) {
+            a = q4_0_block(gb, xr, a);
+        } else {
+            for (var j = 0u; j < bl; j = j + 1u) {
+                a = a + value(q, gb, j) * xv(xr + j);
+            }
+        }
+    }
+    return a;
+}
+
 @compute @workgroup_size(64)
 fn matvec(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -148,7 +172,6 @@ fn matvec(
 ) {
     let rows = params[0];
     let cols = params[1];
-    let nb = params[2];
     let m = params[3];
     // The block type as a pipeline constant: each type's matvec is compiled alone, without the
     // other types' decoding in its registers (params[6] holds the same code).
@@ -161,39 +184,18 @@ fn matvec(
     }
     let i0 = wid.z * MT;
     let mt = min(MT, m - i0);
-    // Four accumulators by name, not an array indexed by the activation row: a dynamically
-    // indexed array lives in memory on GPUs, and these sums are the kernel's inner loop.
-    var a0 = 0.0;
+    // Row i0 of x; row i0 + t is t * cols further. Four accumulators by name, not an array
+    // indexed by the activation row: a dynamically indexed array lives in memory on GPUs, and
+    // these sums are the kernel's inner loop (the blocks of Q8_0 and Q4_0 are decoded for each
+    // row; their decode is a few integer ops against the loads it shares through the cache).
+    let xr = xoff + i0 * cols;
+    let a0 = lane_sum(q, r, lid, xr, 0.0);
     var a1 = 0.0;
     var a2 = 0.0;
     var a3 = 0.0;
-    let bl = block_len(q);
-    // At most nb / 64 iterations (a row of 65,536 * 64 * 32 values would be needed to pass
-    // lavapipe's loop cap).
-    for (var b = lid; b < nb; b = b + WG) {
-        let gb = r * nb + b;
-        // Row i0 of x at this block's first element; row i0 + t is t * cols further.
-        let xr = xoff + i0 * cols + b * bl;
-        if (q == 0u) {
-            a0 = q8_0_block(gb, xr, a0);
-            if (mt > 1u) { a1 = q8_0_block(gb, xr + cols, a1); }
-            if (mt > 2u) { a2 = q8_0_block(gb, xr + 2u * cols, a2); }
-            if (mt > 3u) { a3 = q8_0_block(gb, xr + 3u * cols, a3); }
-        } else if (q == 1u) {
-            a0 = q4_0_block(gb, xr, a0);
-            if (mt > 1u) { a1 = q4_0_block(gb, xr + cols, a1); }
-            if (mt > 2u) { a2 = q4_0_block(gb, xr + 2u * cols, a2); }
-            if (mt > 3u) { a3 = q4_0_block(gb, xr + 3u * cols, a3); }
-        } else {
-            for (var j = 0u; j < bl; j = j + 1u) {
-                let wv = value(q, gb, j);
-                a0 = a0 + wv * xv(xr + j);
-                if (mt > 1u) { a1 = a1 + wv * xv(xr + cols + j); }
-                if (mt > 2u) { a2 = a2 + wv * xv(xr + 2u * cols + j); }
-                if (mt > 3u) { a3 = a3 + wv * xv(xr + 3u * cols + j); }
-            }
-        }
-    }
+    if (mt > 1u) { a1 = lane_sum(q, r, lid, xr + cols, 0.0); }
+    if (mt > 2u) { a2 = lane_sum(q, r, lid, xr + 2u * cols, 0.0); }
+    if (mt > 3u) { a3 = lane_sum(q, r, lid, xr + 3u * cols, 0.0); }
     partial[lid] = a0;
     partial[WG + lid] = a1;
     partial[2u * WG + lid] = a2;
@@ -210,6 +212,42 @@ fn matvec(
     }
     if (lid < mt) {
         dst[(i0 + lid) * params[5] + params[4] + r] = partial[lid * WG];
+    }
+}
+
+// `matvec` with one invocation per weight row and no workgroup memory or barriers, for
+// software adapters (lavapipe), which run a workgroup's invocations as a loop and each barrier
+// as a switch between them: the invocation sums the 64 lanes' shares in `matvec`'s order and
+// adds them in its tree's order, so both entries give the same bits. 64 weight rows per
+// workgroup, spread over x and y; z as in `matvec`.
+@compute @workgroup_size(64)
+fn matvec_serial(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let rows = params[0];
+    let cols = params[1];
+    let m = params[3];
+    let q = OP;
+    let r = group_index(wid, nwg) * WG + lid;
+    if (r >= rows) {
+        return;
+    }
+    let i0 = wid.z * MT;
+    let mt = min(MT, m - i0);
+    for (var t = 0u; t < mt; t = t + 1u) {
+        let xr = params[7] + (i0 + t) * cols;
+        var lanes: array<f32, 64>; // WG
+        for (var l = 0u; l < WG; l = l + 1u) {
+            lanes[l] = lane_sum(q, r, l, xr, 0.0);
+        }
+        for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+            for (var l = 0u; l < s; l = l + 1u) {
+                lanes[l] = lanes[l] + lanes[l + s];
+            }
+        }
+        dst[(i0 + t) * params[5] + params[4] + r] = lanes[0];
     }
 }
 

@@ -244,6 +244,14 @@ pub mod testing {
         crate::gpu::rows::row_dispatches()
     }
 
+    /// Forces the quantized matrix-vector entry `name` (`"matvec"`: a workgroup per weight row;
+    /// `"matvec_serial"`: an invocation per weight row, the default on software adapters) on
+    /// this thread, or with `None` returns to the default; false for an unknown name. Both
+    /// give the same bits.
+    pub fn force_quant_matvec(name: Option<&str>) -> bool {
+        crate::gpu::quant::force_matvec(name)
+    }
+
     /// Splits quantized matrices created from now on into parts of `rows` rows on every
     /// device (as matrices past one storage binding are split), or with `None` returns to
     /// splitting only at the binding limit. Process-wide.

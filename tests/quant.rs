@@ -193,6 +193,36 @@ fn matrices_split_into_parts_give_the_same_results() {
     }
 }
 
+/// Both matrix-vector entries of the adapters (a workgroup per weight row, and an invocation
+/// per weight row: the default on software adapters) give the same bits, for every block type,
+/// edge shapes and 1 to 9 activation rows (activation row groups of 4 and a partial one).
+#[test]
+fn both_matvec_entries_give_the_same_bits() {
+    let _mode = mode(false);
+    for device in common::devices().into_iter().filter(|d| d.is_gpu()) {
+        for q in QType::ALL {
+            for shape in shapes(q) {
+                let bytes = random_blocks(q, shape[0], shape[1], 29);
+                let t = QTensor::from_ggml(q, shape, &bytes, &device).unwrap();
+                for m in [1, 4, 9] {
+                    let x = Tensor::from_vec(data(m * shape[1], 5, 1.0), &[m, shape[1]], &device)
+                        .unwrap();
+                    let run = |name| {
+                        assert!(wgtensor::testing::force_quant_matvec(Some(name)));
+                        let y = values(&t.matmul_t(&x).unwrap());
+                        wgtensor::testing::force_quant_matvec(None);
+                        y
+                    };
+                    let (a, b) = (run("matvec"), run("matvec_serial"));
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "{q} {shape:?} x {m} rows on {device}");
+                }
+            }
+        }
+    }
+    assert!(!wgtensor::testing::force_quant_matvec(Some("other")));
+}
+
 /// GPU memory holds exactly the file's bytes (two planes, no padding beyond a word each), both
 /// allocated and reserved (weights get buffers of their size, not allocator buckets). In a
 /// child process: other tests allocating on the device at the same time would skew the counts.

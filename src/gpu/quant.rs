@@ -29,6 +29,37 @@ pub(crate) struct QMatrix<'a> {
 /// Activation rows per matvec workgroup (`MT` in the shader).
 const MT: usize = 4;
 
+/// quant.wgsl's two entries of `x @ W^T`, which give the same bits: `matvec` (a workgroup per
+/// weight row, its 64 lanes' sums merged in workgroup memory) and `matvec_serial` (an
+/// invocation per weight row adding the same lanes' sums in the same order, no barriers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MatvecKernel {
+    Workgroup,
+    Serial,
+}
+
+impl MatvecKernel {
+    pub(crate) const ALL: [MatvecKernel; 2] = [MatvecKernel::Workgroup, MatvecKernel::Serial];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            MatvecKernel::Workgroup => "matvec",
+            MatvecKernel::Serial => "matvec_serial",
+        }
+    }
+}
+
+thread_local! {
+    /// A matvec entry forced by a test on this thread (`testing::force_quant_matvec`).
+    static FORCED: std::cell::Cell<Option<MatvecKernel>> = const { std::cell::Cell::new(None) };
+}
+
+/// Forces (or with `None`, stops forcing) the quantized matvec entry `name` on this thread;
+/// false for an unknown name.
+pub(crate) fn force_matvec(name: Option<&str>) -> bool {
+    super::autotune::force_named(&FORCED, &MatvecKernel::ALL, MatvecKernel::name, name)
+}
+
 /// Elements a u32 index in the shaders can address.
 fn check_u32(op: &'static str, what: &str, n: usize) -> Result<()> {
     if n > u32::MAX as usize {
@@ -118,18 +149,32 @@ impl GpuDevice {
                 ),
             });
         }
+        // Software adapters run a workgroup's invocations one SIMD batch after another and
+        // switch between them at each barrier: there one invocation per row runs the same sums.
+        let kernel = FORCED.with(|f| f.get()).unwrap_or(
+            if self.0.info.device_type == wgpu::DeviceType::Cpu {
+                MatvecKernel::Serial
+            } else {
+                MatvecKernel::Workgroup
+            },
+        );
+        let rows_per_group = match kernel {
+            MatvecKernel::Workgroup => 1,
+            MatvecKernel::Serial => 64,
+        };
         for p in &mat.parts {
             let mut params = Self::quant_params(mat, p);
             params[3] = w(m);
             params[7] = w(x.1);
-            // One workgroup per weight row, the rows spread over x and y.
-            let gx = p.rows.min(max);
-            let gy = p.rows.div_ceil(gx.max(1));
+            // The row groups spread over x and y.
+            let wgs = p.rows.div_ceil(rows_per_group);
+            let gx = wgs.min(max);
+            let gy = wgs.div_ceil(gx.max(1));
             self.launch_workgroups(
                 op,
                 Launch {
                     shader: Shader::Quant,
-                    entry: "matvec",
+                    entry: kernel.name(),
                     // One pipeline per block type (quant.wgsl's `OP`).
                     op_code: Some(params[6]),
                     inputs: &[&p.scales.buffer, &p.body.buffer, &x.0.buffer],
