@@ -1,19 +1,10 @@
-//! `config.json` of a Hugging Face model directory: the hyper-parameters of the supported
-//! families, in one struct.
+//! `config.json` of a Hugging Face model directory: the hyper-parameters every family shares,
+//! in one struct; what a family adds is described by its [`ConfigSpec`] (in its own file) and
+//! read from [`ModelConfig`]'s raw JSON when the family loads.
 
 use crate::{Error, Result};
 use serde_json::Value;
 use std::path::Path;
-
-/// The model families wgtensor runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Architecture {
-    /// Llama 2 and 3, Mistral, Qwen2 (q/k/v biases): RMSNorm, RoPE, SwiGLU, grouped-query
-    /// attention.
-    Llama,
-    /// GPT-2: learned positions, LayerNorm, GELU (tanh form), fused QKV projection.
-    Gpt2,
-}
 
 /// RoPE frequency scaling (`rope_scaling` in `config.json`).
 #[derive(Clone, Debug, PartialEq)]
@@ -44,8 +35,8 @@ pub enum RopeScaling {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
-    pub architecture: Architecture,
-    /// `model_type` as written (`llama`, `mistral`, `qwen2`, `gpt2`).
+    /// `model_type` as written (`llama`, `mistral`, `qwen2`, `qwen3`, `gpt2`, ...): the
+    /// family that runs the model.
     pub model_type: String,
     pub vocab_size: usize,
     pub hidden_size: usize,
@@ -77,9 +68,39 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// The whole `config.json` (null for a GGUF file), where a family reads its own keys.
+    pub(crate) raw: Value,
 }
 
-fn format_err(path: &str, message: String) -> Error {
+/// What a family's `config.json` holds beyond the shared fields.
+pub(crate) struct ConfigSpec {
+    /// Keys of [`UNSUPPORTED`] the family implements.
+    pub handles: &'static [&'static str],
+    /// The key naming the MLP's activation and the values the family runs.
+    pub act_key: &'static str,
+    pub acts: &'static [&'static str],
+    /// `intermediate_size` when absent, as a multiple of `hidden_size` (GPT-2's `n_inner`);
+    /// `None`: required.
+    pub intermediate_default: Option<usize>,
+    /// `tie_word_embeddings` when absent.
+    pub tied_default: bool,
+    /// Which layers slide when the config lists no `layer_types`.
+    pub default_sliding: fn(&Value, usize) -> Vec<bool>,
+    /// Sets and checks the family's own fields (a missing key it needs is a format error).
+    pub adjust: fn(&Value, &mut ModelConfig, &str) -> Result<()>,
+}
+
+/// No layer slides (the default of most families).
+pub(crate) fn no_sliding(_: &Value, layers: usize) -> Vec<bool> {
+    vec![false; layers]
+}
+
+/// A family without fields of its own.
+pub(crate) fn no_adjust(_: &Value, _: &mut ModelConfig, _: &str) -> Result<()> {
+    Ok(())
+}
+
+pub(crate) fn format_err(path: &str, message: String) -> Error {
     Error::Format {
         op: "ModelConfig",
         path: path.to_string(),
@@ -142,30 +163,14 @@ pub(crate) fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Er
 }
 
 impl ModelConfig {
-    /// Reads `config.json`.
-    ///
-    /// # Errors
-    /// [`Error::Io`] when it cannot be read; [`Error::Format`] when it is not JSON, lacks a
-    /// required field, or names an architecture (`model_type`) or RoPE scaling wgtensor does
-    /// not run.
-    pub fn from_file(path: impl AsRef<Path>) -> Result<ModelConfig> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(io_error("ModelConfig", path))?;
-        Self::from_json_str(&text, &path.display().to_string())
-    }
-
-    /// Parses the text of a `config.json`; `path` names it in errors.
-    ///
-    /// # Errors
-    /// See [`ModelConfig::from_file`].
-    pub fn from_json_str(text: &str, path: &str) -> Result<ModelConfig> {
-        let v: Value =
-            serde_json::from_str(text).map_err(|e| format_err(path, format!("not JSON: {e}")))?;
-        let model_type = v
-            .get("model_type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format_err(path, "no \"model_type\"".into()))?
-            .to_string();
+    /// The shared fields of `config.json` `v` of a model of `model_type`, whose family is
+    /// described by `spec`; then the family's own fields (`spec.adjust`) and the checks.
+    pub(crate) fn from_value(
+        v: &Value,
+        model_type: &str,
+        spec: &ConfigSpec,
+        path: &str,
+    ) -> Result<ModelConfig> {
         let get = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k).and_then(Value::as_u64));
         let need = |keys: &[&str]| -> Result<usize> {
             get(keys)
@@ -177,21 +182,10 @@ impl ModelConfig {
                 .find_map(|k| v.get(*k).and_then(Value::as_f64))
                 .unwrap_or(default) as f32
         };
-        let architecture = match model_type.as_str() {
-            "llama" | "mistral" | "qwen2" => Architecture::Llama,
-            "gpt2" => Architecture::Gpt2,
-            other => {
-                return Err(format_err(
-                    path,
-                    format!(
-                        "unknown architecture model_type = {other:?}; wgtensor runs llama, \
-                         mistral, qwen2 and gpt2"
-                    ),
-                ))
-            }
-        };
-        let gpt2 = architecture == Architecture::Gpt2;
         for (key, ok) in UNSUPPORTED {
+            if spec.handles.contains(key) {
+                continue;
+            }
             if let Some(x) = v.get(*key).filter(|x| !x.is_null()) {
                 if !ok.contains(&x.to_string().as_str()) {
                     return Err(format_err(
@@ -201,17 +195,7 @@ impl ModelConfig {
                 }
             }
         }
-        // The activation of the MLP: SiLU (SwiGLU) for the Llama family, GPT-2's tanh GELU.
-        let act_key = if gpt2 {
-            "activation_function"
-        } else {
-            "hidden_act"
-        };
-        let act_ok: &[&str] = if gpt2 {
-            &["gelu_new", "gelu_pytorch_tanh"]
-        } else {
-            &["silu", "swish"]
-        };
+        let (act_key, act_ok) = (spec.act_key, spec.acts);
         if let Some(act) = v.get(act_key).and_then(Value::as_str) {
             if !act_ok.contains(&act) {
                 return Err(format_err(
@@ -223,10 +207,11 @@ impl ModelConfig {
         let hidden_size = need(&["hidden_size", "n_embd"])?;
         let num_heads = need(&["num_attention_heads", "n_head"])?;
         let num_kv_heads = get(&["num_key_value_heads"]).map_or(num_heads, |x| x as usize);
-        let intermediate_size = if gpt2 {
-            get(&["n_inner"]).map_or(4 * hidden_size, |x| x as usize)
-        } else {
-            need(&["intermediate_size"])?
+        let intermediate_size = match spec.intermediate_default {
+            Some(times) => {
+                get(&["intermediate_size", "n_inner"]).map_or(times * hidden_size, |x| x as usize)
+            }
+            None => need(&["intermediate_size"])?,
         };
         if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             return Err(format_err(
@@ -282,12 +267,6 @@ impl ModelConfig {
         let bool_key = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
         let attention_bias = bool_key("attention_bias");
         let mlp_bias = bool_key("mlp_bias");
-        if gpt2 && (attention_bias || mlp_bias) {
-            return Err(format_err(
-                path,
-                "attention_bias / mlp_bias are Llama options; GPT-2 always has biases".into(),
-            ));
-        }
         let max_position_embeddings = need(&["max_position_embeddings", "n_positions", "n_ctx"])?;
         // transformers lets position i attend to i - window + 1 ..= i; a window as long as the
         // context changes nothing and is dropped.
@@ -322,15 +301,7 @@ impl ModelConfig {
                 }
                 out
             }
-            None => {
-                let from = match model_type.as_str() {
-                    "qwen2" if !bool_key("use_sliding_window") => num_layers,
-                    "qwen2" => get(&["max_window_layers"]).map_or(0, |x| x as usize),
-                    "mistral" => 0,
-                    _ => num_layers,
-                };
-                (0..num_layers).map(|l| l >= from).collect()
-            }
+            None => (spec.default_sliding)(v, num_layers),
         };
         if sliding_layers.iter().any(|&s| s) {
             if let Some(w) = v.get("sliding_window").filter(|w| !w.is_null()) {
@@ -345,8 +316,7 @@ impl ModelConfig {
                     .filter(|&w| w < max_position_embeddings);
             }
         }
-        let c = ModelConfig {
-            architecture,
+        let mut c = ModelConfig {
             vocab_size: need(&["vocab_size"])?,
             hidden_size,
             intermediate_size,
@@ -363,14 +333,16 @@ impl ModelConfig {
             tie_word_embeddings: v
                 .get("tie_word_embeddings")
                 .and_then(Value::as_bool)
-                .unwrap_or(gpt2),
-            qkv_bias: model_type == "qwen2" || attention_bias,
+                .unwrap_or(spec.tied_default),
+            qkv_bias: attention_bias,
             o_bias: attention_bias,
             mlp_bias,
             bos_token_id: ids(&v, "bos_token_id", path)?.first().copied(),
             eos_token_ids: ids(&v, "eos_token_id", path)?,
-            model_type,
+            model_type: model_type.to_string(),
+            raw: v.clone(),
         };
+        (spec.adjust)(v, &mut c, path)?;
         c.validate(path)?;
         Ok(c)
     }
@@ -432,9 +404,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.architecture == Architecture::Llama
-            && !(self.rope_theta > 0.0 && self.rope_theta.is_finite())
-        {
+        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
             return Err(format_err(
                 path,
                 format!(

@@ -1,11 +1,12 @@
 //! Loading a llama.cpp GGUF file (architectures `llama` and `qwen2`): hyper-parameters from its
 //! metadata, llama.cpp's tensor names, q/k rows un-permuted, quantized matrices kept quantized.
 
-use super::config::{Architecture, ModelConfig, RopeScaling};
+use super::config::{ModelConfig, RopeScaling};
 use super::gguf::{GgufFile, GgufTensor};
-use super::llama::{self, Names, Source};
+use super::layers::{Linear, Source};
+use super::llama::{self, Names};
 use super::load::{check_shape, format_error, Meter, Progress};
-use super::model::{CausalLM, Linear};
+use super::model::CausalLM;
 use super::weight::Weight;
 use crate::{DType, Device, Result, Tensor};
 use std::path::Path;
@@ -104,6 +105,21 @@ impl Source for Loader<'_> {
     fn rope_linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
         let heads = self.permuted_head_dim.map(|hd| rows / hd);
         self.linear_in(name, (rows, cols), bias, heads)
+    }
+
+    /// llama.cpp stores GPT-2's layers as plain `[out, in]` matrices: no Conv1D to transpose.
+    fn conv1d(&mut self, name: &str, rows: usize, cols: usize) -> Result<Linear> {
+        self.linear(name, rows, cols, true)
+    }
+
+    fn table(&mut self, name: &str, rows: usize, cols: usize) -> Result<Tensor> {
+        match self.tensor(name, DType::F32, None)? {
+            GgufTensor::Dense(t) => {
+                self.check(name, t.shape(), &[rows, cols])?;
+                Ok(t)
+            }
+            GgufTensor::Quantized(q) => q.dequantize()?.reshape(&[rows, cols]),
+        }
     }
 }
 
@@ -244,7 +260,6 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
         )));
     }
     let c = ModelConfig {
-        architecture: Architecture::Llama,
         model_type: arch.clone(),
         vocab_size: vocab,
         hidden_size: hidden,
@@ -266,6 +281,7 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
         mlp_bias: file.tensor_info("blk.0.ffn_gate.bias").is_some(),
         bos_token_id: id("tokenizer.ggml.bos_token_id")?,
         eos_token_ids: id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
+        raw: serde_json::Value::Null,
     };
     c.validate(file.path())?;
     Ok(c)

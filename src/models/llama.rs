@@ -1,30 +1,64 @@
-//! The Llama-family assembly (Llama, Mistral, Qwen2) shared by both file formats: the Hugging
-//! Face and GGUF loaders differ only in tensor names and in how a tensor is read, so each feeds
-//! one [`Source`] and one [`Names`] to [`build`].
+//! The Llama family (Llama 2 and 3, Mistral, Qwen2): RMSNorm, RoPE, grouped-query attention,
+//! SwiGLU, pre-norm blocks. The families differ only in config defaults (Qwen2's q/k/v
+//! biases, Mistral's and Qwen2's sliding windows). The Hugging Face and GGUF loaders differ
+//! only in tensor names and in how a tensor is read, so each feeds one [`Source`] and one
+//! [`Names`] to [`build`].
 
-use super::config::ModelConfig;
-use super::model::{Block, CausalLM, Linear, LlamaBlock, Norm};
-use super::rope::Rope;
-use super::weight::Weight;
-use crate::{DType, Device, Result, Tensor};
+use super::config::{no_sliding, ConfigSpec, ModelConfig};
+use super::families::Family;
+use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
+use super::model::CausalLM;
+use crate::{DType, Device, Result};
+use serde_json::Value;
 
-/// How a loader reads one tensor by name, checks its shape against the config and puts it on
-/// the device.
-pub(super) trait Source {
-    /// Whether the file holds a tensor of this name.
-    fn has(&self, name: &str) -> bool;
-    /// An f32 vector (norm weight, bias) of `len` elements.
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor>;
-    /// A `[rows, cols]` matrix in the model's dtype.
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Weight>;
-    /// `{name}.weight` (`[rows, cols]`) and, with `bias`, `{name}.bias`.
-    fn linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear>;
-    /// A q or k projection, read as [`Source::linear`]. Its rows are the RoPE pairs of
-    /// `rows / head_dim` heads, which a file may store in its own order (llama.cpp's `llama`
-    /// files do); they load in Hugging Face's, the order [`build`] and the model use.
-    fn rope_linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
-        self.linear(name, rows, cols, bias)
+/// What a Llama-family `config.json` holds besides the shared fields.
+const fn spec(
+    default_sliding: fn(&Value, usize) -> Vec<bool>,
+    adjust: fn(&Value, &mut ModelConfig, &str) -> Result<()>,
+) -> ConfigSpec {
+    ConfigSpec {
+        handles: &[],
+        act_key: "hidden_act",
+        acts: &["silu", "swish"],
+        intermediate_default: None,
+        tied_default: false,
+        default_sliding,
+        adjust,
     }
+}
+
+/// Llama 2 and 3 (`attention_bias` and `mlp_bias` as configured).
+pub(crate) const LLAMA: Family = Family {
+    model_type: "llama",
+    config: spec(no_sliding, super::config::no_adjust),
+    load: load_hf,
+};
+
+/// Mistral: every layer slides when `sliding_window` is set.
+pub(crate) const MISTRAL: Family = Family {
+    model_type: "mistral",
+    config: spec(|_, n| vec![true; n], super::config::no_adjust),
+    load: load_hf,
+};
+
+/// Qwen2: biases on q, k and v; `use_sliding_window` from layer `max_window_layers` on.
+pub(crate) const QWEN2: Family = Family {
+    model_type: "qwen2",
+    config: spec(qwen2_sliding, |_, c, _| {
+        c.qkv_bias = true;
+        Ok(())
+    }),
+    load: load_hf,
+};
+
+fn qwen2_sliding(v: &Value, layers: usize) -> Vec<bool> {
+    let on = v.get("use_sliding_window").and_then(Value::as_bool) == Some(true);
+    let from = match v.get("max_window_layers").and_then(Value::as_u64) {
+        _ if !on => layers,
+        Some(x) => x as usize,
+        None => 0,
+    };
+    (0..layers).map(|l| l >= from).collect()
 }
 
 /// A format's tensor names: `{layer}.{i}.{suffix}` within block `i`.
@@ -44,61 +78,72 @@ pub(super) struct Names {
     pub lm_head: &'static str,
 }
 
-/// Reads a Llama-family model in file order (embedding, blocks, final norm, head) so progress
-/// advances as the loader walks the file. `permuted`: q and k rows are stored in llama.cpp's
-/// RoPE order and are restored to Hugging Face's as they load.
-pub(super) fn build(
-    src: &mut impl Source,
-    n: &Names,
-    config: &ModelConfig,
+/// Llama-family tensor names in a Hugging Face checkpoint.
+pub(super) const HF: Names = Names {
+    embed: "model.embed_tokens.weight",
+    layer: "model.layers",
+    attn_norm: "input_layernorm",
+    q: "self_attn.q_proj",
+    k: "self_attn.k_proj",
+    v: "self_attn.v_proj",
+    o: "self_attn.o_proj",
+    mlp_norm: "post_attention_layernorm",
+    gate: "mlp.gate_proj",
+    up: "mlp.up_proj",
+    down: "mlp.down_proj",
+    final_norm: "model.norm.weight",
+    lm_head: "lm_head.weight",
+};
+
+fn load_hf(
+    src: &mut dyn Source,
+    c: &ModelConfig,
     device: &Device,
     dtype: DType,
 ) -> Result<CausalLM> {
-    let c = config;
+    build(src, &HF, c, device, dtype)
+}
+
+/// Reads a Llama-family model in file order (embedding, blocks, final norm, head) so progress
+/// advances as the loader walks the file.
+pub(super) fn build(
+    src: &mut dyn Source,
+    n: &Names,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
     let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
     let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    let eps = c.norm_eps;
     let embed = src.matrix(n.embed, voc, hid)?;
-    let mut blocks = Vec::with_capacity(c.num_layers);
+    let mut blocks: Vec<Box<dyn Block>> = Vec::with_capacity(c.num_layers);
     for i in 0..c.num_layers {
         let p = format!("{}.{i}", n.layer);
         let b = c.qkv_bias;
-        blocks.push(Block::Llama(LlamaBlock {
-            attn_norm: norm(src, &format!("{p}.{}.weight", n.attn_norm), hid)?,
-            q: src.rope_linear(&format!("{p}.{}", n.q), qd, hid, b)?,
-            k: src.rope_linear(&format!("{p}.{}", n.k), kvd, hid, b)?,
-            v: src.linear(&format!("{p}.{}", n.v), kvd, hid, b)?,
-            o: src.linear(&format!("{p}.{}", n.o), hid, qd, c.o_bias)?,
-            mlp_norm: norm(src, &format!("{p}.{}.weight", n.mlp_norm), hid)?,
-            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, c.mlp_bias)?,
-            up: src.linear(&format!("{p}.{}", n.up), inter, hid, c.mlp_bias)?,
-            down: src.linear(&format!("{p}.{}", n.down), hid, inter, c.mlp_bias)?,
+        let attn_norm = Norm::rms(src, &format!("{p}.{}.weight", n.attn_norm), hid, eps)?;
+        let q = src.rope_linear(&format!("{p}.{}", n.q), qd, hid, b)?;
+        let k = src.rope_linear(&format!("{p}.{}", n.k), kvd, hid, b)?;
+        let v = src.linear(&format!("{p}.{}", n.v), kvd, hid, b)?;
+        let o = src.linear(&format!("{p}.{}", n.o), hid, qd, c.o_bias)?;
+        let mlp_norm = Norm::rms(src, &format!("{p}.{}.weight", n.mlp_norm), hid, eps)?;
+        let mb = c.mlp_bias;
+        let mlp = Mlp::Gated {
+            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, mb)?,
+            up: src.linear(&format!("{p}.{}", n.up), inter, hid, mb)?,
+            down: src.linear(&format!("{p}.{}", n.down), hid, inter, mb)?,
+            act: Act::Silu,
+        };
+        blocks.push(Box::new(PreNormBlock {
+            attn_norm,
+            attn: Attention::new(Qkv::Separate(q, k, v), o, c),
+            mlp_norm,
+            mlp,
         }));
     }
-    let final_norm = norm(src, n.final_norm, hid)?;
-    // Tied embeddings serve as the head unless the file still carries its own copy.
-    let lm_head = if c.tie_word_embeddings && !src.has(n.lm_head) {
-        None
-    } else {
-        Some(src.matrix(n.lm_head, voc, hid)?)
-    };
-    let rope = Some(Rope::new(c));
-    Ok(CausalLM {
-        config: config.clone(),
-        device: device.clone(),
-        dtype,
-        embed,
-        positions: None,
-        blocks,
-        final_norm,
-        lm_head,
-        rope,
-    })
-}
-
-/// An RMS norm: a weight and no bias.
-fn norm(src: &mut impl Source, name: &str, len: usize) -> Result<Norm> {
-    Ok(Norm {
-        w: src.vector(name, len)?,
-        b: None,
-    })
+    let final_norm = Norm::rms(src, n.final_norm, hid, eps)?;
+    let head = lm_head(src, n.lm_head, c)?;
+    Ok(CausalLM::assemble(
+        c, device, dtype, embed, blocks, final_norm, head,
+    ))
 }

@@ -1,9 +1,10 @@
 //! Loading a Hugging Face model directory: `config.json` plus `model.safetensors` or a sharded
 //! `model.safetensors.index.json`, one tensor at a time onto the device.
 
-use super::config::{Architecture, ModelConfig};
-use super::llama::{self, Names, Source};
-use super::model::{Block, CausalLM, Gpt2Block, Linear, Norm};
+use super::config::ModelConfig;
+use super::families::family;
+use super::layers::{Linear, Source};
+use super::model::CausalLM;
 use super::weight::Weight;
 use crate::nn::load::Checkpoint;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -150,24 +151,17 @@ impl Source for Loader<'_> {
     fn linear(&mut self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
         self.linear_t(name, rows, cols, bias, false)
     }
-}
 
-/// Llama-family tensor names in a Hugging Face checkpoint.
-const HF_LLAMA: Names = Names {
-    embed: "model.embed_tokens.weight",
-    layer: "model.layers",
-    attn_norm: "input_layernorm",
-    q: "self_attn.q_proj",
-    k: "self_attn.k_proj",
-    v: "self_attn.v_proj",
-    o: "self_attn.o_proj",
-    mlp_norm: "post_attention_layernorm",
-    gate: "mlp.gate_proj",
-    up: "mlp.up_proj",
-    down: "mlp.down_proj",
-    final_norm: "model.norm.weight",
-    lm_head: "lm_head.weight",
-};
+    fn conv1d(&mut self, name: &str, rows: usize, cols: usize) -> Result<Linear> {
+        self.linear_t(name, rows, cols, true, true)
+    }
+
+    fn table(&mut self, name: &str, rows: usize, cols: usize) -> Result<Tensor> {
+        let t = self.host(name, DType::F32)?;
+        self.check(name, &t, &[rows, cols])?;
+        t.to(self.device)
+    }
+}
 
 /// The checkpoint file(s) of a model directory.
 fn checkpoint_path(dir: &Path) -> Result<std::path::PathBuf> {
@@ -191,7 +185,9 @@ pub(crate) fn load_hf(
     dtype: DType,
     progress: Progress<'_>,
 ) -> Result<CausalLM> {
-    let mut config = ModelConfig::from_file(dir.join("config.json"))?;
+    let config_path = dir.join("config.json");
+    let mut config = ModelConfig::from_file(&config_path)?;
+    let fam = family(&config.model_type, &config_path.display().to_string())?;
     if let Some(eos) = super::generate::generation_eos(dir)? {
         // transformers' generate stops at generation_config.json's ids (Llama 3 Instruct
         // lists <|eot_id|> there besides config.json's <|end_of_text|>).
@@ -212,63 +208,5 @@ pub(crate) fn load_hf(
         dtype,
         meter: Meter::new(total, progress),
     };
-    let c = &config;
-    let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
-    let qd = c.num_heads * c.head_dim;
-    let model = match c.architecture {
-        Architecture::Llama => llama::build(&mut ld, &HF_LLAMA, c, device, dtype)?,
-        Architecture::Gpt2 => {
-            // Hub checkpoints of GPT-2 name tensors with or without the `transformer.` prefix.
-            let pre = if ld.has("transformer.wte.weight") {
-                "transformer."
-            } else {
-                ""
-            };
-            let embed = ld.matrix(&format!("{pre}wte.weight"), voc, hid)?;
-            let pos = ld.host(&format!("{pre}wpe.weight"), DType::F32)?;
-            ld.check("wpe.weight", &pos, &[c.max_position_embeddings, hid])?;
-            let positions = Some(pos.to(device)?);
-            let mut blocks = Vec::with_capacity(c.num_layers);
-            for i in 0..c.num_layers {
-                let p = format!("{pre}h.{i}");
-                let mut norm = |n: &str| -> Result<Norm> {
-                    Ok(Norm {
-                        w: ld.vector(&format!("{p}.{n}.weight"), hid)?,
-                        b: Some(ld.vector(&format!("{p}.{n}.bias"), hid)?),
-                    })
-                };
-                let ln1 = norm("ln_1")?;
-                let ln2 = norm("ln_2")?;
-                blocks.push(Block::Gpt2(Gpt2Block {
-                    ln1,
-                    qkv: ld.linear_t(&format!("{p}.attn.c_attn"), 3 * qd, hid, true, true)?,
-                    proj: ld.linear_t(&format!("{p}.attn.c_proj"), hid, qd, true, true)?,
-                    ln2,
-                    fc: ld.linear_t(&format!("{p}.mlp.c_fc"), inter, hid, true, true)?,
-                    fc_proj: ld.linear_t(&format!("{p}.mlp.c_proj"), hid, inter, true, true)?,
-                }));
-            }
-            let final_norm = Norm {
-                w: ld.vector(&format!("{pre}ln_f.weight"), hid)?,
-                b: Some(ld.vector(&format!("{pre}ln_f.bias"), hid)?),
-            };
-            let lm_head = if ld.has("lm_head.weight") && !c.tie_word_embeddings {
-                Some(ld.matrix("lm_head.weight", voc, hid)?)
-            } else {
-                None
-            };
-            CausalLM {
-                config: config.clone(),
-                device: device.clone(),
-                dtype,
-                embed,
-                positions,
-                blocks,
-                final_norm,
-                lm_head,
-                rope: None,
-            }
-        }
-    };
-    Ok(model)
+    (fam.load)(&mut ld, &config, device, dtype)
 }
