@@ -222,3 +222,75 @@ fn f16_weight_product_equals_the_f16_tensor_product() {
         }
     }
 }
+
+const LOGITS_CHILD: &str = "WGTENSOR_MODELS_THREADS_CHILD";
+
+/// The child of [`tiny_llama_logits_are_the_same_bits_at_any_thread_count`]: the tiny Llama's
+/// logits (safetensors f32 and the Q8_0 and Q4_0 GGUF files) after a 60- or 100-token prefill
+/// and after each of 4 decode steps, one `LOGITS file-length hash` line each. 60 positions
+/// put the MLP's down projection (`[60, 96] · [64, 96]ᵀ`) past the size the CPU splits for
+/// threads; cut by the thread count, 7 threads left a 4-column part that gemm sums in another
+/// order.
+#[test]
+fn tiny_llama_logits_child() {
+    use wgtensor::models::AutoModel;
+    use wgtensor::DType;
+    if std::env::var_os(LOGITS_CHILD).is_none() {
+        return;
+    }
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/models/llama");
+    for (file, len) in [
+        ("", 60),
+        ("", 100),
+        ("model-q8_0.gguf", 60),
+        ("model-q4_0.gguf", 60),
+    ] {
+        let prompt: Vec<u32> = (0..len).map(|i| (i * 37 + 5) % 330).collect();
+        let model = AutoModel::load(dir.join(file), &Device::cpu(), DType::F32).unwrap();
+        let mut cache = model.new_cache(128).unwrap();
+        let mut bits = Vec::new();
+        let mut logits = model.forward_last(&prompt, &mut cache).unwrap();
+        for step in 0..4u32 {
+            bits.extend(logits.to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()));
+            logits = model.forward_last(&[step * 71 % 330], &mut cache).unwrap();
+        }
+        bits.extend(logits.to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()));
+        let hash = bits.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        println!("LOGITS {file}-{len} {hash:016x}");
+    }
+}
+
+/// The tiny Llama's logits on the CPU are the same bits at 1, 2, 3, 7 and 12 rayon threads
+/// (each a child process: rayon sizes its pool once per process).
+#[test]
+fn tiny_llama_logits_are_the_same_bits_at_any_thread_count() {
+    if std::env::var_os(LOGITS_CHILD).is_some() {
+        return;
+    }
+    let run = |threads: usize| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tiny_llama_logits_child", "--nocapture"])
+            .env(LOGITS_CHILD, "1")
+            .env("RAYON_NUM_THREADS", threads.to_string())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "child at {threads} threads failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<String> = text
+            .lines()
+            .filter_map(|l| Some(l[l.find("LOGITS ")?..].to_string()))
+            .collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        lines
+    };
+    let one = run(1);
+    for threads in [2, 3, 7, 12] {
+        assert_eq!(run(threads), one, "logits at {threads} threads vs 1");
+    }
+}

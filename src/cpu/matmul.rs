@@ -17,6 +17,42 @@ use std::mem::MaybeUninit;
 /// than gemm's own thread hand-off.
 const SMALL_PRODUCT: usize = 64 * 64 * 64;
 
+/// Most parts one product is cut into: enough for 16 cores, few enough that re-packing the
+/// shared operand once per part (see [`split`]) stays small next to the product.
+const MAX_PARTS: usize = 16;
+/// Fewest output rows or columns in a part. Each part re-packs all of the operand it shares
+/// with the others (B for row parts, A for column parts), at tens of multiply-adds' cost an
+/// element once that operand is past L2: on 2 threads a `[1024, 1024]²` product in 64-row
+/// parts ran 1.5-1.7x slower than in 512-row halves, in 256-row parts about as fast.
+const MIN_SIDE: usize = 256;
+/// The fewest rows or columns of a part whose shared operand fits in [`CACHED`] elements
+/// (1 MiB): it packs from cache, cheaply (a weight gradient `[64, 2048]ᵀ · [2048, 256]` in
+/// 64-column parts ran within the noise of 128-column halves on 2 threads).
+const MIN_SIDE_CACHED: usize = 64;
+/// See [`MIN_SIDE_CACHED`].
+const CACHED: usize = 1 << 18;
+/// Fewest multiply-adds in a part: about 60 µs of one core, well past rayon's hand-off.
+const MIN_WORK: usize = 1 << 21;
+
+/// How a product `[m, k] · [k, n]` is cut for threads: `(rows, parts)`, parts of output rows
+/// when `rows` else of columns, along the longer side. A function of the shape alone (never of
+/// the thread count), since gemm's bits depend on the shape of each call ([`Mat::run_split`]).
+/// A power of two, so that parts spread evenly over 2, 4, 8 or 16 cores.
+fn split(m: usize, n: usize, k: usize) -> (bool, usize) {
+    let rows = m > n;
+    let shared = k.saturating_mul(if rows { n } else { m });
+    let min_side = if shared <= CACHED {
+        MIN_SIDE_CACHED
+    } else {
+        MIN_SIDE
+    };
+    let most = (m.max(n) / min_side)
+        .min(m.saturating_mul(n).saturating_mul(k) / MIN_WORK)
+        .clamp(1, MAX_PARTS);
+    // The largest power of two not above `most`.
+    (rows, 1 << most.ilog2())
+}
+
 /// `A · B` for the views `la` of `a` (`[..batch, M, K]`) and `lb` of `b` (`[..batch, K, N]`,
 /// same batch dims), packed row-major as `[..batch, M, N]`.
 pub(crate) fn matmul(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Result<Vec<f32>> {
@@ -182,13 +218,11 @@ impl Mat<'_> {
         assert!(m > 0 && n > 0 && k > 0 && c.len() == m * n);
         assert!(p + (m - 1) * a_rs + (k - 1) * a_ks < a.len());
         assert!(q + (k - 1) * b_ks + (n - 1) * b_cs < b.len());
-        let workers = if threads {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
-        if workers > 1 {
-            return self.run_split(a, p, b, q, c, workers);
+        if threads {
+            let (rows, parts) = split(m, n, k);
+            if parts > 1 {
+                return self.run_split(a, p, b, q, c, rows, parts);
+            }
         }
         // SAFETY: bounds asserted above; `c` is exclusively borrowed and does not alias `a`/`b`.
         unsafe {
@@ -270,12 +304,18 @@ impl Mat<'_> {
         }
     }
 
-    /// [`Mat::run`] split across `workers` threads by output rows or by columns (whichever side
-    /// is longer), each part one single-threaded gemm. gemm's own threading scaled a
-    /// `[2048, 64] · [64, 64]` product by 1.2-1.4x on 2 cores where this split gives 1.6-1.9x:
-    /// each part packs its own small operand instead of threads waiting on one packing. The
-    /// bits are those of one call: gemm's depth blocking depends on K alone, so every output
-    /// element sums the same products in the same order whatever the split.
+    /// [`Mat::run`] in `parts` parts of output rows (`rows`) or columns, as [`split`] cut
+    /// them, each one single-threaded gemm call, run in parallel. gemm's own threading scaled a
+    /// `[2048, 64] · [64, 64]` product by 1.2-1.4x on 2 cores where a split gave 1.6-1.9x: each
+    /// part packs its own small operand instead of threads waiting on one packing.
+    ///
+    /// gemm picks its kernel and its depth blocking from the shape of each call (a block of at
+    /// most 16 × 16 outputs sums in horizontal dot products; one row or column is a matrix-
+    /// vector product; an output past 64 × 64 takes a cache-derived depth block where a
+    /// smaller one takes K up to 512), so the bits of an element depend on the part that holds
+    /// it. The parts therefore follow the shape alone, never the thread count: a 7-core machine
+    /// gives the bits of a 2-core one.
+    #[allow(clippy::too_many_arguments)]
     fn run_split(
         &self,
         a: &[f32],
@@ -283,27 +323,21 @@ impl Mat<'_> {
         b: &[f32],
         q: usize,
         c: &mut [MaybeUninit<f32>],
-        workers: usize,
+        rows: bool,
+        parts: usize,
     ) {
         let Mat { m, n, .. } = *self;
-        // Each part packs its share of the split operand and all of the other, so the split
-        // goes across the longer side: row parts re-pack all of B (K × N) per thread, column
-        // parts all of A (M × K). A weight gradient `xᵀ · dy` (`[64, 2048] · [2048, 256]`)
-        // ran 1.3-1.4x faster in column parts on 2 cores. Row parts keep at least 16 rows
-        // (two 8-row microkernel tiles).
-        if m >= 16 * workers && m > n {
-            let rows = m.div_ceil(workers);
-            c.par_chunks_mut(rows * n)
-                .enumerate()
-                .for_each(|(i, part)| {
-                    let sub = Mat {
-                        m: part.len() / n,
-                        ..*self
-                    };
-                    sub.run(a, p + i * rows * self.a_rs, b, q, part, false);
-                });
+        if rows {
+            let per = m.div_ceil(parts);
+            c.par_chunks_mut(per * n).enumerate().for_each(|(i, part)| {
+                let sub = Mat {
+                    m: part.len() / n,
+                    ..*self
+                };
+                sub.run(a, p + i * per * self.a_rs, b, q, part, false);
+            });
         } else {
-            let cols = n.div_ceil(workers).max(8);
+            let cols = n.div_ceil(parts);
             let parts = n.div_ceil(cols);
             // Column parts of a row-major `c` interleave, so they are written through a
             // pointer: part `i` stores only columns `i * cols..` of each row.
