@@ -3,6 +3,7 @@ and `gguf` packages, and what transformers computes on them (greedy ids, last-po
 
     pip install torch transformers tokenizers gguf safetensors
     python3 scripts/make_fixtures.py            # writes tests/data/models/
+    python3 scripts/make_fixtures.py qwen3 gemma2   # only those family fixtures
 
 Every model is small (under 2 MB in all) and seeded, so rerunning gives the same files. The Rust
 tests never need Python: they read the committed files."""
@@ -191,6 +192,98 @@ def qwen2_window():
         NEW = saved
 
 
+def family_fixture(name, cls, cfg, tok, std=0.3, new=30, attn=None):
+    """A tiny seeded model of one family with 30 greedy ids (decode well past any window);
+    `attn` picks transformers' attention implementation for the reference (eager where the SDPA
+    path would drop a soft-cap)."""
+    d = fresh(name)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    torch.manual_seed(0)
+    m = cls(cfg).eval()
+    scale_weights(m, std)
+    m.save_pretrained(d, safe_serialization=True)
+    kw = {"attn_implementation": attn} if attn else {}
+    m = cls.from_pretrained(d, dtype=torch.float32, **kw).eval()
+    ids = tok.encode(PROMPT).ids
+    global NEW
+    NEW, saved = new, NEW
+    try:
+        write_expected(d, tok, ids, m)
+    finally:
+        NEW = saved
+
+
+def qwen3():
+    """Qwen3: RMSNorm over each head's q and k before RoPE, head_dim 16 (not hidden / heads),
+    tied embeddings."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    tok = byte_level_tokenizer()
+    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                      rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, eos_token_id=0)
+    family_fixture("qwen3", Qwen3ForCausalLM, cfg, tok)
+
+
+def llama32():
+    """Llama 3.2's shape: tied embeddings (no lm_head.weight in the file), llama3 RoPE scaling."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    tok = byte_level_tokenizer()
+    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5,
+                      tie_word_embeddings=True, bos_token_id=0, eos_token_id=0,
+                      rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 16})
+    family_fixture("llama32-tied", LlamaForCausalLM, cfg, tok)
+
+
+def gemma2():
+    """Gemma 2: embedding times sqrt(hidden), (1 + w) RMSNorms around attention and MLP, GeGLU,
+    query_pre_attn_scalar 24 (not head_dim), attention soft-cap 5 and final soft-cap 10 (small,
+    so both bite), sliding window 5 on alternate layers. transformers' eager attention is the
+    reference: its SDPA path drops the attention soft-cap."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    tok = sentencepiece_tokenizer()
+    cfg = Gemma2Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                       rms_norm_eps=1e-6, query_pre_attn_scalar=24, sliding_window=5,
+                       attn_logit_softcapping=5.0, final_logit_softcapping=10.0, pad_token_id=0,
+                       bos_token_id=1, eos_token_id=2)
+    assert cfg.layer_types[:2] == ["sliding_attention", "full_attention"], cfg.layer_types
+    family_fixture("gemma2", Gemma2ForCausalLM, cfg, tok, attn="eager")
+
+
+def gemma3():
+    """Gemma 3 text: q/k norms, local layers (window 5, RoPE base 10^4) and a global one (RoPE
+    base 10^6, linear scaling 2)."""
+    from transformers import Gemma3TextConfig, Gemma3ForCausalLM
+    tok = sentencepiece_tokenizer()
+    cfg = Gemma3TextConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           max_position_embeddings=128, rms_norm_eps=1e-6, query_pre_attn_scalar=24,
+                           sliding_window=5, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                           layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                        "sliding_attention"],
+                           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                               "rope_theta": 1000000.0}})
+    family_fixture("gemma3", Gemma3ForCausalLM, cfg, tok)
+
+
+def phi3():
+    """Phi-3: fused qkv_proj and gate_up_proj, a sliding window of 6 on every layer."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    tok = sentencepiece_tokenizer()
+    cfg = Phi3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                     original_max_position_embeddings=128, rms_norm_eps=1e-5, sliding_window=6,
+                     pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    family_fixture("phi3", Phi3ForCausalLM, cfg, tok)
+
+
+FAMILY_FIXTURES = {"qwen3": qwen3, "llama32": llama32, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3}
+
+
 GG = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
       "lm_head.weight": "output.weight"}
 for hf, gg in [("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
@@ -258,6 +351,11 @@ def unpermute(w, n):
 
 if __name__ == "__main__":
     import sys
+    if sys.argv[1:] and all(a in FAMILY_FIXTURES for a in sys.argv[1:]):
+        # Only the named family fixtures (python3 scripts/make_fixtures.py qwen3 gemma2 ...).
+        for a in sys.argv[1:]:
+            FAMILY_FIXTURES[a]()
+        sys.exit(0)
     if sys.argv[1:] == ["windows"]:  # only the sliding-window fixtures
         mistral()
         qwen2_window()

@@ -20,8 +20,13 @@ pub(crate) struct Family {
 }
 
 /// Every family wgtensor runs, by `model_type`.
-pub(crate) const FAMILIES: &[&Family] =
-    &[&llama::LLAMA, &llama::MISTRAL, &llama::QWEN2, &gpt2::GPT2];
+pub(crate) const FAMILIES: &[&Family] = &[
+    // One line per family file's constant; the order is only that of error messages.
+    &llama::LLAMA,
+    &llama::MISTRAL,
+    &llama::QWEN2,
+    &gpt2::GPT2,
+];
 
 /// The family of `model_type`, or a format error listing the ones wgtensor runs.
 pub(crate) fn family(model_type: &str, path: &str) -> Result<&'static Family> {

@@ -51,7 +51,7 @@ pub(crate) const QWEN2: Family = Family {
     load: load_hf,
 };
 
-fn qwen2_sliding(v: &Value, layers: usize) -> Vec<bool> {
+pub(crate) fn qwen2_sliding(v: &Value, layers: usize) -> Vec<bool> {
     let on = v.get("use_sliding_window").and_then(Value::as_bool) == Some(true);
     let from = match v.get("max_window_layers").and_then(Value::as_u64) {
         _ if !on => layers,

@@ -1,0 +1,119 @@
+//! Every decoder family beside Llama and GPT-2 against transformers: tiny seeded models written
+//! by `scripts/make_fixtures.py` (30 greedy ids, decoding past every sliding window), on the
+//! CPU and every adapter. Each check: the prompt's last-position logits within 1e-4, greedy
+//! ids equal, and decoding through the KV cache equal to the whole sequence run at once.
+
+mod common;
+
+use common::{assert_close, devices};
+use serde_json::Value;
+use std::path::PathBuf;
+use wgtensor::models::{AutoModel, GenerateOptions};
+use wgtensor::{DType, Device, Error};
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/models")
+        .join(name)
+}
+
+fn expected(name: &str) -> Value {
+    let text = std::fs::read_to_string(dir(name).join("expected.json")).expect("fixture");
+    serde_json::from_str(&text).expect("fixture JSON")
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    let a = v.as_array().expect("ids");
+    a.iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    let a = v.as_array().expect("floats");
+    a.iter()
+        .map(|x| x.as_f64().expect("float") as f32)
+        .collect()
+}
+
+/// Transformers' logits and greedy ids from the fixture `name` on `device`, and the cache's
+/// decode equal to a full recompute of prompt + generated ids.
+fn check_family(name: &str, device: &Device) {
+    let e = expected(name);
+    let (prompt, greedy) = (ids(&e["prompt_ids"]), ids(&e["greedy_ids"]));
+    let model = AutoModel::load(dir(name), device, DType::F32).expect("load");
+    let mut cache = model.new_cache(64).unwrap();
+    let logits = model.forward_last(&prompt, &mut cache).unwrap();
+    let ctx = format!("{name} on {device}");
+    let want = floats(&e["last_logits"]);
+    assert_close(&logits.to_vec::<f32>().unwrap(), &want, 1e-4, 1e-4, &ctx);
+    let opts = GenerateOptions {
+        max_new_tokens: greedy.len(),
+        eos_token_ids: Some(vec![]),
+        ..Default::default()
+    };
+    assert_eq!(
+        model.generate(&prompt, &opts).unwrap(),
+        greedy,
+        "{ctx} greedy ids"
+    );
+    // Decode step by step through the cache, then the whole sequence at once: both equal
+    // transformers' logits after the last id.
+    let mut all = prompt.clone();
+    all.extend(&greedy);
+    let want = floats(&e["full_last_logits"]);
+    let mut step_cache = model.new_cache(64).unwrap();
+    model.forward(&prompt, &mut step_cache).unwrap();
+    let mut last = None;
+    for &id in &greedy[..greedy.len() - 1] {
+        last = Some(model.forward_last(&[id], &mut step_cache).unwrap());
+    }
+    let _ = last;
+    let stepped = model
+        .forward_last(&all[all.len() - 1..], &mut step_cache)
+        .unwrap();
+    let stepped = stepped.to_vec::<f32>().unwrap();
+    assert_close(&stepped, &want, 1e-4, 1e-4, &format!("{ctx} decoded"));
+    let mut fresh = model.new_cache(64).unwrap();
+    let whole = model.forward_last(&all, &mut fresh).unwrap();
+    let whole = whole.to_vec::<f32>().unwrap();
+    assert_close(&whole, &want, 1e-4, 1e-4, &format!("{ctx} whole"));
+}
+
+/// A copy of fixture `name` whose config.json is changed by `edit`, then loaded on the CPU.
+fn load_edited(name: &str, edit: impl FnOnce(&mut Value)) -> Result<(), Error> {
+    let tmp = common::TempDir::new(&format!("{name}_edited"));
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(dir(name).join(f), tmp.path().join(f)).unwrap();
+    }
+    let path = tmp.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    AutoModel::load(tmp.path(), &Device::cpu(), DType::F32).map(|_| ())
+}
+
+/// A format error whose message names `what`.
+fn assert_format_error(r: Result<(), Error>, what: &str) {
+    match r {
+        Err(e @ Error::Format { .. }) => {
+            assert!(e.to_string().contains(what), "{e} should name {what}")
+        }
+        other => panic!("expected a format error naming {what}, got {other:?}"),
+    }
+}
+
+/// Llama 3.2's shape: tied embeddings (the file has no lm_head.weight), llama3 RoPE scaling.
+#[test]
+fn llama32_tied_embeddings_match_transformers() {
+    for d in devices() {
+        check_family("llama32-tied", &d);
+    }
+}
+
+/// An architecture wgtensor does not run is a format error naming it.
+#[test]
+fn unknown_family_is_a_format_error() {
+    assert_format_error(
+        load_edited("llama32-tied", |c| c["model_type"] = "falcon".into()),
+        "falcon",
+    );
+}
