@@ -101,6 +101,21 @@ fn assert_format_error(r: Result<(), Error>, what: &str) {
     }
 }
 
+/// Qwen3: per-head q/k RMSNorm before RoPE, head_dim 16 of hidden 32 and 4 heads, tied
+/// embeddings.
+#[test]
+fn qwen3_qk_norm_tied_matches_transformers() {
+    for d in devices() {
+        check_family("qwen3", &d);
+    }
+    assert_format_error(
+        load_edited("qwen3", |c| {
+            c.as_object_mut().unwrap().remove("head_dim");
+        }),
+        "head_dim",
+    );
+}
+
 /// Llama 3.2's shape: tied embeddings (the file has no lm_head.weight), llama3 RoPE scaling.
 #[test]
 fn llama32_tied_embeddings_match_transformers() {

@@ -26,6 +26,7 @@ pub(crate) const FAMILIES: &[&Family] = &[
     &llama::MISTRAL,
     &llama::QWEN2,
     &gpt2::GPT2,
+    &super::qwen3::QWEN3,
 ];
 
 /// The family of `model_type`, or a format error listing the ones wgtensor runs.

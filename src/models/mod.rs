@@ -24,6 +24,7 @@ mod layers;
 mod llama;
 mod load;
 mod model;
+mod qwen3;
 mod rope;
 mod tokenizer;
 mod weight;
