@@ -116,6 +116,22 @@ fn qwen3_qk_norm_tied_matches_transformers() {
     );
 }
 
+/// Gemma 2: scaled embedding, (1 + w) sandwich norms, GeGLU, query_pre_attn_scalar, attention
+/// soft-cap 5 (scores composed from tensor ops) and final soft-cap 10, window 5 on alternate
+/// layers.
+#[test]
+fn gemma2_softcaps_and_alternating_windows_match_transformers() {
+    for d in devices() {
+        check_family("gemma2", &d);
+    }
+    assert_format_error(
+        load_edited("gemma2", |c| {
+            c.as_object_mut().unwrap().remove("query_pre_attn_scalar");
+        }),
+        "query_pre_attn_scalar",
+    );
+}
+
 /// Llama 3.2's shape: tied embeddings (the file has no lm_head.weight), llama3 RoPE scaling.
 #[test]
 fn llama32_tied_embeddings_match_transformers() {

@@ -90,6 +90,42 @@ pub(crate) struct ConfigSpec {
     pub adjust: fn(&Value, &mut ModelConfig, &str) -> Result<()>,
 }
 
+/// The RoPE scaling that `rope_scaling` (or transformers 5's `rope_parameters`) `s` describes.
+pub(crate) fn rope_scaling_of(s: Option<&Value>, path: &str) -> Result<Option<RopeScaling>> {
+    Ok(match s {
+        None => None,
+        Some(s) => {
+            let kind = s
+                .get("rope_type")
+                .or_else(|| s.get("type"))
+                .and_then(Value::as_str)
+                .unwrap_or("default");
+            let f = |k: &str, d: f64| s.get(k).and_then(Value::as_f64).unwrap_or(d) as f32;
+            match kind {
+                "default" => None,
+                "llama3" => Some(RopeScaling::Llama3 {
+                    factor: f("factor", 8.0),
+                    low_freq_factor: f("low_freq_factor", 1.0),
+                    high_freq_factor: f("high_freq_factor", 4.0),
+                    original_max_position_embeddings: s
+                        .get("original_max_position_embeddings")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(8192) as usize,
+                }),
+                "linear" => Some(RopeScaling::Linear {
+                    factor: f("factor", 1.0),
+                }),
+                other => {
+                    return Err(format_err(
+                        path,
+                        format!("rope scaling type {other:?} is not supported (default, linear and llama3 are)"),
+                    ))
+                }
+            }
+        }
+    })
+}
+
 /// No layer slides (the default of most families).
 pub(crate) fn no_sliding(_: &Value, layers: usize) -> Vec<bool> {
     vec![false; layers]
@@ -232,38 +268,7 @@ impl ModelConfig {
             .filter(|s| !s.is_null())
             .or(rope)
             .filter(|s| !s.is_null());
-        let rope_scaling = match scaling {
-            None => None,
-            Some(s) => {
-                let kind = s
-                    .get("rope_type")
-                    .or_else(|| s.get("type"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("default");
-                let f = |k: &str, d: f64| s.get(k).and_then(Value::as_f64).unwrap_or(d) as f32;
-                match kind {
-                    "default" => None,
-                    "llama3" => Some(RopeScaling::Llama3 {
-                        factor: f("factor", 8.0),
-                        low_freq_factor: f("low_freq_factor", 1.0),
-                        high_freq_factor: f("high_freq_factor", 4.0),
-                        original_max_position_embeddings: s
-                            .get("original_max_position_embeddings")
-                            .and_then(Value::as_u64)
-                            .unwrap_or(8192) as usize,
-                    }),
-                    "linear" => Some(RopeScaling::Linear {
-                        factor: f("factor", 1.0),
-                    }),
-                    other => {
-                        return Err(format_err(
-                            path,
-                            format!("rope scaling type {other:?} is not supported (default, linear and llama3 are)"),
-                        ))
-                    }
-                }
-            }
-        };
+        let rope_scaling = rope_scaling_of(scaling, path)?;
         let bool_key = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
         let attention_bias = bool_key("attention_bias");
         let mlp_bias = bool_key("mlp_bias");

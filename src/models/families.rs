@@ -27,6 +27,7 @@ pub(crate) const FAMILIES: &[&Family] = &[
     &llama::QWEN2,
     &gpt2::GPT2,
     &super::qwen3::QWEN3,
+    &super::gemma2::GEMMA2,
 ];
 
 /// The family of `model_type`, or a format error listing the ones wgtensor runs.

@@ -16,6 +16,7 @@ mod config;
 mod embed;
 mod families;
 mod fit;
+mod gemma2;
 mod generate;
 pub mod gguf;
 mod gguf_load;

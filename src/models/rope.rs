@@ -20,8 +20,14 @@ pub(crate) struct Rope {
 
 impl Rope {
     pub(crate) fn new(c: &ModelConfig) -> Rope {
+        Rope::from_inv_freq(c.inv_freq())
+    }
+
+    /// Tables of these inverse frequencies (a family with several bases: Gemma 3's local
+    /// layers).
+    pub(crate) fn from_inv_freq(inv_freq: Vec<f32>) -> Rope {
         Rope {
-            inv_freq: c.inv_freq(),
+            inv_freq,
             tables: Mutex::new(None),
         }
     }
