@@ -132,6 +132,15 @@ fn gemma2_softcaps_and_alternating_windows_match_transformers() {
     );
 }
 
+/// Gemma 3 text: q/k norms, local layers (window 5, RoPE base 10^4) and a global one (base
+/// 10^6, linear scaling 2).
+#[test]
+fn gemma3_local_global_rope_matches_transformers() {
+    for d in devices() {
+        check_family("gemma3", &d);
+    }
+}
+
 /// Llama 3.2's shape: tied embeddings (the file has no lm_head.weight), llama3 RoPE scaling.
 #[test]
 fn llama32_tied_embeddings_match_transformers() {

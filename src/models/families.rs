@@ -28,6 +28,7 @@ pub(crate) const FAMILIES: &[&Family] = &[
     &gpt2::GPT2,
     &super::qwen3::QWEN3,
     &super::gemma2::GEMMA2,
+    &super::gemma3::GEMMA3,
 ];
 
 /// The family of `model_type`, or a format error listing the ones wgtensor runs.

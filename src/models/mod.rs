@@ -17,6 +17,7 @@ mod embed;
 mod families;
 mod fit;
 mod gemma2;
+mod gemma3;
 mod generate;
 pub mod gguf;
 mod gguf_load;
