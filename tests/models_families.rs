@@ -141,6 +141,21 @@ fn gemma3_local_global_rope_matches_transformers() {
     }
 }
 
+/// Phi-3: fused qkv_proj and gate_up_proj, a window of 6 on every layer. Its long-context
+/// RoPE (longrope) is refused, naming it.
+#[test]
+fn phi3_fused_projections_match_transformers() {
+    for d in devices() {
+        check_family("phi3", &d);
+    }
+    assert_format_error(
+        load_edited("phi3", |c| {
+            c["rope_parameters"]["rope_type"] = "longrope".into();
+        }),
+        "longrope",
+    );
+}
+
 /// Llama 3.2's shape: tied embeddings (the file has no lm_head.weight), llama3 RoPE scaling.
 #[test]
 fn llama32_tied_embeddings_match_transformers() {

@@ -29,6 +29,7 @@ pub(crate) const FAMILIES: &[&Family] = &[
     &super::qwen3::QWEN3,
     &super::gemma2::GEMMA2,
     &super::gemma3::GEMMA3,
+    &super::phi3::PHI3,
 ];
 
 /// The family of `model_type`, or a format error listing the ones wgtensor runs.

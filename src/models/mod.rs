@@ -26,6 +26,7 @@ mod layers;
 mod llama;
 mod load;
 mod model;
+mod phi3;
 mod qwen3;
 mod rope;
 mod tokenizer;
