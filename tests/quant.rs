@@ -621,3 +621,32 @@ fn cpu_paths_give_the_same_bits_at_any_thread_count_and_isa() {
         "AVX2 vs the portable loop"
     );
 }
+
+/// Timing of the two matrix-vector entries on each adapter (4096 x 4096, one activation row),
+/// alternated in one run: `cargo test --test quant -- --ignored --nocapture matvec_entry_timing`.
+#[test]
+#[ignore = "a timing, not a check: run it by name"]
+fn matvec_entry_timing() {
+    for device in common::devices().into_iter().filter(|d| d.is_gpu()) {
+        for q in QType::ALL {
+            let shape = [4096, 4096];
+            let t =
+                QTensor::from_ggml(q, shape, &random_blocks(q, 4096, 4096, 3), &device).unwrap();
+            let x = Tensor::from_vec(data(4096, 5, 1.0), &[1, 4096], &device).unwrap();
+            let mut best = [f64::MAX; 2];
+            for _ in 0..3 {
+                for (i, name) in ["matvec", "matvec_serial"].into_iter().enumerate() {
+                    wgtensor::testing::force_quant_matvec(Some(name));
+                    let start = std::time::Instant::now();
+                    values(&t.matmul_t(&x).unwrap());
+                    best[i] = best[i].min(start.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            wgtensor::testing::force_quant_matvec(None);
+            eprintln!(
+                "{device} {q}: matvec {:.1} ms, matvec_serial {:.1} ms",
+                best[0], best[1]
+            );
+        }
+    }
+}
