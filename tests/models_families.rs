@@ -8,7 +8,7 @@ mod common;
 use common::{assert_close, devices};
 use serde_json::Value;
 use std::path::PathBuf;
-use wgtensor::models::{AutoModel, GenerateOptions};
+use wgtensor::models::{AutoModel, CausalLM, GenerateOptions};
 use wgtensor::{DType, Device, Error};
 
 fn dir(name: &str) -> PathBuf {
@@ -79,7 +79,7 @@ fn check_family(name: &str, device: &Device) {
 }
 
 /// A copy of fixture `name` whose config.json is changed by `edit`, then loaded on the CPU.
-fn load_edited(name: &str, edit: impl FnOnce(&mut Value)) -> Result<(), Error> {
+fn load_edited(name: &str, edit: impl FnOnce(&mut Value)) -> Result<CausalLM, Error> {
     let tmp = common::TempDir::new(&format!("{name}_edited"));
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(dir(name).join(f), tmp.path().join(f)).unwrap();
@@ -88,11 +88,34 @@ fn load_edited(name: &str, edit: impl FnOnce(&mut Value)) -> Result<(), Error> {
     let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     edit(&mut cfg);
     std::fs::write(&path, cfg.to_string()).unwrap();
-    AutoModel::load(tmp.path(), &Device::cpu(), DType::F32).map(|_| ())
+    AutoModel::load(tmp.path(), &Device::cpu(), DType::F32)
+}
+
+/// The fixture's prompt logits with its config edited differ from transformers' (the feature
+/// the edit removes is what the fixture measures).
+fn assert_edit_matters(name: &str, what: &str, edit: impl FnOnce(&mut Value)) {
+    let e = expected(name);
+    let model = load_edited(name, edit).expect("load");
+    let mut cache = model.new_cache(64).unwrap();
+    let got = model
+        .forward_last(&ids(&e["prompt_ids"]), &mut cache)
+        .unwrap();
+    let want = floats(&e["last_logits"]);
+    let diff = got
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        diff > 1e-2,
+        "{name} without {what}: logits moved only {diff}"
+    );
 }
 
 /// A format error whose message names `what`.
-fn assert_format_error(r: Result<(), Error>, what: &str) {
+fn assert_format_error<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) {
     match r {
         Err(e @ Error::Format { .. }) => {
             assert!(e.to_string().contains(what), "{e} should name {what}")
@@ -130,6 +153,12 @@ fn gemma2_softcaps_and_alternating_windows_match_transformers() {
         }),
         "query_pre_attn_scalar",
     );
+    assert_edit_matters("gemma2", "the attention soft-cap", |c| {
+        c["attn_logit_softcapping"] = Value::Null;
+    });
+    assert_edit_matters("gemma2", "the window", |c| {
+        c["sliding_window"] = Value::Null;
+    });
 }
 
 /// Gemma 3 text: q/k norms, local layers (window 5, RoPE base 10^4) and a global one (base
@@ -139,6 +168,9 @@ fn gemma3_local_global_rope_matches_transformers() {
     for d in devices() {
         check_family("gemma3", &d);
     }
+    assert_edit_matters("gemma3", "the local RoPE base", |c| {
+        c["rope_parameters"]["sliding_attention"]["rope_theta"] = 1e6.into();
+    });
 }
 
 /// Phi-3: fused qkv_proj and gate_up_proj, a window of 6 on every layer. Its long-context

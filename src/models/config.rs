@@ -342,8 +342,8 @@ impl ModelConfig {
             qkv_bias: attention_bias,
             o_bias: attention_bias,
             mlp_bias,
-            bos_token_id: ids(&v, "bos_token_id", path)?.first().copied(),
-            eos_token_ids: ids(&v, "eos_token_id", path)?,
+            bos_token_id: ids(v, "bos_token_id", path)?.first().copied(),
+            eos_token_ids: ids(v, "eos_token_id", path)?,
             model_type: model_type.to_string(),
             raw: v.clone(),
         };

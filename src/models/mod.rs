@@ -2,8 +2,9 @@
 //!
 //! The top layer of wgtensor: it builds on tensors, `nn` and the checkpoint loaders, and nothing
 //! below imports it. [`AutoModel::load`] reads a Hugging Face model directory (`config.json`,
-//! `model.safetensors` or a sharded index; f32, f16 or bf16 weights) of the Llama family (Llama
-//! 2 and 3, Mistral, Qwen2) or GPT-2 onto a device in f32 or f16; [`CausalLM::forward`] runs new
+//! `model.safetensors` or a sharded index; f32, f16 or bf16 weights) of a decoder family (Llama
+//! 2 and 3, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, Phi-3, GPT-2; one file each, registered in
+//! `families.rs`) onto a device in f32 or f16; [`CausalLM::forward`] runs new
 //! positions through a [`KvCache`]; [`CausalLM::generate`] samples on the device; [`Tokenizer`]
 //! reads `tokenizer.json` and renders chat templates ([`ChatMessage`]); [`Embedder`] computes
 //! sentence embeddings with BERT-shaped encoders (`bert`, `roberta`, `xlm-roberta`) as
