@@ -204,3 +204,22 @@ fn unknown_family_is_a_format_error() {
         "falcon",
     );
 }
+
+/// f16 weights: every family's prompt logits within 2e-2 of transformers' f32 ones (weights
+/// rounded to 11 bits, activations f32 except at the matmul inputs).
+#[test]
+fn families_in_f16_stay_close() {
+    for d in devices() {
+        for name in ["qwen3", "gemma2", "gemma3", "phi3"] {
+            let e = expected(name);
+            let model = AutoModel::load(dir(name), &d, DType::F16).unwrap();
+            let mut cache = model.new_cache(64).unwrap();
+            let got = model
+                .forward_last(&ids(&e["prompt_ids"]), &mut cache)
+                .unwrap();
+            let want = floats(&e["last_logits"]);
+            let ctx = format!("{name} f16 on {d}");
+            assert_close(&got.to_vec::<f32>().unwrap(), &want, 2e-2, 2e-2, &ctx);
+        }
+    }
+}

@@ -1,23 +1,13 @@
 //! The registry of decoder families: `model_type` to the family file that reads its config and
-//! builds its blocks. Adding a family is one file (a [`Family`] constant: its [`ConfigSpec`]
-//! and its loader) and one line in [`FAMILIES`].
+//! builds its blocks. Adding a family is one file (a [`Family`] constant: its config spec and
+//! its loader) and one line in [`FAMILIES`].
 
-use super::config::{format_err, io_error, ConfigSpec, ModelConfig};
-use super::layers::Source;
-use super::model::CausalLM;
+use super::config::{format_err, io_error, ModelConfig};
+use super::family::Family;
 use super::{gpt2, llama};
-use crate::{DType, Device, Result};
+use crate::Result;
 use serde_json::Value;
 use std::path::Path;
-
-/// One family: the `model_type` it runs, what its config holds, how its weights load.
-pub(crate) struct Family {
-    pub model_type: &'static str,
-    pub config: ConfigSpec,
-    /// Builds the model from a Hugging Face checkpoint (tensor names as transformers writes
-    /// them), reading tensors in file order so progress advances as the loader walks the file.
-    pub load: fn(&mut dyn Source, &ModelConfig, &Device, DType) -> Result<CausalLM>,
-}
 
 /// Every family wgtensor runs, by `model_type`.
 pub(crate) const FAMILIES: &[&Family] = &[

@@ -4,7 +4,7 @@
 
 use super::cache::KvCache;
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::families::Family;
+use super::family::Family;
 use super::layers::{lm_head, Act, Attention, Block, Linear, Mlp, Norm, Source, Step};
 use super::model::CausalLM;
 use crate::{DType, Device, Result, Tensor};

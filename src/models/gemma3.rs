@@ -4,7 +4,7 @@
 //! `sliding_attention` entry of transformers 5's `rope_parameters`) unscaled.
 
 use super::config::{format_err, rope_scaling_of, ModelConfig};
-use super::families::Family;
+use super::family::Family;
 use super::gemma2::{build, query_pre_attn_scalar, spec};
 use super::layers::{Attention, Norm, Source};
 use super::model::CausalLM;

@@ -2,7 +2,7 @@
 //! stored as Conv1D (`[in, out]`) layers with biases; the head is tied to the embedding.
 
 use super::config::{format_err, no_sliding, ConfigSpec, ModelConfig};
-use super::families::Family;
+use super::family::Family;
 use super::layers::{Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};

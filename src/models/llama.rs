@@ -5,7 +5,7 @@
 //! [`Names`] to [`build`].
 
 use super::config::{no_sliding, ConfigSpec, ModelConfig};
-use super::families::Family;
+use super::family::Family;
 use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};

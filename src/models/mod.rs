@@ -16,6 +16,7 @@ mod chat;
 mod config;
 mod embed;
 mod families;
+mod family;
 mod fit;
 mod gemma2;
 mod gemma3;

@@ -3,7 +3,7 @@
 //! (`longrope`, `su`) is refused with a format error naming it.
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::families::Family;
+use super::family::Family;
 use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};

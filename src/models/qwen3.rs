@@ -2,7 +2,7 @@
 //! biases (`attention_bias` as configured).
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::families::Family;
+use super::family::Family;
 use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
