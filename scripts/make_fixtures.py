@@ -281,7 +281,35 @@ def phi3():
     family_fixture("phi3", Phi3ForCausalLM, cfg, tok)
 
 
-FAMILY_FIXTURES = {"qwen3": qwen3, "llama32": llama32, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3}
+def qwen3_gguf():
+    """The Qwen3 fixture above as an F32 GGUF file with llama.cpp's `qwen3` names and metadata
+    (q/k rows in Hugging Face's order, as llama.cpp's converter keeps them for Qwen): its
+    expectations are the directory's."""
+    from safetensors.numpy import load_file
+    d = os.path.join(OUT, "qwen3")
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    for i in range(cfg["num_hidden_layers"]):
+        for hf, gg in [("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+                       ("self_attn.o_proj", "attn_output"), ("self_attn.q_norm", "attn_q_norm"),
+                       ("self_attn.k_norm", "attn_k_norm"), ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+                       ("mlp.down_proj", "ffn_down"), ("input_layernorm", "attn_norm"),
+                       ("post_attention_layernorm", "ffn_norm")]:
+            names[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{gg}.weight"
+    w = gguf.GGUFWriter(os.path.join(d, "model-f32.gguf"), "qwen3")
+    w.add_context_length(cfg["max_position_embeddings"]); w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"]); w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"]); w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"]); w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"]); w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_vocab_size(cfg["vocab_size"]); w.add_file_type(0); w.add_eos_token_id(cfg["eos_token_id"])
+    for k, a in sd.items():  # tied: the file has no output.weight
+        w.add_tensor(names[k], np.ascontiguousarray(a.astype(np.float32)))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+FAMILY_FIXTURES = {"qwen3": qwen3, "qwen3_gguf": qwen3_gguf, "llama32": llama32, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3}
 
 
 GG = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",

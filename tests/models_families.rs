@@ -37,12 +37,19 @@ fn floats(v: &Value) -> Vec<f32> {
 /// Transformers' logits and greedy ids from the fixture `name` on `device`, and the cache's
 /// decode equal to a full recompute of prompt + generated ids.
 fn check_family(name: &str, device: &Device) {
+    check_file(name, None, device)
+}
+
+/// [`check_family`] of the fixture's `file` (a GGUF file beside the directory's weights) when
+/// given.
+fn check_file(name: &str, file: Option<&str>, device: &Device) {
     let e = expected(name);
     let (prompt, greedy) = (ids(&e["prompt_ids"]), ids(&e["greedy_ids"]));
-    let model = AutoModel::load(dir(name), device, DType::F32).expect("load");
+    let path = file.map_or_else(|| dir(name), |f| dir(name).join(f));
+    let model = AutoModel::load(path, device, DType::F32).expect("load");
     let mut cache = model.new_cache(64).unwrap();
     let logits = model.forward_last(&prompt, &mut cache).unwrap();
-    let ctx = format!("{name} on {device}");
+    let ctx = format!("{name} {file:?} on {device}");
     let want = floats(&e["last_logits"]);
     assert_close(&logits.to_vec::<f32>().unwrap(), &want, 1e-4, 1e-4, &ctx);
     let opts = GenerateOptions {
@@ -130,6 +137,8 @@ fn assert_format_error<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) {
 fn qwen3_qk_norm_tied_matches_transformers() {
     for d in devices() {
         check_family("qwen3", &d);
+        // llama.cpp's qwen3 GGUF of the same weights (F32): the same logits and ids.
+        check_file("qwen3", Some("model-f32.gguf"), &d);
     }
     assert_format_error(
         load_edited("qwen3", |c| {

@@ -13,5 +13,11 @@ pub(crate) struct Family {
     pub config: ConfigSpec,
     /// Builds the model from a Hugging Face checkpoint (tensor names as transformers writes
     /// them), reading tensors in file order so progress advances as the loader walks the file.
-    pub load: fn(&mut dyn Source, &ModelConfig, &Device, DType) -> Result<CausalLM>,
+    pub load: Loader,
+    /// The same from a llama.cpp GGUF file whose `general.architecture` is `model_type`
+    /// (llama.cpp's tensor names); `None`: such files are refused.
+    pub gguf: Option<Loader>,
 }
+
+/// Builds a model from the tensors a [`Source`] reads.
+pub(crate) type Loader = fn(&mut dyn Source, &ModelConfig, &Device, DType) -> Result<CausalLM>;

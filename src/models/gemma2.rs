@@ -14,6 +14,7 @@ pub(crate) const GEMMA2: Family = Family {
     model_type: "gemma2",
     config: spec(|_, n| (0..n).map(|l| l % 2 == 0).collect()),
     load,
+    gguf: None,
 };
 
 /// The config of Gemma 2 and 3 (`default_sliding`: which layers slide without `layer_types`).

@@ -16,6 +16,7 @@ pub(crate) const GEMMA3: Family = Family {
     model_type: "gemma3_text",
     config: spec_with_rope(),
     load,
+    gguf: None,
 };
 
 const fn spec_with_rope() -> super::config::ConfigSpec {

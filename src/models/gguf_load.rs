@@ -1,10 +1,12 @@
-//! Loading a llama.cpp GGUF file (architectures `llama` and `qwen2`): hyper-parameters from its
-//! metadata, llama.cpp's tensor names, q/k rows un-permuted, quantized matrices kept quantized.
+//! Loading a llama.cpp GGUF file (the architectures whose family has a GGUF loader: `llama`,
+//! `qwen2`, `qwen3`): hyper-parameters from its metadata, llama.cpp's tensor names, q/k rows
+//! un-permuted, quantized matrices kept quantized.
 
 use super::config::{ModelConfig, RopeScaling};
+use super::families::FAMILIES;
+use super::family::Family;
 use super::gguf::{GgufFile, GgufTensor};
 use super::layers::{Linear, Source};
-use super::llama::{self, Names};
 use super::load::{check_shape, format_error, Meter, Progress};
 use super::model::CausalLM;
 use super::weight::Weight;
@@ -123,22 +125,13 @@ impl Source for Loader<'_> {
     }
 }
 
-/// Llama-family tensor names in a llama.cpp file.
-const GGUF_LLAMA: Names = Names {
-    embed: "token_embd.weight",
-    layer: "blk",
-    attn_norm: "attn_norm",
-    q: "attn_q",
-    k: "attn_k",
-    v: "attn_v",
-    o: "attn_output",
-    mlp_norm: "ffn_norm",
-    gate: "ffn_gate",
-    up: "ffn_up",
-    down: "ffn_down",
-    final_norm: "output_norm.weight",
-    lm_head: "output.weight",
-};
+/// The family that loads GGUF files of architecture `arch`.
+fn gguf_family(arch: &str) -> Option<&'static Family> {
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.model_type == arch && f.gguf.is_some())
+}
 
 /// The hyper-parameters of a llama.cpp file.
 fn config(file: &GgufFile) -> Result<ModelConfig> {
@@ -147,12 +140,18 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
         .architecture()
         .ok_or_else(|| fmt("no general.architecture in the metadata".into()))?
         .to_string();
-    if !matches!(arch.as_str(), "llama" | "qwen2") {
-        return Err(fmt(format!(
+    gguf_family(&arch).ok_or_else(|| {
+        let known: Vec<_> = FAMILIES
+            .iter()
+            .filter(|f| f.gguf.is_some())
+            .map(|f| f.model_type)
+            .collect();
+        fmt(format!(
             "unknown architecture general.architecture = {arch:?}; wgtensor runs GGUF files of \
-             llama (Llama, Mistral) and qwen2"
-        )));
-    }
+             {} (llama covers Mistral)",
+            known.join(", ")
+        ))
+    })?;
     let md = file.metadata();
     let int = |k: &str| {
         md.get(&format!("{arch}.{k}"))
@@ -332,5 +331,8 @@ pub(crate) fn load_gguf(
         config.rope_scaling = Some(RopeScaling::Factors(f));
         config.validate(file.path())?;
     }
-    llama::build(&mut ld, &GGUF_LLAMA, &config, device, dtype)
+    let load = gguf_family(&config.model_type)
+        .and_then(|f| f.gguf)
+        .ok_or_else(|| format_error(file.path(), "no GGUF loader (a wgtensor bug)".into()))?;
+    load(&mut ld, &config, device, dtype)
 }

@@ -27,6 +27,7 @@ pub(crate) const GPT2: Family = Family {
         },
     },
     load,
+    gguf: None,
 };
 
 fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) -> Result<CausalLM> {

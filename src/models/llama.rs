@@ -32,6 +32,7 @@ pub(crate) const LLAMA: Family = Family {
     model_type: "llama",
     config: spec(no_sliding, super::config::no_adjust),
     load: load_hf,
+    gguf: Some(load_gguf),
 };
 
 /// Mistral: every layer slides when `sliding_window` is set.
@@ -39,6 +40,8 @@ pub(crate) const MISTRAL: Family = Family {
     model_type: "mistral",
     config: spec(|_, n| vec![true; n], super::config::no_adjust),
     load: load_hf,
+    // llama.cpp writes Mistral as `llama`.
+    gguf: None,
 };
 
 /// Qwen2: biases on q, k and v; `use_sliding_window` from layer `max_window_layers` on.
@@ -49,6 +52,7 @@ pub(crate) const QWEN2: Family = Family {
         Ok(())
     }),
     load: load_hf,
+    gguf: Some(load_gguf),
 };
 
 pub(crate) fn qwen2_sliding(v: &Value, layers: usize) -> Vec<bool> {
@@ -95,6 +99,32 @@ pub(super) const HF: Names = Names {
     lm_head: "lm_head.weight",
 };
 
+/// Llama-family tensor names in a llama.cpp file.
+pub(super) const GGUF: Names = Names {
+    embed: "token_embd.weight",
+    layer: "blk",
+    attn_norm: "attn_norm",
+    q: "attn_q",
+    k: "attn_k",
+    v: "attn_v",
+    o: "attn_output",
+    mlp_norm: "ffn_norm",
+    gate: "ffn_gate",
+    up: "ffn_up",
+    down: "ffn_down",
+    final_norm: "output_norm.weight",
+    lm_head: "output.weight",
+};
+
+fn load_gguf(
+    src: &mut dyn Source,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    build(src, &GGUF, c, device, dtype)
+}
+
 fn load_hf(
     src: &mut dyn Source,
     c: &ModelConfig,
@@ -113,6 +143,19 @@ pub(super) fn build(
     device: &Device,
     dtype: DType,
 ) -> Result<CausalLM> {
+    build_with(src, n, c, device, dtype, None)
+}
+
+/// [`build`], with an RMSNorm over each head's q and k before RoPE when `qk_norm` names their
+/// weights (`{layer}.{i}.{name}.weight`; Qwen3).
+pub(super) fn build_with(
+    src: &mut dyn Source,
+    n: &Names,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+    qk_norm: Option<[&str; 2]>,
+) -> Result<CausalLM> {
     let (hid, inter, voc) = (c.hidden_size, c.intermediate_size, c.vocab_size);
     let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
     let eps = c.norm_eps;
@@ -126,6 +169,12 @@ pub(super) fn build(
         let k = src.rope_linear(&format!("{p}.{}", n.k), kvd, hid, b)?;
         let v = src.linear(&format!("{p}.{}", n.v), kvd, hid, b)?;
         let o = src.linear(&format!("{p}.{}", n.o), hid, qd, c.o_bias)?;
+        let mut attn = Attention::new(Qkv::Separate(q, k, v), o, c);
+        if let Some([qn, kn]) = qk_norm {
+            let hd = c.head_dim;
+            attn.q_norm = Some(Norm::rms(src, &format!("{p}.{qn}.weight"), hd, eps)?);
+            attn.k_norm = Some(Norm::rms(src, &format!("{p}.{kn}.weight"), hd, eps)?);
+        }
         let mlp_norm = Norm::rms(src, &format!("{p}.{}.weight", n.mlp_norm), hid, eps)?;
         let mb = c.mlp_bias;
         let mlp = Mlp::Gated {
@@ -136,7 +185,7 @@ pub(super) fn build(
         };
         blocks.push(Box::new(PreNormBlock {
             attn_norm,
-            attn: Attention::new(Qkv::Separate(q, k, v), o, c),
+            attn,
             mlp_norm,
             mlp,
         }));

@@ -34,6 +34,7 @@ pub(crate) const PHI3: Family = Family {
         },
     },
     load,
+    gguf: None,
 };
 
 fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) -> Result<CausalLM> {

@@ -1,9 +1,11 @@
 //! Qwen3: the Llama block with an RMSNorm over each head's q and k before RoPE, and no q/k/v
-//! biases (`attention_bias` as configured).
+//! biases (`attention_bias` as configured). Loads from Hugging Face directories and from
+//! llama.cpp's `qwen3` GGUF files.
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
 use super::family::Family;
-use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Source};
+use super::layers::Source;
+use super::llama::{build_with, GGUF, HF};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
 
@@ -26,47 +28,31 @@ pub(crate) const QWEN3: Family = Family {
             )),
         },
     },
-    load,
+    load: |src, c, device, dtype| {
+        build_with(
+            src,
+            &HF,
+            c,
+            device,
+            dtype,
+            Some(["self_attn.q_norm", "self_attn.k_norm"]),
+        )
+    },
+    gguf: Some(load_gguf),
 };
 
-fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) -> Result<CausalLM> {
-    let (hid, eps) = (c.hidden_size, c.norm_eps);
-    let embed = src.matrix("model.embed_tokens.weight", c.vocab_size, hid)?;
-    let mut blocks: Vec<Box<dyn Block>> = Vec::with_capacity(c.num_layers);
-    for i in 0..c.num_layers {
-        let p = format!("model.layers.{i}");
-        let attn_norm = Norm::rms(src, &format!("{p}.input_layernorm.weight"), hid, eps)?;
-        let a = format!("{p}.self_attn");
-        let mut attn = Attention::load_separate(src, &a, c, c.qkv_bias, c.o_bias)?;
-        attn.q_norm = Some(Norm::rms(
-            src,
-            &format!("{a}.q_norm.weight"),
-            c.head_dim,
-            eps,
-        )?);
-        attn.k_norm = Some(Norm::rms(
-            src,
-            &format!("{a}.k_norm.weight"),
-            c.head_dim,
-            eps,
-        )?);
-        let mlp_norm = Norm::rms(
-            src,
-            &format!("{p}.post_attention_layernorm.weight"),
-            hid,
-            eps,
-        )?;
-        let mlp = Mlp::load_gated(src, &format!("{p}.mlp"), c, c.mlp_bias, Act::Silu)?;
-        blocks.push(Box::new(PreNormBlock {
-            attn_norm,
-            attn,
-            mlp_norm,
-            mlp,
-        }));
-    }
-    let final_norm = Norm::rms(src, "model.norm.weight", hid, eps)?;
-    let head = lm_head(src, "lm_head.weight", c)?;
-    Ok(CausalLM::assemble(
-        c, device, dtype, embed, blocks, final_norm, head,
-    ))
+fn load_gguf(
+    src: &mut dyn Source,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    build_with(
+        src,
+        &GGUF,
+        c,
+        device,
+        dtype,
+        Some(["attn_q_norm", "attn_k_norm"]),
+    )
 }
