@@ -3,7 +3,7 @@ random model of all-MiniLM-L6-v2's size (bert, hidden 384, 6 layers, 12 heads, i
 1536, vocab 30522; mean pooling, Normalize) and 32 texts of about 12 tokens.
 
     pip install torch transformers tokenizers sentence-transformers
-    python3 scripts/embed_peer.py --out /tmp/embed-bench [--iters 50]
+    python3 scripts/embed_peer.py --out /tmp/embed-bench [--iters 50] [--threads N]
     cargo run --release --features models --example embed -- --model /tmp/embed-bench \\
         --text-file /tmp/embed-bench/texts.txt --device cpu --bench 50
 
@@ -61,7 +61,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/embed-bench")
     ap.add_argument("--iters", type=int, default=50)
+    # PyTorch's default is one thread per core; on a shared machine one thread can be faster.
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if not os.path.exists(os.path.join(a.out, "modules.json")):
         write_model(a.out)
     from sentence_transformers import SentenceTransformer
