@@ -187,7 +187,11 @@ impl Embedder {
             return Err(Error::Io {
                 op: OP,
                 path: dir.display().to_string(),
-                message: "not a model directory".into(),
+                message: if dir.exists() {
+                    "not a model directory (config.json, model.safetensors, tokenizer.json)".into()
+                } else {
+                    "no such file or directory".into()
+                },
             });
         }
         let (pooling, normalize, max_len, lower_case) = read_modules(dir)?;
