@@ -293,8 +293,16 @@ impl Attention {
         };
         let rows = len - first;
         if n == 1 && self.softcap.is_none() {
-            let k = cache.k[l].narrow(0, first, rows)?;
-            let v = cache.v[l].narrow(0, first, rows)?;
+            // The kernel reads the first `rows` of what it is given: the whole cache unless a
+            // window starts later.
+            let (k, v) = if first == 0 {
+                (cache.k[l].clone(), cache.v[l].clone())
+            } else {
+                (
+                    cache.k[l].narrow(0, first, rows)?,
+                    cache.v[l].narrow(0, first, rows)?,
+                )
+            };
             let out = Tensor::attention_decode(&q.reshape(&[h, hd])?, &k, &v, rows, self.scale)?;
             return out.reshape(&[1, h * hd]);
         }
