@@ -1,6 +1,6 @@
 //! A model larger than its device's memory budget is refused before any weight is allocated,
 //! with an `OutOfMemory` naming the model's size and the budget; tensors already on the device
-//! are untouched, and the same model loads once the budget allows it. One test function, since
+//! are untouched, and the same model loads once the budget allows it. The tests take turns, since
 //! the budget is per device for the whole process.
 
 mod common;
@@ -18,8 +18,16 @@ fn model(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The budget and the allocation counts are per device for the whole process: the tests of this
+/// file take turns.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn models_over_budget_are_refused_up_front() {
+    let _turn = one_at_a_time();
     for device in devices() {
         for (path, dtype) in [
             (model("models/llama"), DType::F32),
@@ -90,6 +98,7 @@ fn models_over_budget_are_refused_up_front() {
 /// 64 after which a batch is otherwise submitted; f32 weights and Q8_0 ones.
 #[test]
 fn a_decoded_token_is_one_submit_and_four_bytes_read_back() {
+    let _turn = one_at_a_time();
     let tmp = common::TempDir::new("eight_layers");
     let preset = random_llama::Preset {
         vocab: 512,
