@@ -35,10 +35,10 @@ fn validate(name: &str, source: &str) {
             || name.starts_with("conv2d")
             || name.starts_with("attention_forward")
             || name.starts_with("attention_backward")
-            || (name == "quant.wgsl" && ep.name == "matvec")
+            || (name == "quant.wgsl" && ep.name.starts_with("matvec"))
         {
             // Matmul tiles its own 2-D workgroups, the quantized matvec takes one workgroup per
-            // weight row, decode attention 64 invocations per head, conv2d 16 x 8 per tile and fused attention 64
+            // weight row (or 64 rows, one per invocation), decode attention 64 invocations per head, conv2d 16 x 8 per tile and fused attention 64
             // per tile of rows (all dispatched with
             // `launch_workgroups`); they must stay within WebGPU's default 256 invocations per
             // workgroup.
