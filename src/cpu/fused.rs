@@ -11,10 +11,10 @@
 //! it; i32; u32 for U32 and U8), so a fused program gives the op-by-op path's bits.
 
 use super::normal::{normal, uniform, words, Dist};
-use super::program::{Expr, Program};
 use super::storage::CpuStorage;
 use super::strided::{try_vec, walk, PAR_THRESHOLD};
 use super::typed::clamp1;
+use crate::ops::program::{Expr, Program};
 use crate::ops::{BinaryFn, BinaryOp, BinaryVisitor, CmpOp, UnaryFn, UnaryOp, UnaryVisitor};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};

@@ -6,9 +6,9 @@
 use crate::cpu::elementwise as ew;
 use crate::cpu::fused::{run, BLOCK};
 use crate::cpu::normal::{sample_host, Dist};
-use crate::cpu::program::{Expr, NodeId, Program};
 use crate::cpu::storage::CpuStorage;
 use crate::cpu::typed::{self, dtype_of, Scalar};
+use crate::ops::program::{Expr, NodeId, Program};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::shape::Layout;
 use crate::DType;

@@ -67,7 +67,6 @@ pub(crate) mod norm;
 pub(crate) mod normal;
 pub(crate) mod panels;
 pub(crate) mod pool;
-pub(crate) mod program;
 pub(crate) mod quant;
 pub(crate) mod quant_dot;
 pub(crate) mod reduce;

@@ -178,12 +178,7 @@ pub(crate) fn uniform(w: u32) -> f32 {
     (w & 0xFF_FFFF) as f32 * (1.0 / 16_777_216.0)
 }
 
-/// Which distribution a random node draws.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Dist {
-    Uniform,
-    Normal,
-}
+pub(crate) use crate::ops::program::Dist;
 
 /// `n` samples of `dist` on the host, element `e` from offset `offset + e`.
 pub(crate) fn sample_host(dist: Dist, seed: u64, offset: u64, n: usize) -> crate::Result<Vec<f32>> {

@@ -18,8 +18,8 @@
 //!   so a fused chain gives the bits of the op-by-op path), i32 for I32, u32 for U32 and U8.
 
 use super::bindings::declare;
-use crate::cpu::normal::Dist;
-pub(crate) use crate::cpu::program::{Expr, NodeId, Program};
+use crate::ops::program::Dist;
+pub(crate) use crate::ops::program::{Expr, NodeId, Program};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 use std::collections::HashMap;

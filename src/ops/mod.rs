@@ -59,6 +59,7 @@ macro_rules! op_enum {
 
 mod compare;
 mod host;
+pub(crate) mod program;
 mod reduce;
 mod rows;
 pub(crate) mod testing;

@@ -4,7 +4,7 @@
 //! `Device::synchronize` runs. Apart from `fuse.rs` because `Tensor` holds a cell: this file
 //! must not need the tensor type back.
 
-use crate::cpu::program::Program;
+use crate::ops::program::Program;
 use crate::cpu::storage::CpuStorage;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};

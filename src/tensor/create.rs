@@ -1,7 +1,7 @@
 //! Creating tensors on the host or directly on a device.
 
 use super::{backend, Backend, Tensor};
-use crate::cpu::program::Expr;
+use crate::ops::program::Expr;
 use crate::ops::BinaryOp;
 use crate::shape::{numel_checked, numel_for};
 use crate::storage::{CpuStorage, Storage};

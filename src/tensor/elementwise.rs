@@ -7,7 +7,7 @@ use super::convert::scalar_dtype;
 use super::fuse::Fuser;
 use super::Tensor;
 use super::{data_n, Data, DataN};
-use crate::cpu::program::Expr;
+use crate::ops::program::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::storage::Storage;
 use crate::{cpu, Result};

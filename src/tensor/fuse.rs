@@ -21,7 +21,7 @@
 
 use super::cell::{register, Pending, StorageCell};
 use super::{backend, Backend, Tensor, TensorInner};
-use crate::cpu::program::{Expr, NodeId, Program};
+use crate::ops::program::{Expr, NodeId, Program};
 use crate::gpu::GpuDevice;
 use crate::shape::Layout;
 use crate::{DType, Device, Error, Result};

@@ -2,12 +2,18 @@
 //! dtype (unary, binary, scalar, comparisons, `where`, `clamp`, `to_dtype`, `arange`, random
 //! draws) is an [`Expr`] node over input views. The tensor layer records chains of them
 //! (`src/tensor/fuse.rs`); a GPU runs a program as one generated WGSL kernel
-//! (`src/gpu/codegen.rs`), the CPU as one blocked pass over memory (`fused.rs`). Here, in the
-//! CPU backend's folder, because `gpu` may name `cpu` items that define an op for both.
+//! (`src/gpu/codegen.rs`), the CPU as one blocked pass over memory (`src/cpu/fused.rs`). Here,
+//! beside the op tables, because both backends read it and neither owns it.
 
-use super::normal::Dist;
-use crate::ops::{BinaryOp, CmpOp, UnaryOp};
+use super::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
+
+/// Which distribution a random node draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Dist {
+    Uniform,
+    Normal,
+}
 
 /// Index of a node in [`Program::nodes`].
 pub(crate) type NodeId = usize;
