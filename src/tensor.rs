@@ -22,6 +22,7 @@ mod gather;
 mod join;
 mod matmul;
 mod norm;
+mod optim_step;
 mod pad;
 mod quant;
 mod reduce;

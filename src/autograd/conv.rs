@@ -2,9 +2,7 @@
 //! kernels as the forward (`cpu/conv.rs`), not from a gather's scatter.
 
 use super::record;
-use crate::cpu::batch_norm::BnGeom;
-use crate::cpu::conv::Geom;
-use crate::cpu::pool::PoolGeom;
+use crate::ops::geometry::{BnGeom, Geom, PoolGeom};
 use crate::Tensor;
 use std::sync::Arc;
 

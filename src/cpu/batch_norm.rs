@@ -8,16 +8,9 @@
 
 use super::alloc::try_vec;
 use super::strided::PAR_THRESHOLD;
+pub(crate) use crate::ops::geometry::BnGeom;
 use crate::Result;
 use rayon::prelude::*;
-
-/// Sizes of one batch norm: `n` images of `c` channels of `hw` elements.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct BnGeom {
-    pub n: usize,
-    pub c: usize,
-    pub hw: usize,
-}
 
 impl BnGeom {
     /// Elements per channel.

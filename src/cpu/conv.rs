@@ -9,6 +9,7 @@
 
 use super::alloc::try_vec;
 use super::matmul::mm;
+pub(crate) use crate::ops::geometry::Geom;
 use crate::Result;
 use rayon::prelude::*;
 
@@ -21,22 +22,6 @@ const TABLE_MAX_OW: usize = 16;
 /// Weight-gradient partial sums: images are split into at most this many fixed runs (not one
 /// per thread), each summed in order, then the runs in order.
 const WGRAD_PARTS: usize = 8;
-
-/// Sizes of one convolution (validated by `Tensor::conv2d`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Geom {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub o: usize,
-    pub g: usize,
-    pub k: [usize; 2],
-    pub s: [usize; 2],
-    pub p: [usize; 2],
-    pub d: [usize; 2],
-    pub out: [usize; 2],
-}
 
 impl Geom {
     fn cg(&self) -> usize {

@@ -6,16 +6,11 @@
 
 use super::fast_exp::{exp_le0, exp_neg, lane_max};
 use super::strided::PAR_THRESHOLD;
+pub(crate) use crate::ops::geometry::CeSpec;
 use rayon::prelude::*;
 
 /// Logits per rayon task (enough work to amortise the hand-off).
 const PAR_CHUNK: usize = 1 << 13;
-
-/// What the kernels need to know about the targets.
-pub(crate) struct CeSpec {
-    pub ignore: Option<i64>,
-    pub smoothing: f32,
-}
 
 impl CeSpec {
     /// Whether row target `t` takes part (not the ignored class).

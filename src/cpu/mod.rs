@@ -48,6 +48,7 @@ pub(crate) fn dot8(a: &[f32], b: &[f32]) -> f32 {
     ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
+pub(crate) mod adam;
 pub(crate) mod alloc;
 pub(crate) mod attention;
 pub(crate) mod attention_backward;

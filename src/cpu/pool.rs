@@ -4,21 +4,9 @@
 
 use super::alloc::try_vec;
 use super::strided::PAR_THRESHOLD;
+pub(crate) use crate::ops::geometry::PoolGeom;
 use crate::Result;
 use rayon::prelude::*;
-
-/// Sizes of one max pooling over `planes` planes of `h x w` (dilation 1; padding at most half
-/// the kernel, so every window holds an input element).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PoolGeom {
-    pub planes: usize,
-    pub h: usize,
-    pub w: usize,
-    pub k: [usize; 2],
-    pub s: [usize; 2],
-    pub p: [usize; 2],
-    pub out: [usize; 2],
-}
 
 /// Maxima `[planes, oh, ow]` and their offsets within the plane. Windows are scanned in row
 /// order; a later element wins only when larger, or NaN over a number (PyTorch's rule, and the

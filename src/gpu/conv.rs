@@ -6,7 +6,7 @@ use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::kernels::{grid, Launch, Shader};
 use super::params::w;
-use crate::cpu::conv::Geom;
+use crate::ops::geometry::Geom;
 use crate::{Error, Result};
 
 /// Output channels and output positions one workgroup covers (the shader's `BM` and `BN`).

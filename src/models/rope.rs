@@ -2,7 +2,7 @@
 //! and family files that use them.
 
 use super::config::ModelConfig;
-use crate::cpu::alloc::try_vec;
+use crate::storage::try_vec;
 use crate::{Device, Error, Result, Tensor};
 use std::sync::Mutex;
 

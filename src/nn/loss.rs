@@ -1,8 +1,8 @@
 //! Loss functions (PyTorch's `F.mse_loss` and `F.cross_entropy`), written with differentiable
 //! tensor ops so `loss.backward()` works on every device.
 
-use crate::cpu::cross_entropy::CeSpec;
 use crate::error::check_rank;
+use crate::ops::geometry::CeSpec;
 use crate::{DType, Error, Result, Tensor};
 
 /// Mean squared error, `mean((pred - target)²)` (PyTorch's `F.mse_loss`, reduction `mean`).

@@ -58,6 +58,7 @@ macro_rules! op_enum {
 }
 
 mod compare;
+pub(crate) mod geometry;
 mod host;
 pub(crate) mod program;
 mod reduce;

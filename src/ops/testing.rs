@@ -7,7 +7,7 @@ use super::{
     BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, ReduceOp, RowOp, UnaryFn, UnaryOp,
     UnaryVisitor,
 };
-use crate::cpu::cross_entropy::CeSpec;
+use crate::ops::geometry::CeSpec;
 use crate::{DType, Result, Tensor};
 
 /// One unary op of the table (`src/ops/mod.rs`).

@@ -2,6 +2,7 @@
 
 use super::{all_or_nothing, check_hyper, check_state, state, update_params, Optimizer};
 use crate::nn::Module;
+use crate::ops::geometry::AdamStep;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 
@@ -18,20 +19,11 @@ struct Moments {
     dstep: Option<Tensor>,
 }
 
-/// The packed f32 data of a CPU tensor, if it is one.
-fn cpu_f32(t: &Tensor) -> Option<&[f32]> {
-    if t.dtype() != DType::F32 || !t.is_contiguous() {
-        return None;
-    }
-    let at = t.layout().offset;
-    t.host_f32("adam").ok()?.get(at..at + t.numel())
-}
-
-/// One Adam update of a CPU parameter in a single pass (new parameter, moments, step), or
-/// `None` when the tensors are not packed f32 CPU data (the op-by-op path then runs: on a GPU
+/// One Adam update in a single fused pass when the backend has one for these tensors (packed f32
+/// CPU data: new parameter, moments and step), or `None` (the op-by-op path then runs: on a GPU
 /// it fuses into one kernel). The same f32 operations in the same order as that path, so the
-/// results are the same bits; one pass instead of a dozen allocating ones.
-fn cpu_step(
+/// results are the same bits.
+fn fused_step(
     p: &Tensor,
     g: &Tensor,
     prev: Option<&Moments>,
@@ -39,90 +31,17 @@ fn cpu_step(
     lr: f32,
     eps: f32,
 ) -> Result<Option<(Tensor, Tensor, Tensor, i32)>> {
-    if !p.device().is_cpu() {
-        return Ok(None);
-    }
-    // Weight gradients often arrive as transposed views of a matmul: pack them once.
-    let g = if g.is_contiguous() {
-        g.clone()
-    } else {
-        g.contiguous()?
-    };
-    let (Some(ps), Some(gs)) = (cpu_f32(p), cpu_f32(&g)) else {
-        return Ok(None);
-    };
-    let old = match prev {
-        Some(s) => match (cpu_f32(&s.m), cpu_f32(&s.v)) {
-            (Some(m), Some(v)) => Some((m, v, s.step)),
-            _ => return Ok(None),
-        },
-        None => None,
-    };
-    if gs.len() != ps.len() {
-        return Ok(None);
-    }
-    let step = old.map_or(1, |o| o.2 + 1);
-    let bc1 = 1.0 - b1.powi(step);
-    let bc2 = 1.0 - b2.powi(step);
-    let (sq2, scale) = (bc2.sqrt(), lr / bc1);
-    let n = ps.len();
-    let mut np = crate::cpu::alloc::try_vec::<f32>("Adam::step", n)?;
-    let mut nm = crate::cpu::alloc::try_vec::<f32>("Adam::step", n)?;
-    let mut nv = crate::cpu::alloc::try_vec::<f32>("Adam::step", n)?;
-    np.resize(n, 0.0);
-    nm.resize(n, 0.0);
-    nv.resize(n, 0.0);
-    // Plain zipped slices (no indexing) so the loop vectorises, sqrt and division included.
-    let zeros;
-    let (m0, v0, keep) = match old {
-        Some((m, v, _)) => (m, v, 1.0f32),
-        None => {
-            zeros = vec![0f32; n];
-            (&zeros[..], &zeros[..], 0.0)
-        }
-    };
-    let chunk = |at: usize, np: &mut [f32], nm: &mut [f32], nv: &mut [f32]| {
-        let end = at + np.len();
-        let ins = ps[at..end]
-            .iter()
-            .zip(&gs[at..end])
-            .zip(m0[at..end].iter().zip(&v0[at..end]));
-        let outs = np.iter_mut().zip(nm.iter_mut().zip(nv.iter_mut()));
-        for ((op, (om, ov)), ((&p, &g), (&m, &v))) in outs.zip(ins) {
-            // On the first step there is no m or v: keep = 0 drops them exactly as the
-            // op-by-op path, which starts from (1 - β1) g and (1 - β2) g².
-            let m = if keep == 0.0 {
-                g * (1.0 - b1)
-            } else {
-                m * b1 + g * (1.0 - b1)
-            };
-            let v = if keep == 0.0 {
-                g * g * (1.0 - b2)
-            } else {
-                v * b2 + g * g * (1.0 - b2)
-            };
-            *op = p - m / (v.sqrt() / sq2 + eps) * scale;
-            *om = m;
-            *ov = v;
-        }
-    };
-    const CHUNK: usize = 1 << 14;
-    if n >= crate::cpu::strided::PAR_THRESHOLD {
-        use rayon::prelude::*;
-        np.par_chunks_mut(CHUNK)
-            .zip(nm.par_chunks_mut(CHUNK).zip(nv.par_chunks_mut(CHUNK)))
-            .enumerate()
-            .for_each(|(k, (a, (b, c)))| chunk(k * CHUNK, a, b, c));
-    } else {
-        chunk(0, &mut np, &mut nm, &mut nv);
-    }
-    let (shape, cpu) = (p.shape(), p.device());
-    Ok(Some((
-        Tensor::from_vec(np, shape, cpu)?,
-        Tensor::from_vec(nm, shape, cpu)?,
-        Tensor::from_vec(nv, shape, cpu)?,
+    let step = prev.map_or(1, |s| s.step + 1);
+    let hyper = AdamStep {
+        b1,
+        b2,
+        lr,
+        eps,
         step,
-    )))
+    };
+    let moments = prev.map(|s| (&s.m, &s.v));
+    Ok(p.adam_step_fused(g, moments, &hyper)?
+        .map(|(np, nm, nv)| (np, nm, nv, step)))
 }
 
 impl Moments {
@@ -300,7 +219,7 @@ impl Adam {
                     state.insert(name.to_string(), moments);
                     return Ok(new);
                 }
-                if let Some((new, m, v, step)) = cpu_step(&p, &g, prev, (b1, b2), lr, eps)? {
+                if let Some((new, m, v, step)) = fused_step(&p, &g, prev, (b1, b2), lr, eps)? {
                     state.insert(name.to_string(), Moments::host(m, v, step));
                     return Ok(new);
                 }

@@ -4,7 +4,7 @@
 //! backward is the gather + matmul composition's (the same ops and order as that path's).
 
 use super::{data_n, DataN, Tensor};
-use crate::cpu::conv::Geom;
+use crate::ops::geometry::Geom;
 use crate::storage::Storage;
 use crate::{DType, Result};
 use std::cell::Cell;

@@ -137,7 +137,7 @@ impl GgufFile {
             Some(h) => {
                 let order = unpermute_order(rows, h)?;
                 let row_bytes = bytes.len() / rows.max(1);
-                let mut v = crate::cpu::alloc::try_vec(OP, bytes.len())?;
+                let mut v = crate::storage::try_vec(OP, bytes.len())?;
                 for &src in &order {
                     v.extend_from_slice(&bytes[src * row_bytes..(src + 1) * row_bytes]);
                 }

@@ -330,7 +330,7 @@ pub(super) fn dense(
     let mut out16;
     match (from, dtype) {
         (GgufDType::F16, DType::F16) => {
-            out16 = crate::cpu::alloc::try_vec::<f16>(op, n)?;
+            out16 = crate::storage::try_vec::<f16>(op, n)?;
             out16.extend(
                 bytes
                     .chunks_exact(2)
@@ -339,12 +339,12 @@ pub(super) fn dense(
             Tensor::from_vec(out16, shape, device)
         }
         (_, DType::F16) => {
-            out16 = crate::cpu::alloc::try_vec::<f16>(op, n)?;
+            out16 = crate::storage::try_vec::<f16>(op, n)?;
             out16.extend((0..n).map(|i| f16::from_f32(value(from, bytes, i))));
             Tensor::from_vec(out16, shape, device)
         }
         _ => {
-            out32 = crate::cpu::alloc::try_vec::<f32>(op, n)?;
+            out32 = crate::storage::try_vec::<f32>(op, n)?;
             out32.extend((0..n).map(|i| value(from, bytes, i)));
             Tensor::from_vec(out32, shape, device)
         }
