@@ -240,3 +240,18 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Held for the whole body of every test of the `serial` binary: those tests read or set state
+/// that the whole process shares (the memory, transfer and kernel counters of the shared devices,
+/// their timeouts, process-wide switches), so they run one at a time.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The random generator is global (`manual_seed`, then draws that advance one stream): tests
+/// that seed it and compare draws, and tests of the same binary that draw from it, take turns.
+pub fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    RNG.lock().unwrap_or_else(|p| p.into_inner())
+}
