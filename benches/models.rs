@@ -139,7 +139,7 @@ fn sdpa(dev: &Device, f: &str) -> Result<()> {
         settle(&g)
     });
     // 16,384 positions x 64 dims x 1 head (a score matrix would be 1 GiB): CPU only, a software
-    // adapter takes minutes (tests/attention_fused.rs has the ignored GPU run).
+    // adapter takes minutes (tests/ops/attention_fused.rs has the ignored GPU run).
     if dev.is_cpu() && "sdpa_causal_16k/cpu".contains(f) {
         let n = 16_384;
         let x = Tensor::randn(&[1, n, 64], dev)?;

@@ -29,9 +29,10 @@
 //! # Layers
 //!
 //! Files of `src/` import one way, bottom to top; a file may use files of its own layer (with no
-//! cycle between files) and of the layers below, never of a layer above. `tests/layers.rs` reads
-//! every `use crate::...`, `super::...` and inline `crate::x::y` path, resolves it to the file
-//! that defines the item, and fails on an upward import or a file cycle.
+//! cycle between files) and of the layers below, never of a layer above.
+//! `tests/runtime/layers.rs` reads every `use crate::...`, `super::...` and inline `crate::x::y`
+//! path, resolves it to the file that defines the item, and fails on an upward import or a file
+//! cycle.
 //!
 //! 1. **base**: `dtype`, `shape`, `error`, and the op tables of `ops/` (names, dtypes, scalar
 //!    functions, WGSL bodies): the backends read the tables, so they sit below them. The tables'

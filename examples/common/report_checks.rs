@@ -1,8 +1,8 @@
-//! The correctness part of `examples/device_report.rs`, also run by `tests/device_report.rs`:
-//! every op family on small shapes (edge sizes: workgroup + 1, tile-unaligned) against a host
-//! reference computed in f64, with an explicit tolerance per family. The op tables
-//! (`wgtensor::testing::*_ops()`, `Tensor::matmul_kernels()`, `QType::ALL`) give the cases, so a
-//! new op or kernel is checked without editing this file.
+//! The correctness part of `examples/device_report.rs`, also run by
+//! `tests/runtime/device_report.rs`: every op family on small shapes (edge sizes: workgroup + 1,
+//! tile-unaligned) against a host reference computed in f64, with an explicit tolerance per
+//! family. The op tables (`wgtensor::testing::*_ops()`, `Tensor::matmul_kernels()`,
+//! `QType::ALL`) give the cases, so a new op or kernel is checked without editing this file.
 #![allow(dead_code)]
 
 use wgtensor::{Conv2dOptions, DType, Device, QTensor, QType, Result, Tensor};

@@ -218,7 +218,7 @@ impl KernelCache {
                     // infinite loop. The matmul shaders are wgtensor's own; each loop runs from
                     // a start to a bound taken from its params (a K chunk of at most 16,384, a
                     // tile edge, a batch rank) or a constant, by a fixed positive step, and
-                    // every one is run on every adapter by tests/matmul.rs.
+                    // every one is run on every adapter by tests/ops/matmul.rs.
                     unsafe { dev.create_shader_module_trusted(desc, checks) }
                 })
                 .clone();

@@ -121,7 +121,8 @@ impl MatmulKernel {
     }
 
     /// The order of the arithmetic behind each output, as far as it decides the bits: kernels
-    /// of one order give identical results (`tests/determinism.rs` checks it on every adapter).
+    /// of one order give identical results (`tests/runtime/determinism.rs` checks it on every
+    /// adapter).
     /// 0: one `acc + a * b` per k, in k order (naive, gemv); 1: one `fma` per k, in k order
     /// (the register and tiled kernels); 2: split-K (slices summed at the end); 3: K spread
     /// over 32 invocations summed in a fixed tree (gemv_t).

@@ -11,7 +11,7 @@ use crate::QType;
 
 /// The hand-written shader files, plus the generated elementwise kernels (`codegen.rs`). Each
 /// file is valid WGSL once `shaders/common.wgsl` and the declarations of its entry's bindings
-/// are prepended (done here, at embed time); `tests/shaders.rs` validates every composed
+/// are prepended (done here, at embed time); `tests/ops/shaders.rs` validates every composed
 /// shader with naga.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {

@@ -19,7 +19,7 @@
 //! - the test sweeps (`wgtensor::testing::reduce_ops()`).
 //!
 //! Adding a reduction is one `reduce_ops!` entry (with its CPU fold and WGSL snippets) and its
-//! reference value in `tests/reduce.rs`.
+//! reference value in `tests/ops/reduce.rs`.
 
 /// The WGSL start of max and argmax: the lowest value of the kind (f32 -inf, i32 MIN, u32 0)
 /// with an index no element has, so that any element beats it.

@@ -19,7 +19,8 @@ pub fn devices() -> Vec<Device> {
 /// Every `gpu:N`, opened; see [`devices`] for the skip policy.
 pub fn gpus() -> Vec<Device> {
     static REPORT: Once = Once::new();
-    // Kernel choices stay fixed in tests unless a test asks for autotuning (tests/autotune.rs).
+    // Kernel choices stay fixed in tests unless a test asks for autotuning
+    // (tests/runtime/autotune.rs).
     wgtensor::testing::autotune_off_by_default();
     let n = wgtensor::gpu_count();
     let require = std::env::var("WGTENSOR_REQUIRE_GPU").is_ok_and(|v| v == "1");

@@ -1,7 +1,7 @@
 //! Bad input and faults from /work/shared/FAULTS.md, rows 1, 2, 3, 4, 8, 13 and 22, on the CPU
 //! and every GPU: each returns `Ok` with the documented value or a typed `Err` naming the
 //! problem, never panics, and leaves a sentinel tensor intact. The device-level rows (14 bad
-//! device strings, 15 no adapter, 18 device lost) are in `tests/device_faults.rs`.
+//! device strings, 15 no adapter, 18 device lost) are in `tests/faults/device_faults.rs`.
 
 use crate::common;
 

@@ -5,7 +5,7 @@
 //! Each op runs on the CPU and on every GPU from the same host inputs. The CPU result is checked
 //! against an independent reference computed here (f64 math, hand-written broadcasting), and every
 //! GPU result against the CPU's, at an explicit per-op tolerance. Creation and transfers are in
-//! `tests/creation.rs`.
+//! `tests/ops/creation.rs`.
 
 use crate::common;
 

@@ -105,7 +105,7 @@ fn check_views(
     let cpu = Device::cpu();
     let ta = view_a(Tensor::from_vec(a.to_vec(), sa, &cpu).unwrap());
     let tb = view_b(Tensor::from_vec(b.to_vec(), sb, &cpu).unwrap());
-    // The reference reads the views packed (views themselves are tested in tests/views.rs).
+    // The reference reads the views packed (views themselves are tested in tests/ops/views.rs).
     let (pa, pb) = (values(&ta), values(&tb));
     let (want, mag, k) = reference(&pa, ta.shape(), &pb, tb.shape());
     let expected = ta.matmul(&tb).unwrap();

@@ -427,7 +427,7 @@ fn bad_arguments_are_typed_errors() {
         }
     }
     let i = Tensor::zeros(&[3], DType::I32, &Device::cpu()).unwrap();
-    // Integers reduce (tests/integer.rs), but have no mean, as in PyTorch; u8 is masks only.
+    // Integers reduce (tests/ops/integer.rs), but have no mean, as in PyTorch; u8 is masks only.
     assert!(matches!(
         i.mean_all(),
         Err(Error::UnsupportedDType { op: "mean", .. })

@@ -1,5 +1,5 @@
-//! The lexer and `use`-path parser of the layering test (`tests/layers.rs`): turns a source file
-//! into the crate paths it names, with their lines. Kept apart so each file stays readable.
+//! The lexer and `use`-path parser of the layering test (`tests/runtime/layers.rs`): turns a
+//! source file into the crate paths it names, with their lines. Kept apart so each file stays readable.
 
 // Lexing
 
