@@ -1,5 +1,5 @@
-//! Devices, adapters, autotuning, determinism, thread counts, kernel counters, profiling, the
-//! device report and the source-layering check: one test binary. Tests that need process-wide
+//! Devices, adapters, autotuning, determinism, thread counts, kernel counters, the device
+//! report and the source-layering check: one test binary. Tests that need process-wide
 //! state of their own (environment variables, autotune cache) run in child processes of this
 //! binary (`common::run_child`, or their own `--exact` child commands).
 
@@ -13,5 +13,4 @@ mod device_report;
 mod devices;
 mod kernel_stats;
 mod layers;
-mod profile;
 mod thread_counts;

@@ -1,5 +1,6 @@
-//! Gradient checkpointing: identical gradients, lower peak memory. Its own test binary because
-//! the memory statistics are process-global (the tests here run one at a time under `STATS`).
+//! Gradient checkpointing: identical gradients, lower peak memory. In the `serial` binary because
+//! the memory statistics are process-global (every test there runs alone under
+//! `common::serial()`).
 
 use crate::common;
 

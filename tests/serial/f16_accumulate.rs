@@ -2,7 +2,7 @@
 //! with `SHADER_F16`, every kernel that reads f16 (each forced in turn) is checked against the
 //! CPU's f32-accumulated product with an f16-accumulation tolerance, on edge shapes; a sum that
 //! f16 cannot hold shows that f16 accumulation really ran; NaN propagates; turning it off
-//! restores f32 accumulation. One test in its own binary: the setting is process-wide.
+//! restores f32 accumulation. In the `serial` binary (one test at a time): the setting is process-wide.
 
 use crate::common;
 

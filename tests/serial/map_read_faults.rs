@@ -2,8 +2,9 @@
 //! (llvmpipe is one) `map_read` maps the tensor's own buffer, and nothing can be submitted until
 //! the closure returns: a readback or a flushed op inside the closure is an immediate
 //! `InvalidArgument` naming `map_read`, never a wait for the device timeout. Elsewhere (staging
-//! copies) it simply works. Either way the device stays usable. Its own binary: it sets a device
-//! timeout of ten minutes, so a wait for the timeout would show as a hung test.
+//! copies) it simply works. Either way the device stays usable. In the `serial` binary: it sets
+//! the shared devices' timeout to ten minutes, so a wait for the timeout would show as a hung
+//! test, and no other test runs meanwhile.
 
 use crate::common;
 

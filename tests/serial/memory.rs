@@ -1,8 +1,9 @@
 //! The caching allocator and memory statistics (PyTorch's `torch.cuda.memory_*`), transfer
 //! statistics, batched and asynchronous readbacks, and the soak test (FAULTS row 25).
 //!
-//! Memory counters and the buffer cache are per device and shared by every test in this binary,
-//! so every test here holds `STATS` and they run one at a time.
+//! Memory counters and the buffer cache are per device and shared by every test in the process,
+//! so every test of the `serial` binary holds `common::serial()` and they run one at a time
+//! (the tests here hold `STATS` too, as they did in a binary of their own).
 
 use crate::common;
 use common::{devices, gpus, values};

@@ -1,4 +1,6 @@
-//! `Device::profile`: per-kernel GPU time from timestamp queries, on every device.
+//! `Device::profile`: per-kernel GPU time from timestamp queries, on every device. A profile
+//! times every dispatch of its device, whichever thread makes it, and one profile of a device is
+//! open at a time: in the `serial` binary, so no other test dispatches or profiles meanwhile.
 
 use crate::common;
 
@@ -7,6 +9,7 @@ use wgtensor::{Error, Tensor};
 
 #[test]
 fn profile_times_each_kernel_and_closes_on_error() {
+    let _serial = common::serial();
     for dev in devices() {
         let a = Tensor::from_vec(data(64 * 64, 1, 1.0), &[64, 64], &dev).unwrap();
         let want = values(&a.matmul(&a).unwrap().softmax(-1).unwrap());
