@@ -4,6 +4,7 @@ and `gguf` packages, and what transformers computes on them (greedy ids, last-po
     pip install torch transformers tokenizers gguf safetensors
     python3 scripts/make_fixtures.py            # writes tests/data/models/
     python3 scripts/make_fixtures.py qwen3 gemma2   # only those family fixtures
+    python3 scripts/make_fixtures.py phi3_gguf gemma2_gguf gemma3_gguf   # the GGUF files of phi3, gemma2, gemma3
 
 Every model is small (under 2 MB in all) and seeded, so rerunning gives the same files. The Rust
 tests never need Python: they read the committed files."""
@@ -309,7 +310,92 @@ def qwen3_gguf():
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 
 
-FAMILY_FIXTURES = {"qwen3": qwen3, "qwen3_gguf": qwen3_gguf, "llama32": llama32, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3}
+def hf_to_gguf(d, arch, meta, norm_shift=False):
+    """`d`'s model.safetensors as an F32 GGUF file `model-f32.gguf` of llama.cpp architecture `arch`:
+    tensor names from the gguf package's map (the one convert_hf_to_gguf.py uses), Gemma's `1 +
+    weight` baked into every norm weight as that converter stores it (`norm_shift`), the metadata
+    written by `meta(writer, config)`."""
+    from safetensors.numpy import load_file
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg["num_hidden_layers"])
+    w = gguf.GGUFWriter(os.path.join(d, "model-f32.gguf"), arch)
+    w.add_context_length(cfg["max_position_embeddings"]); w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"]); w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"]); w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"]); w.add_vocab_size(cfg["vocab_size"]); w.add_file_type(0)
+    w.add_bos_token_id(cfg["bos_token_id"]); w.add_eos_token_id(cfg["eos_token_id"])
+    meta(w, cfg)
+    for k, a in sd.items():
+        name = tmap.get_name(k, try_suffixes=(".weight", ".bias"))
+        assert name is not None, k
+        a = a.astype(np.float32)
+        if norm_shift and k.endswith("norm.weight"):
+            a = a + np.float32(1.0)
+        w.add_tensor(name, np.ascontiguousarray(a))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+
+
+def phi3_gguf():
+    """The Phi-3 fixture as llama.cpp's `phi3` F32 GGUF: fused `attn_qkv`, `ffn_up` holding gate
+    and up, `attention.sliding_window` 6, `rope.scaling.original_context_length`."""
+    def meta(w, cfg):
+        w.add_rope_dimension_count(cfg["hidden_size"] // cfg["num_attention_heads"])
+        w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+        w.add_rope_scaling_orig_ctx_len(cfg["rope_parameters"].get("original_max_position_embeddings",
+                                                                   cfg["max_position_embeddings"]))
+        w.add_sliding_window(cfg["sliding_window"] or 0)
+    hf_to_gguf(os.path.join(OUT, "phi3"), "phi3", meta)
+
+
+def gemma2_gguf():
+    """Gemma 2 as llama.cpp's `gemma2` F32 GGUF: llama.cpp keeps no query_pre_attn_scalar (it
+    scales by 1/sqrt(head_dim), or 1/sqrt(hidden / heads) for the 46-layer 27B), so this model's
+    scalar is head_dim; soft-caps 5 and 10, window 5 on even layers (llama.cpp's pattern 2)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    tok = sentencepiece_tokenizer()
+    cfg = Gemma2Config(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                       rms_norm_eps=1e-6, query_pre_attn_scalar=16, sliding_window=5,
+                       attn_logit_softcapping=5.0, final_logit_softcapping=10.0, pad_token_id=0,
+                       bos_token_id=1, eos_token_id=2)
+    family_fixture("gemma2-gguf", Gemma2ForCausalLM, cfg, tok, attn="eager")
+
+    def meta(w, cfg):
+        w.add_key_length(cfg["head_dim"]); w.add_value_length(cfg["head_dim"])
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+        w.add_sliding_window(cfg["sliding_window"])
+    hf_to_gguf(os.path.join(OUT, "gemma2-gguf"), "gemma2", meta, norm_shift=True)
+
+
+def gemma3_gguf():
+    """Gemma 3 text as llama.cpp's `gemma3` F32 GGUF: six layers in llama.cpp's fixed pattern
+    (five local, window 5, RoPE base 10^4; the sixth global, `rope.freq_base` 10^6 with linear
+    scaling 2), q/k norms, query_pre_attn_scalar = head_dim as llama.cpp assumes."""
+    from transformers import Gemma3TextConfig, Gemma3ForCausalLM
+    tok = sentencepiece_tokenizer()
+    cfg = Gemma3TextConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           max_position_embeddings=128, rms_norm_eps=1e-6, query_pre_attn_scalar=16,
+                           sliding_window=5, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                               "rope_theta": 1000000.0}})
+    assert cfg.layer_types == ["sliding_attention"] * 5 + ["full_attention"], cfg.layer_types
+    family_fixture("gemma3-gguf", Gemma3ForCausalLM, cfg, tok)
+
+    def meta(w, cfg):
+        w.add_key_length(cfg["head_dim"]); w.add_value_length(cfg["head_dim"])
+        full = cfg["rope_parameters"]["full_attention"]
+        w.add_rope_freq_base(full["rope_theta"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR); w.add_rope_scaling_factor(full["factor"])
+        w.add_sliding_window(cfg["sliding_window"])
+    hf_to_gguf(os.path.join(OUT, "gemma3-gguf"), "gemma3", meta, norm_shift=True)
+
+
+FAMILY_FIXTURES = {"qwen3": qwen3, "qwen3_gguf": qwen3_gguf, "llama32": llama32, "gemma2": gemma2, "gemma3": gemma3,
+                   "phi3": phi3, "phi3_gguf": phi3_gguf, "gemma2_gguf": gemma2_gguf, "gemma3_gguf": gemma3_gguf}
 
 
 GG = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",

@@ -188,13 +188,51 @@ fn gemma3_local_global_rope_matches_transformers() {
 fn phi3_fused_projections_match_transformers() {
     for d in devices() {
         check_family("phi3", &d);
+        // llama.cpp's phi3 GGUF of the same weights (F32): fused attn_qkv, gate and up in
+        // ffn_up, attention.sliding_window 6.
+        check_file("phi3", Some("model-f32.gguf"), &d);
     }
+    assert_gguf_window("phi3", 6, &[true, true]);
     assert_format_error(
         load_edited("phi3", |c| {
             c["rope_parameters"]["rope_type"] = "longrope".into();
         }),
         "longrope",
     );
+}
+
+/// Gemma 2 from llama.cpp's `gemma2` GGUF (F32, norms holding 1 + weight, soft-caps and window
+/// from the metadata, llama.cpp's 1/sqrt(head_dim) scale) and from its directory: transformers'
+/// logits and ids both ways.
+#[test]
+fn gemma2_gguf_matches_transformers() {
+    for d in devices() {
+        check_family("gemma2-gguf", &d);
+        check_file("gemma2-gguf", Some("model-f32.gguf"), &d);
+    }
+    assert_gguf_window("gemma2-gguf", 5, &[true, false, true, false]);
+}
+
+/// The window and sliding layers the fixture's GGUF metadata describes, as loaded.
+fn assert_gguf_window(name: &str, window: usize, layers: &[bool]) {
+    let path = dir(name).join("model-f32.gguf");
+    let model = AutoModel::load(path, &Device::cpu(), DType::F32).expect("load");
+    let c = model.config();
+    assert_eq!(c.sliding_window, Some(window), "{name}");
+    assert_eq!(c.sliding_layers.as_deref(), Some(layers), "{name}");
+}
+
+/// Gemma 3 from llama.cpp's `gemma3` GGUF (F32): q/k norms, five local layers (window 5, base
+/// 10^4) and a global one (rope.freq_base 10^6, linear scaling 2), as from its directory.
+#[test]
+fn gemma3_gguf_matches_transformers() {
+    for d in devices() {
+        check_family("gemma3-gguf", &d);
+        check_file("gemma3-gguf", Some("model-f32.gguf"), &d);
+    }
+    let mut local = vec![true; 5];
+    local.push(false);
+    assert_gguf_window("gemma3-gguf", 5, &local);
 }
 
 /// Llama 3.2's shape: tied embeddings (the file has no lm_head.weight), llama3 RoPE scaling.

@@ -68,7 +68,8 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
-    /// The whole `config.json` (null for a GGUF file), where a family reads its own keys.
+    /// The whole `config.json` (for a GGUF file: its `{arch}.*` metadata, keys without the
+    /// prefix), where a family reads its own keys.
     pub(crate) raw: Value,
 }
 

@@ -6,6 +6,7 @@ use super::config::{ConfigSpec, ModelConfig};
 use super::layers::Source;
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
+use serde_json::Value;
 
 /// One family: the `model_type` it runs, what its config holds, how its weights load.
 pub(crate) struct Family {
@@ -14,9 +15,35 @@ pub(crate) struct Family {
     /// Builds the model from a Hugging Face checkpoint (tensor names as transformers writes
     /// them), reading tensors in file order so progress advances as the loader walks the file.
     pub load: Loader,
-    /// The same from a llama.cpp GGUF file whose `general.architecture` is `model_type`
-    /// (llama.cpp's tensor names); `None`: such files are refused.
-    pub gguf: Option<Loader>,
+    /// How llama.cpp's GGUF files of the family load; `None`: such files are refused.
+    pub gguf: Option<Gguf>,
+}
+
+/// A family's llama.cpp GGUF files: their architecture, the metadata the family reads itself
+/// and the loader (llama.cpp's tensor names).
+pub(crate) struct Gguf {
+    /// `general.architecture` as llama.cpp writes it (`gemma3` for `gemma3_text`).
+    pub arch: &'static str,
+    /// Metadata keys (without the `{arch}.` prefix) the family implements among those the
+    /// shared reader refuses otherwise (`attention.sliding_window`).
+    pub handles: &'static [&'static str],
+    /// Sets the family's own fields from the file's `{arch}.*` metadata, which
+    /// [`ModelConfig`]'s raw JSON holds without the prefix (`attention.sliding_window`,
+    /// `attn_logit_softcapping`, ...); a value it cannot run is a format error.
+    pub adjust: fn(&Value, &mut ModelConfig, &str) -> Result<()>,
+    pub load: Loader,
+}
+
+impl Gguf {
+    /// Files of architecture `arch` whose metadata the shared reader covers.
+    pub(crate) const fn plain(arch: &'static str, load: Loader) -> Gguf {
+        Gguf {
+            arch,
+            handles: &[],
+            adjust: super::config::no_adjust,
+            load,
+        }
+    }
 }
 
 /// Builds a model from the tensors a [`Source`] reads.

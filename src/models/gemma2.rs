@@ -1,11 +1,14 @@
 //! Gemma 2: the embedding scaled by `sqrt(hidden)`, RMSNorms that scale by `1 + weight` before
 //! and after both attention and MLP, GeGLU (tanh GELU), q scaled by `query_pre_attn_scalar`,
 //! attention and final logits soft-capped, sliding-window layers alternating with global ones.
+//! Loads from Hugging Face directories and from llama.cpp's `gemma2` GGUF files, whose norm
+//! weights hold `1 + weight` (convert_hf_to_gguf.py adds the 1) and which keep no
+//! `query_pre_attn_scalar`: the scale is llama.cpp's (see [`llama_cpp_scale`]).
 
 use super::cache::KvCache;
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::family::Family;
-use super::layers::{lm_head, Act, Attention, Block, Linear, Mlp, Norm, Source, Step};
+use super::family::{Family, Gguf};
+use super::layers::{lm_head, Act, Attention, Block, Linear, Mlp, Norm, Qkv, Source, Step};
 use super::model::CausalLM;
 use crate::{DType, Device, Result, Tensor};
 use serde_json::Value;
@@ -14,8 +17,122 @@ pub(crate) const GEMMA2: Family = Family {
     model_type: "gemma2",
     config: spec(|_, n| (0..n).map(|l| l % 2 == 0).collect()),
     load,
-    gguf: None,
+    gguf: Some(Gguf {
+        arch: "gemma2",
+        handles: &["attention.sliding_window"],
+        adjust: gguf_adjust,
+        load: load_gguf,
+    }),
 };
+
+/// Gemma's tensor names in one format: `{layer}.{i}.{suffix}` within block `i`.
+pub(crate) struct Names {
+    pub embed: &'static str,
+    pub layer: &'static str,
+    pub input_norm: &'static str,
+    pub q: &'static str,
+    pub k: &'static str,
+    pub v: &'static str,
+    pub o: &'static str,
+    pub q_norm: &'static str,
+    pub k_norm: &'static str,
+    pub post_attn_norm: &'static str,
+    pub pre_mlp_norm: &'static str,
+    pub post_mlp_norm: &'static str,
+    pub gate: &'static str,
+    pub up: &'static str,
+    pub down: &'static str,
+    pub final_norm: &'static str,
+    pub lm_head: &'static str,
+    /// Norm weights as transformers keeps them (the model scales by `1 + weight`); llama.cpp's
+    /// files hold the sum.
+    pub plus_one: bool,
+}
+
+impl Names {
+    /// The RMSNorm `name`, scaling by `1 + weight` whatever the format.
+    pub(crate) fn norm(
+        &self,
+        src: &mut dyn Source,
+        name: &str,
+        len: usize,
+        eps: f32,
+    ) -> Result<Norm> {
+        if self.plus_one {
+            Norm::rms_plus_one(src, name, len, eps)
+        } else {
+            Norm::rms(src, name, len, eps)
+        }
+    }
+}
+
+/// Gemma's names in a Hugging Face checkpoint.
+pub(crate) const HF: Names = Names {
+    embed: "model.embed_tokens.weight",
+    layer: "model.layers",
+    input_norm: "input_layernorm",
+    q: "self_attn.q_proj",
+    k: "self_attn.k_proj",
+    v: "self_attn.v_proj",
+    o: "self_attn.o_proj",
+    q_norm: "self_attn.q_norm",
+    k_norm: "self_attn.k_norm",
+    post_attn_norm: "post_attention_layernorm",
+    pre_mlp_norm: "pre_feedforward_layernorm",
+    post_mlp_norm: "post_feedforward_layernorm",
+    gate: "mlp.gate_proj",
+    up: "mlp.up_proj",
+    down: "mlp.down_proj",
+    final_norm: "model.norm.weight",
+    lm_head: "lm_head.weight",
+    plus_one: true,
+};
+
+/// Gemma's names in a llama.cpp file.
+pub(crate) const GGUF: Names = Names {
+    embed: "token_embd.weight",
+    layer: "blk",
+    input_norm: "attn_norm",
+    q: "attn_q",
+    k: "attn_k",
+    v: "attn_v",
+    o: "attn_output",
+    q_norm: "attn_q_norm",
+    k_norm: "attn_k_norm",
+    post_attn_norm: "post_attention_norm",
+    pre_mlp_norm: "ffn_norm",
+    post_mlp_norm: "post_ffw_norm",
+    gate: "ffn_gate",
+    up: "ffn_up",
+    down: "ffn_down",
+    final_norm: "output_norm.weight",
+    lm_head: "output.weight",
+    plus_one: false,
+};
+
+/// llama.cpp's attention scale for Gemma, which its files do not store: `1 / sqrt(head_dim)`,
+/// or `1 / sqrt(hidden / heads)` for the 27B model (recognised, as llama.cpp does, by its
+/// layer count `layers_27b`).
+pub(crate) fn llama_cpp_scale(c: &ModelConfig, layers_27b: usize) -> f32 {
+    let d = if c.num_layers == layers_27b {
+        c.hidden_size / c.num_heads
+    } else {
+        c.head_dim
+    };
+    (d as f64).powf(-0.5) as f32
+}
+
+/// A `gemma2` file's window (llama.cpp's default 4096 when absent) on even layers, and its
+/// soft-caps checked.
+fn gguf_adjust(v: &Value, c: &mut ModelConfig, path: &str) -> Result<()> {
+    softcap(v, "attn_logit_softcapping", path)?;
+    softcap(v, "final_logit_softcapping", path)?;
+    if let Value::Object(m) = &mut c.raw {
+        m.entry("attention.sliding_window").or_insert(4096.into());
+    }
+    let sliding = super::gguf_load::sliding_pattern(c, 2, path)?;
+    super::gguf_load::set_window(c, sliding, path)
+}
 
 /// The config of Gemma 2 and 3 (`default_sliding`: which layers slide without `layer_types`).
 pub(crate) const fn spec(default_sliding: fn(&Value, usize) -> Vec<bool>) -> ConfigSpec {
@@ -50,7 +167,7 @@ pub(crate) fn query_pre_attn_scalar(v: &Value, path: &str) -> Result<f32> {
 }
 
 /// A soft-cap `key`: absent or null for none, else a positive number.
-fn softcap(v: &Value, key: &str, path: &str) -> Result<Option<f32>> {
+pub(crate) fn softcap(v: &Value, key: &str, path: &str) -> Result<Option<f32>> {
     match v.get(key).filter(|x| !x.is_null()) {
         None => Ok(None),
         Some(x) => match x.as_f64().filter(|&x| x > 0.0 && x.is_finite()) {
@@ -101,29 +218,45 @@ impl Block for SandwichBlock {
     }
 }
 
-/// A Gemma model: `attention(i, prefix)` loads layer `i`'s attention (Gemma 3 adds q/k norms
-/// and picks a RoPE table), everything else is shared.
+/// A Gemma model in the names `n`: `attention(src, i, layer, attn)` finishes layer `i`'s
+/// attention (`layer` its name prefix; Gemma 3 adds q/k norms and picks a RoPE table),
+/// everything else is shared.
 pub(crate) fn build(
     src: &mut dyn Source,
+    n: &Names,
     c: &ModelConfig,
     device: &Device,
     dtype: DType,
-    attention: &mut dyn FnMut(&mut dyn Source, usize, &str) -> Result<Attention>,
+    attention: &mut dyn FnMut(&mut dyn Source, usize, &str, &mut Attention) -> Result<()>,
 ) -> Result<CausalLM> {
-    let (hid, eps) = (c.hidden_size, c.norm_eps);
-    let embed = src.matrix("model.embed_tokens.weight", c.vocab_size, hid)?;
+    let (hid, inter, eps) = (c.hidden_size, c.intermediate_size, c.norm_eps);
+    let (qd, kvd, b) = (
+        c.num_heads * c.head_dim,
+        c.num_kv_heads * c.head_dim,
+        c.qkv_bias,
+    );
+    let embed = src.matrix(n.embed, c.vocab_size, hid)?;
     let mut blocks: Vec<Box<dyn Block>> = Vec::with_capacity(c.num_layers);
     for i in 0..c.num_layers {
-        let p = format!("model.layers.{i}");
-        let norm = |src: &mut dyn Source, n: &str| {
-            Norm::rms_plus_one(src, &format!("{p}.{n}.weight"), hid, eps)
+        let p = format!("{}.{i}", n.layer);
+        let norm =
+            |src: &mut dyn Source, s: &str| n.norm(src, &format!("{p}.{s}.weight"), hid, eps);
+        let input_norm = norm(src, n.input_norm)?;
+        let q = src.rope_linear(&format!("{p}.{}", n.q), qd, hid, b)?;
+        let k = src.rope_linear(&format!("{p}.{}", n.k), kvd, hid, b)?;
+        let v = src.linear(&format!("{p}.{}", n.v), kvd, hid, b)?;
+        let o = src.linear(&format!("{p}.{}", n.o), hid, qd, b)?;
+        let mut attn = Attention::new(Qkv::Separate(q, k, v), o, c);
+        attention(src, i, &p, &mut attn)?;
+        let post_attn_norm = norm(src, n.post_attn_norm)?;
+        let pre_mlp_norm = norm(src, n.pre_mlp_norm)?;
+        let post_mlp_norm = norm(src, n.post_mlp_norm)?;
+        let mlp = Mlp::Gated {
+            gate: src.linear(&format!("{p}.{}", n.gate), inter, hid, false)?,
+            up: src.linear(&format!("{p}.{}", n.up), inter, hid, false)?,
+            down: src.linear(&format!("{p}.{}", n.down), hid, inter, false)?,
+            act: Act::GeluTanh,
         };
-        let input_norm = norm(src, "input_layernorm")?;
-        let attn = attention(src, i, &format!("{p}.self_attn"))?;
-        let post_attn_norm = norm(src, "post_attention_layernorm")?;
-        let pre_mlp_norm = norm(src, "pre_feedforward_layernorm")?;
-        let post_mlp_norm = norm(src, "post_feedforward_layernorm")?;
-        let mlp = Mlp::load_gated(src, &format!("{p}.mlp"), c, false, Act::GeluTanh)?;
         blocks.push(Box::new(SandwichBlock {
             input_norm,
             attn,
@@ -133,8 +266,8 @@ pub(crate) fn build(
             post_mlp_norm,
         }));
     }
-    let final_norm = Norm::rms_plus_one(src, "model.norm.weight", hid, eps)?;
-    let head = lm_head(src, "lm_head.weight", c)?;
+    let final_norm = n.norm(src, n.final_norm, hid, eps)?;
+    let head = lm_head(src, n.lm_head, c)?;
     let mut m = CausalLM::assemble(c, device, dtype, embed, blocks, final_norm, head);
     // transformers multiplies by sqrt(hidden) rounded to the activations' dtype.
     let s = (hid as f64).sqrt();
@@ -146,16 +279,34 @@ pub(crate) fn build(
 }
 
 fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) -> Result<CausalLM> {
-    let path = "config.json";
-    let scale = (query_pre_attn_scalar(&c.raw, path)? as f64).powf(-0.5) as f32;
+    let scale = (query_pre_attn_scalar(&c.raw, "config.json")? as f64).powf(-0.5) as f32;
+    load_with(src, &HF, scale, c, device, dtype)
+}
+
+fn load_gguf(
+    src: &mut dyn Source,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    load_with(src, &GGUF, llama_cpp_scale(c, 46), c, device, dtype)
+}
+
+fn load_with(
+    src: &mut dyn Source,
+    n: &Names,
+    scale: f32,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    let path = "the config";
     let cap = softcap(&c.raw, "attn_logit_softcapping", path)?;
     let final_cap = softcap(&c.raw, "final_logit_softcapping", path)?;
-    let bias = c.qkv_bias;
-    let mut m = build(src, c, device, dtype, &mut |src, _, prefix| {
-        let mut a = Attention::load_separate(src, prefix, c, bias, bias)?;
+    let mut m = build(src, n, c, device, dtype, &mut |_, _, _, a| {
         a.scale = scale;
         a.softcap = cap;
-        Ok(a)
+        Ok(())
     })?;
     m.final_softcap = final_cap;
     Ok(m)

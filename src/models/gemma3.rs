@@ -1,12 +1,19 @@
 //! Gemma 3 (text): Gemma 2's block without soft-caps, with (1 + weight) RMSNorms over each
 //! head's q and k, and two RoPE tables: global layers use `rope_theta` and the configured
 //! scaling, local (sliding-window) layers their own base (`rope_local_base_freq`, or the
-//! `sliding_attention` entry of transformers 5's `rope_parameters`) unscaled.
+//! `sliding_attention` entry of transformers 5's `rope_parameters`) unscaled. Loads from
+//! Hugging Face directories and from llama.cpp's `gemma3` GGUF files: norms holding `1 +
+//! weight`, `rope.freq_base` (and `rope.scaling.*`) for the global layers, `rope.freq_base_swa`
+//! or llama.cpp's 10^4 for the local ones, `attention.sliding_window` on llama.cpp's pattern
+//! (every sixth layer global, or `attention.sliding_window_pattern`), llama.cpp's scale.
 
 use super::config::{format_err, rope_scaling_of, ModelConfig};
-use super::family::Family;
-use super::gemma2::{build, query_pre_attn_scalar, spec};
-use super::layers::{Attention, Norm, Source};
+use super::family::{Family, Gguf};
+use super::gemma2::{
+    build, llama_cpp_scale, query_pre_attn_scalar, softcap, spec, Names, GGUF, HF,
+};
+use super::gguf_load::{set_window, sliding_pattern};
+use super::layers::Source;
 use super::model::CausalLM;
 use super::rope::Rope;
 use crate::{DType, Device, Result};
@@ -16,8 +23,67 @@ pub(crate) const GEMMA3: Family = Family {
     model_type: "gemma3_text",
     config: spec_with_rope(),
     load,
-    gguf: None,
+    gguf: Some(Gguf {
+        arch: "gemma3",
+        handles: &["attention.sliding_window"],
+        adjust: gguf_adjust,
+        load: load_gguf,
+    }),
 };
+
+/// A `gemma3` file's window (which llama.cpp requires) on its pattern, its soft-caps and local
+/// RoPE base checked.
+fn gguf_adjust(v: &Value, c: &mut ModelConfig, path: &str) -> Result<()> {
+    if v.get("attention.sliding_window").is_none() {
+        return Err(format_err(
+            path,
+            "no gemma3.attention.sliding_window in the metadata".into(),
+        ));
+    }
+    softcap(v, "attn_logit_softcapping", path)?;
+    softcap(v, "final_logit_softcapping", path)?;
+    gguf_local_theta(c, path)?;
+    let sliding = sliding_pattern(c, 6, path)?;
+    set_window(c, sliding, path)
+}
+
+/// The local layers' base: `rope.freq_base_swa`, else llama.cpp's 10^4.
+fn gguf_local_theta(c: &ModelConfig, path: &str) -> Result<f32> {
+    match c.raw.get("rope.freq_base_swa") {
+        None => Ok(10000.0),
+        Some(x) => x
+            .as_f64()
+            .filter(|&x| x > 0.0 && x.is_finite())
+            .map(|x| x as f32)
+            .ok_or_else(|| {
+                format_err(
+                    path,
+                    format!("gemma3.rope.freq_base_swa = {x} must be a positive number"),
+                )
+            }),
+    }
+}
+
+fn load_gguf(
+    src: &mut dyn Source,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    let path = "the GGUF metadata";
+    let local = sliding_pattern(c, 6, path)?;
+    let theta = gguf_local_theta(c, path)?;
+    load_with(
+        src,
+        &GGUF,
+        llama_cpp_scale(c, 62),
+        &local,
+        theta,
+        c,
+        device,
+        dtype,
+    )
+}
 
 const fn spec_with_rope() -> super::config::ConfigSpec {
     let mut s = spec(pattern);
@@ -91,31 +157,42 @@ fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) ->
     let path = "config.json";
     let scale = (query_pre_attn_scalar(&c.raw, path)? as f64).powf(-0.5) as f32;
     let local = local_layers(&c.raw, c.num_layers);
-    let (hd, eps, bias) = (c.head_dim, c.norm_eps, c.qkv_bias);
-    let mut m = build(src, c, device, dtype, &mut |src, i, prefix| {
-        let mut a = Attention::load_separate(src, prefix, c, bias, bias)?;
+    let theta = local_theta(&c.raw, path)?;
+    load_with(src, &HF, scale, &local, theta, c, device, dtype)
+}
+
+/// The model in names `n`; `local[i]`: layer `i` rotates by the local base `local_theta`
+/// (unscaled), the others by the config's RoPE. Soft-caps as configured (transformers applies
+/// them when set, though Gemma 3 checkpoints set none).
+#[allow(clippy::too_many_arguments)]
+fn load_with(
+    src: &mut dyn Source,
+    n: &Names,
+    scale: f32,
+    local: &[bool],
+    local_theta: f32,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    let (hd, eps) = (c.head_dim, c.norm_eps);
+    let cap = softcap(&c.raw, "attn_logit_softcapping", "the config")?;
+    let final_cap = softcap(&c.raw, "final_logit_softcapping", "the config")?;
+    let mut m = build(src, n, c, device, dtype, &mut |src, i, p, a| {
         a.scale = scale;
-        a.q_norm = Some(Norm::rms_plus_one(
-            src,
-            &format!("{prefix}.q_norm.weight"),
-            hd,
-            eps,
-        )?);
-        a.k_norm = Some(Norm::rms_plus_one(
-            src,
-            &format!("{prefix}.k_norm.weight"),
-            hd,
-            eps,
-        )?);
+        a.softcap = cap;
+        a.q_norm = Some(n.norm(src, &format!("{p}.{}.weight", n.q_norm), hd, eps)?);
+        a.k_norm = Some(n.norm(src, &format!("{p}.{}.weight", n.k_norm), hd, eps)?);
         a.rope = Some(if local.get(i).copied().unwrap_or(false) {
             1
         } else {
             0
         });
-        Ok(a)
+        Ok(())
     })?;
+    m.final_softcap = final_cap;
     let mut lc = c.clone();
-    lc.rope_theta = local_theta(&c.raw, path)?;
+    lc.rope_theta = local_theta;
     lc.rope_scaling = None;
     m.ropes.push(Rope::from_inv_freq(lc.inv_freq()));
     Ok(m)

@@ -1,16 +1,18 @@
 //! Loading a llama.cpp GGUF file (the architectures whose family has a GGUF loader: `llama`,
-//! `qwen2`, `qwen3`): hyper-parameters from its metadata, llama.cpp's tensor names, q/k rows
-//! un-permuted, quantized matrices kept quantized.
+//! `qwen2`, `qwen3`, `phi3`, `gemma2`, `gemma3`): the shared hyper-parameters from its metadata,
+//! the family's own from its `{arch}.*` keys (the family file reads them), llama.cpp's tensor
+//! names, q/k rows un-permuted, quantized matrices kept quantized.
 
 use super::config::{ModelConfig, RopeScaling};
 use super::families::FAMILIES;
 use super::family::Family;
-use super::gguf::{GgufFile, GgufTensor};
+use super::gguf::{GgufFile, GgufTensor, GgufValue};
 use super::layers::{Linear, Source};
 use super::load::{check_shape, format_error, Meter, Progress};
 use super::model::CausalLM;
 use super::weight::Weight;
 use crate::{DType, Device, Result, Tensor};
+use serde_json::Value;
 use std::path::Path;
 
 struct Loader<'a> {
@@ -130,21 +132,93 @@ fn gguf_family(arch: &str) -> Option<&'static Family> {
     FAMILIES
         .iter()
         .copied()
-        .find(|f| f.model_type == arch && f.gguf.is_some())
+        .find(|f| f.gguf.as_ref().is_some_and(|g| g.arch == arch))
 }
 
-/// The hyper-parameters of a llama.cpp file.
-fn config(file: &GgufFile) -> Result<ModelConfig> {
+/// A metadata value as JSON (numbers, strings, booleans, arrays of them).
+fn json(v: &GgufValue) -> Value {
+    match v {
+        GgufValue::Bool(b) => Value::Bool(*b),
+        GgufValue::String(s) => Value::String(s.clone()),
+        GgufValue::Array(a) => Value::Array(a.iter().map(json).collect()),
+        GgufValue::F32(_) | GgufValue::F64(_) => v
+            .as_f64()
+            .and_then(serde_json::Number::from_f64)
+            .map_or(Value::Null, Value::Number),
+        _ => match (v.as_u64(), v.as_f64()) {
+            (Some(u), _) => u.into(),
+            (None, Some(f)) => (f as i64).into(),
+            _ => Value::Null,
+        },
+    }
+}
+
+/// The file's `{arch}.*` metadata as a JSON object, keys without the prefix: what a family's
+/// [`super::family::Gguf::adjust`] and loader read (as the config.json of a directory).
+fn arch_metadata(file: &GgufFile, arch: &str) -> Value {
+    let prefix = format!("{arch}.");
+    Value::Object(
+        file.metadata()
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), json(v))))
+            .collect(),
+    )
+}
+
+/// The window of llama.cpp's `attention.sliding_window` on the layers `sliding` marks, into
+/// `c` (0 or a window as long as the context: none). For a family's
+/// [`super::family::Gguf::adjust`].
+pub(crate) fn set_window(c: &mut ModelConfig, sliding: Vec<bool>, path: &str) -> Result<()> {
+    let Some(w) = c.raw.get("attention.sliding_window") else {
+        return Ok(());
+    };
+    let w = w.as_u64().ok_or_else(|| {
+        format_error(
+            path,
+            format!("attention.sliding_window = {w} is not a non-negative integer"),
+        )
+    })?;
+    c.sliding_window = usize::try_from(w)
+        .ok()
+        .filter(|&w| w > 0 && w < c.max_position_embeddings);
+    c.sliding_layers = c.sliding_window.map(|_| sliding);
+    Ok(())
+}
+
+/// Which layers slide: `attention.sliding_window_pattern` (a period `p`, layer `i` sliding
+/// unless `i % p == p - 1`, or one boolean per layer) or the family's period `default`.
+pub(crate) fn sliding_pattern(c: &ModelConfig, default: usize, path: &str) -> Result<Vec<bool>> {
+    let n = c.num_layers;
+    let period = |p: usize| (0..n).map(|i| i % p < p - 1).collect();
+    match c.raw.get("attention.sliding_window_pattern") {
+        None => Ok(period(default)),
+        Some(Value::Array(a)) if a.len() == n && a.iter().all(Value::is_boolean) => {
+            Ok(a.iter().map(|b| b.as_bool() == Some(true)).collect())
+        }
+        Some(p) => match p.as_u64().filter(|&p| p > 0) {
+            Some(p) => Ok(period(p as usize)),
+            None => Err(format_error(
+                path,
+                format!(
+                    "attention.sliding_window_pattern = {p} is neither a positive period nor \
+                     {n} booleans"
+                ),
+            )),
+        },
+    }
+}
+
+/// The hyper-parameters of a llama.cpp file and the family that loads it.
+fn config(file: &GgufFile) -> Result<(ModelConfig, &'static Family)> {
     let fmt = |message: String| format_error(file.path(), message);
     let arch = file
         .architecture()
         .ok_or_else(|| fmt("no general.architecture in the metadata".into()))?
         .to_string();
-    gguf_family(&arch).ok_or_else(|| {
+    let family = gguf_family(&arch).ok_or_else(|| {
         let known: Vec<_> = FAMILIES
             .iter()
-            .filter(|f| f.gguf.is_some())
-            .map(|f| f.model_type)
+            .filter_map(|f| Some(f.gguf.as_ref()?.arch))
             .collect();
         fmt(format!(
             "unknown architecture general.architecture = {arch:?}; wgtensor runs GGUF files of \
@@ -211,10 +285,19 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
              RoPE is not implemented"
         )));
     }
-    if let Some(w) = int("attention.sliding_window") {
-        return Err(fmt(format!(
-            "{arch}.attention.sliding_window = {w} is not implemented for GGUF files"
-        )));
+    let gguf = family
+        .gguf
+        .as_ref()
+        .ok_or_else(|| fmt("no GGUF loader (a wgtensor bug)".into()))?;
+    // A window only where the family runs it (llama.cpp's llama and qwen2 graphs run none).
+    let handles = |k: &str| gguf.handles.contains(&k);
+    if let Some(w) = md.get(&format!("{arch}.attention.sliding_window")) {
+        if !handles("attention.sliding_window") {
+            return Err(fmt(format!(
+                "{arch}.attention.sliding_window = {w:?} is not implemented for GGUF files of \
+                 {arch}"
+            )));
+        }
     }
     // Linear RoPE scaling as llama.cpp writes it (`rope.scaling.type` and `.factor`).
     let scaling_key = format!("{arch}.rope.scaling.type");
@@ -258,8 +341,8 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
             tensor_blocks.saturating_sub(1)
         )));
     }
-    let c = ModelConfig {
-        model_type: arch.clone(),
+    let mut c = ModelConfig {
+        model_type: family.model_type.to_string(),
         vocab_size: vocab,
         hidden_size: hidden,
         intermediate_size: need("feed_forward_length")?,
@@ -268,7 +351,7 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
         num_kv_heads: kv_heads,
         head_dim,
         max_position_embeddings: need("context_length")?,
-        // Refused above: llama.cpp's llama and qwen2 graphs run no window either.
+        // The family's adjust sets a window it runs (refused above otherwise).
         sliding_window: None,
         sliding_layers: None,
         norm_eps: float("attention.layer_norm_rms_epsilon", 1e-5),
@@ -280,10 +363,11 @@ fn config(file: &GgufFile) -> Result<ModelConfig> {
         mlp_bias: file.tensor_info("blk.0.ffn_gate.bias").is_some(),
         bos_token_id: id("tokenizer.ggml.bos_token_id")?,
         eos_token_ids: id("tokenizer.ggml.eos_token_id")?.into_iter().collect(),
-        raw: serde_json::Value::Null,
+        raw: arch_metadata(file, &arch),
     };
+    (gguf.adjust)(&c.raw.clone(), &mut c, file.path())?;
     c.validate(file.path())?;
-    Ok(c)
+    Ok((c, family))
 }
 
 /// Loads a GGUF file (see [`super::AutoModel::load`]).
@@ -294,7 +378,7 @@ pub(crate) fn load_gguf(
     progress: Progress<'_>,
 ) -> Result<CausalLM> {
     let file = GgufFile::open(path)?;
-    let mut config = config(&file)?;
+    let (mut config, family) = config(&file)?;
     super::fit::check(
         "AutoModel::load",
         device,
@@ -331,8 +415,10 @@ pub(crate) fn load_gguf(
         config.rope_scaling = Some(RopeScaling::Factors(f));
         config.validate(file.path())?;
     }
-    let load = gguf_family(&config.model_type)
-        .and_then(|f| f.gguf)
-        .ok_or_else(|| format_error(file.path(), "no GGUF loader (a wgtensor bug)".into()))?;
+    let load = family
+        .gguf
+        .as_ref()
+        .ok_or_else(|| format_error(file.path(), "no GGUF loader (a wgtensor bug)".into()))?
+        .load;
     load(&mut ld, &config, device, dtype)
 }

@@ -201,26 +201,6 @@ impl Attention {
         }
     }
 
-    /// Separate q, k, v and o projections `{prefix}.{q,k,v,o}_proj` (Hugging Face names).
-    pub(crate) fn load_separate(
-        src: &mut dyn Source,
-        prefix: &str,
-        c: &ModelConfig,
-        qkv_bias: bool,
-        o_bias: bool,
-    ) -> Result<Attention> {
-        let (hid, qd, kvd) = (
-            c.hidden_size,
-            c.num_heads * c.head_dim,
-            c.num_kv_heads * c.head_dim,
-        );
-        let q = src.rope_linear(&format!("{prefix}.q_proj"), qd, hid, qkv_bias)?;
-        let k = src.rope_linear(&format!("{prefix}.k_proj"), kvd, hid, qkv_bias)?;
-        let v = src.linear(&format!("{prefix}.v_proj"), kvd, hid, qkv_bias)?;
-        let o = src.linear(&format!("{prefix}.o_proj"), hid, qd, o_bias)?;
-        Ok(Attention::new(Qkv::Separate(q, k, v), o, c))
-    }
-
     pub(crate) fn linears(&self) -> Vec<&Linear> {
         let mut v = match &self.qkv {
             Qkv::Separate(q, k, v) => vec![q, k, v],
@@ -390,23 +370,6 @@ pub(crate) enum Mlp {
 }
 
 impl Mlp {
-    /// A gated MLP `{prefix}.{gate,up,down}_proj` (Hugging Face names).
-    pub(crate) fn load_gated(
-        src: &mut dyn Source,
-        prefix: &str,
-        c: &ModelConfig,
-        bias: bool,
-        act: Act,
-    ) -> Result<Mlp> {
-        let (hid, inter) = (c.hidden_size, c.intermediate_size);
-        Ok(Mlp::Gated {
-            gate: src.linear(&format!("{prefix}.gate_proj"), inter, hid, bias)?,
-            up: src.linear(&format!("{prefix}.up_proj"), inter, hid, bias)?,
-            down: src.linear(&format!("{prefix}.down_proj"), hid, inter, bias)?,
-            act,
-        })
-    }
-
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Mlp::Gated {

@@ -5,7 +5,7 @@
 //! [`Names`] to [`build`].
 
 use super::config::{no_sliding, ConfigSpec, ModelConfig};
-use super::family::Family;
+use super::family::{Family, Gguf};
 use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
@@ -32,7 +32,7 @@ pub(crate) const LLAMA: Family = Family {
     model_type: "llama",
     config: spec(no_sliding, super::config::no_adjust),
     load: load_hf,
-    gguf: Some(load_gguf),
+    gguf: Some(Gguf::plain("llama", load_gguf)),
 };
 
 /// Mistral: every layer slides when `sliding_window` is set.
@@ -52,7 +52,7 @@ pub(crate) const QWEN2: Family = Family {
         Ok(())
     }),
     load: load_hf,
-    gguf: Some(load_gguf),
+    gguf: Some(Gguf::plain("qwen2", load_gguf)),
 };
 
 pub(crate) fn qwen2_sliding(v: &Value, layers: usize) -> Vec<bool> {

@@ -53,7 +53,7 @@ pub struct AutoModel;
 impl AutoModel {
     /// Loads a model directory (`config.json` + `model.safetensors` or
     /// `model.safetensors.index.json`) or a llama.cpp `.gguf` file (architectures `llama`,
-    /// `qwen2` and `qwen3`) onto `device`, dense weights in `dtype` (F32 or F16; norms and biases stay f32;
+    /// `qwen2`, `qwen3`, `phi3`, `gemma2` and `gemma3`) onto `device`, dense weights in `dtype` (F32 or F16; norms and biases stay f32;
     /// quantized GGUF matrices stay quantized). The files are memory-mapped and read one tensor
     /// at a time.
     ///

@@ -1,9 +1,11 @@
 //! Phi-3: the Llama block with q, k and v fused in one `qkv_proj` and gate and up in one
 //! `gate_up_proj`; a sliding window, when set, on every layer. Phi-3's long-context RoPE
-//! (`longrope`, `su`) is refused with a format error naming it.
+//! (`longrope`, `su`) is refused with a format error naming it. Loads from Hugging Face
+//! directories and from llama.cpp's `phi3` GGUF files (`attn_qkv`, `ffn_up` holding gate and
+//! up, `attention.sliding_window`; 0 there means none, as for Phi-4).
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::family::Family;
+use super::family::{Family, Gguf};
 use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
@@ -33,29 +35,94 @@ pub(crate) const PHI3: Family = Family {
             }
         },
     },
-    load,
-    gguf: None,
+    load: |src, c, device, dtype| build(src, &HF, c, device, dtype),
+    gguf: Some(Gguf {
+        arch: "phi3",
+        handles: &["attention.sliding_window"],
+        adjust: |_, c, path| super::gguf_load::set_window(c, vec![true; c.num_layers], path),
+        load: load_gguf,
+    }),
 };
 
-fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) -> Result<CausalLM> {
+/// Phi-3's tensor names in one format: `{layer}.{i}.{suffix}` within block `i`.
+struct Names {
+    embed: &'static str,
+    layer: &'static str,
+    attn_norm: &'static str,
+    qkv: &'static str,
+    o: &'static str,
+    mlp_norm: &'static str,
+    gate_up: &'static str,
+    down: &'static str,
+    final_norm: &'static str,
+    lm_head: &'static str,
+}
+
+const HF: Names = Names {
+    embed: "model.embed_tokens.weight",
+    layer: "model.layers",
+    attn_norm: "input_layernorm",
+    qkv: "self_attn.qkv_proj",
+    o: "self_attn.o_proj",
+    mlp_norm: "post_attention_layernorm",
+    gate_up: "mlp.gate_up_proj",
+    down: "mlp.down_proj",
+    final_norm: "model.norm.weight",
+    lm_head: "lm_head.weight",
+};
+
+/// llama.cpp's names (convert_hf_to_gguf.py keeps the fused layers fused).
+const GGUF: Names = Names {
+    embed: "token_embd.weight",
+    layer: "blk",
+    attn_norm: "attn_norm",
+    qkv: "attn_qkv",
+    o: "attn_output",
+    mlp_norm: "ffn_norm",
+    gate_up: "ffn_up",
+    down: "ffn_down",
+    final_norm: "output_norm.weight",
+    lm_head: "output.weight",
+};
+
+fn load_gguf(
+    src: &mut dyn Source,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
+    // llama.cpp's long-context RoPE (Phi-3 128k: longrope/su) as the converter stores it.
+    for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+        if src.has(t) {
+            return Err(format_err(
+                "the GGUF file",
+                format!("{t}: Phi-3's long-context RoPE (longrope) is not implemented"),
+            ));
+        }
+    }
+    build(src, &GGUF, c, device, dtype)
+}
+
+fn build(
+    src: &mut dyn Source,
+    n: &Names,
+    c: &ModelConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<CausalLM> {
     let (hid, inter, eps) = (c.hidden_size, c.intermediate_size, c.norm_eps);
     let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-    let embed = src.matrix("model.embed_tokens.weight", c.vocab_size, hid)?;
+    let embed = src.matrix(n.embed, c.vocab_size, hid)?;
     let mut blocks: Vec<Box<dyn Block>> = Vec::with_capacity(c.num_layers);
     for i in 0..c.num_layers {
-        let p = format!("model.layers.{i}");
-        let attn_norm = Norm::rms(src, &format!("{p}.input_layernorm.weight"), hid, eps)?;
-        let qkv = src.linear(&format!("{p}.self_attn.qkv_proj"), qd + 2 * kvd, hid, false)?;
-        let o = src.linear(&format!("{p}.self_attn.o_proj"), hid, qd, false)?;
-        let mlp_norm = Norm::rms(
-            src,
-            &format!("{p}.post_attention_layernorm.weight"),
-            hid,
-            eps,
-        )?;
+        let p = format!("{}.{i}", n.layer);
+        let attn_norm = Norm::rms(src, &format!("{p}.{}.weight", n.attn_norm), hid, eps)?;
+        let qkv = src.linear(&format!("{p}.{}", n.qkv), qd + 2 * kvd, hid, false)?;
+        let o = src.linear(&format!("{p}.{}", n.o), hid, qd, false)?;
+        let mlp_norm = Norm::rms(src, &format!("{p}.{}.weight", n.mlp_norm), hid, eps)?;
         let mlp = Mlp::FusedGated {
-            gate_up: src.linear(&format!("{p}.mlp.gate_up_proj"), 2 * inter, hid, false)?,
-            down: src.linear(&format!("{p}.mlp.down_proj"), hid, inter, false)?,
+            gate_up: src.linear(&format!("{p}.{}", n.gate_up), 2 * inter, hid, false)?,
+            down: src.linear(&format!("{p}.{}", n.down), hid, inter, false)?,
             act: Act::Silu,
         };
         blocks.push(Box::new(PreNormBlock {
@@ -65,8 +132,8 @@ fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) ->
             mlp,
         }));
     }
-    let final_norm = Norm::rms(src, "model.norm.weight", hid, eps)?;
-    let head = lm_head(src, "lm_head.weight", c)?;
+    let final_norm = Norm::rms(src, n.final_norm, hid, eps)?;
+    let head = lm_head(src, n.lm_head, c)?;
     Ok(CausalLM::assemble(
         c, device, dtype, embed, blocks, final_norm, head,
     ))

@@ -3,7 +3,7 @@
 //! llama.cpp's `qwen3` GGUF files.
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::family::Family;
+use super::family::{Family, Gguf};
 use super::layers::Source;
 use super::llama::{build_with, GGUF, HF};
 use super::model::CausalLM;
@@ -38,7 +38,7 @@ pub(crate) const QWEN3: Family = Family {
             Some(["self_attn.q_norm", "self_attn.k_norm"]),
         )
     },
-    gguf: Some(load_gguf),
+    gguf: Some(Gguf::plain("qwen3", load_gguf)),
 };
 
 fn load_gguf(
