@@ -20,6 +20,10 @@ pub struct KvCache {
     pub(crate) v: Vec<Tensor>,
     len: usize,
     capacity: usize,
+    /// The caches of a batched decode step, one per sequence
+    /// ([`crate::models::CausalLM::forward_batch`]): a cache holding these has no layers of
+    /// its own, and row `i` of the step attends over `batch[i]`. Empty for a plain cache.
+    pub(crate) batch: Vec<KvCache>,
 }
 
 impl KvCache {
@@ -46,7 +50,20 @@ impl KvCache {
             v: make()?,
             len: 0,
             capacity,
+            batch: Vec::new(),
         })
+    }
+
+    /// A cache that holds no layers, no positions and no memory: the placeholder a batched
+    /// step leaves while it borrows a sequence's cache.
+    pub(crate) fn empty() -> KvCache {
+        KvCache {
+            k: Vec::new(),
+            v: Vec::new(),
+            len: 0,
+            capacity: 0,
+            batch: Vec::new(),
+        }
     }
 
     /// Positions held.

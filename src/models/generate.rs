@@ -141,6 +141,99 @@ impl CausalLM {
         self.stream(prompt, options)?.collect()
     }
 
+    /// Generates after each of several prompts at once, as [`CausalLM::generate`] does for
+    /// one: returns the new ids of each prompt, in order. The prompts may differ in length
+    /// (each sequence keeps its own KV cache, so nothing is padded), and each sequence stops
+    /// on its own, at an EOS id, `max_new_tokens` or a full context; a finished sequence
+    /// leaves the batch, so later steps run only the others.
+    ///
+    /// Each prompt is prefilled alone; then every decode step runs the current token of all
+    /// unfinished sequences through [`CausalLM::forward_batch`], where each linear layer is
+    /// one matmul over the batch: the weights are read once per step for all of them, which
+    /// is what makes a batch faster than its sequences one after the other. Greedy ids are
+    /// those each prompt gets from [`CausalLM::generate`] alone, unless two logits are close
+    /// enough for the batched matmul's rounding to swap them. Sampling with a `seed` gives
+    /// every sequence its own generator of that seed (as if generated alone); without one,
+    /// the sequences draw from the global generator in turn.
+    ///
+    /// ```no_run
+    /// use wgtensor::models::{AutoModel, GenerateOptions};
+    /// let model = AutoModel::load("model_dir", &wgtensor::Device::best(), wgtensor::DType::F32)?;
+    /// let prompts = vec![vec![1, 15043], vec![1, 450, 4996, 17354]];
+    /// let opts = GenerateOptions { max_new_tokens: 8, ..Default::default() };
+    /// let out = model.generate_batch(&prompts, &opts)?;
+    /// assert_eq!(out.len(), 2);
+    /// assert_eq!(out[0], model.generate(&prompts[0], &opts)?); // greedy: the same ids
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (op `generate_batch`) for no prompts, an empty prompt, one
+    /// that leaves no room in the context, or bad options, naming the prompt; the errors of
+    /// [`CausalLM::forward`] and [`CausalLM::forward_batch`].
+    pub fn generate_batch<P: AsRef<[u32]>>(
+        &self,
+        prompts: &[P],
+        options: &GenerateOptions,
+    ) -> Result<Vec<Vec<u32>>> {
+        const OP: &str = "generate_batch";
+        if prompts.is_empty() {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                message: "no prompts: pass at least one sequence of ids".into(),
+            });
+        }
+        let mut streams = Vec::with_capacity(prompts.len());
+        for (i, p) in prompts.iter().enumerate() {
+            let s = self.stream(p.as_ref(), options).map_err(|e| match e {
+                Error::InvalidArgument { message, .. } => Error::InvalidArgument {
+                    op: OP,
+                    message: format!("prompt {i}: {message}"),
+                },
+                e => e,
+            })?;
+            streams.push(s);
+        }
+        let mut out = vec![Vec::new(); streams.len()];
+        // Prefill: each prompt alone (they differ in length), giving its first id.
+        for (s, o) in streams.iter_mut().zip(&mut out) {
+            if let Some(id) = s.next() {
+                o.push(id?);
+            }
+        }
+        let device = self.device().clone();
+        loop {
+            let active: Vec<usize> = (0..streams.len())
+                .filter(|&i| streams[i].wants_step())
+                .collect();
+            if active.is_empty() {
+                return Ok(out);
+            }
+            let ids: Vec<u32> = active.iter().map(|&i| streams[i].next_input[0]).collect();
+            let mut caches: Vec<KvCache> = active
+                .iter()
+                .map(|&i| std::mem::replace(&mut streams[i].cache, KvCache::empty()))
+                .collect();
+            // The step (forward, the choices, their readback) in one submit.
+            let chosen = device.one_submit(|| {
+                let logits = self.forward_batch(&ids, &mut caches)?;
+                let vocab = self.config.vocab_size;
+                active
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &i)| streams[i].choose(&logits.narrow(0, j, 1)?.reshape(&[vocab])?))
+                    .collect::<Result<Vec<u32>>>()
+            });
+            for (&i, c) in active.iter().zip(caches) {
+                streams[i].cache = c;
+            }
+            for (&i, id) in active.iter().zip(chosen?) {
+                streams[i].accept(id);
+                out[i].push(id);
+            }
+        }
+    }
+
     /// The generation of [`CausalLM::generate`] as an iterator of ids: each `next` runs one
     /// step (the first one the prompt) and reads back only the chosen id.
     ///
@@ -313,6 +406,29 @@ impl TokenStream<'_> {
         self.cache
     }
 
+    /// Whether the generation goes on: not stopped, under `max_new_tokens`, and the cache
+    /// has room for the next input (else it is done).
+    fn wants_step(&mut self) -> bool {
+        if self.done || self.produced >= self.options.max_new_tokens {
+            return false;
+        }
+        if self.cache.len() + self.next_input.len() > self.cache.capacity() {
+            // The context is full.
+            self.done = true;
+            return false;
+        }
+        true
+    }
+
+    /// Records the chosen `id`: the next input, and the end at an EOS id.
+    fn accept(&mut self, id: u32) {
+        self.produced += 1;
+        self.next_input = vec![id];
+        if self.eos.contains(&id) {
+            self.done = true;
+        }
+    }
+
     fn step(&mut self) -> Result<u32> {
         let t0 = Instant::now();
         // The whole step (forward, choice, the id's readback) in one submit.
@@ -390,21 +506,12 @@ impl Iterator for TokenStream<'_> {
     type Item = Result<u32>;
 
     fn next(&mut self) -> Option<Result<u32>> {
-        if self.done || self.produced >= self.options.max_new_tokens {
-            return None;
-        }
-        if self.cache.len() + self.next_input.len() > self.cache.capacity() {
-            // The context is full.
-            self.done = true;
+        if !self.wants_step() {
             return None;
         }
         match self.step() {
             Ok(id) => {
-                self.produced += 1;
-                self.next_input = vec![id];
-                if self.eos.contains(&id) {
-                    self.done = true;
-                }
+                self.accept(id);
                 Some(Ok(id))
             }
             Err(e) => {

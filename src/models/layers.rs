@@ -250,6 +250,24 @@ impl Attention {
             q = rope(&q, cos, sin)?;
             k = rope(&k, cos, sin)?;
         }
+        if !cache.batch.is_empty() {
+            // A batched decode step: row `i` is the next position of the sequence in
+            // `cache.batch[i]`, attending over that cache alone.
+            let mut outs = Vec::with_capacity(n);
+            for (i, c) in cache.batch.iter_mut().enumerate() {
+                c.write(l, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
+                let own = Step {
+                    config: step.config,
+                    start: c.len(),
+                    mask: None,
+                    window_mask: None,
+                    ropes: Vec::new(),
+                };
+                outs.push(self.attend(l, &q.narrow(0, i, 1)?, c, &own)?);
+            }
+            let att = Tensor::cat(&outs.iter().collect::<Vec<_>>(), 0)?;
+            return self.o.apply(&att);
+        }
         cache.write(l, &k, &v)?;
         let att = self.attend(l, &q, cache, step)?;
         self.o.apply(&att)

@@ -264,12 +264,139 @@ impl CausalLM {
         if last_only && n > 1 {
             x = x.narrow(0, n - 1, 1)?;
         }
-        let x = self.final_norm.apply(&x)?;
+        self.head(&x)
+    }
+
+    /// The logits of hidden states `x` `[n, hidden]`: final norm, output projection, soft-cap.
+    fn head(&self, x: &Tensor) -> Result<Tensor> {
+        let x = self.final_norm.apply(x)?;
         let logits = self.lm_head.as_ref().unwrap_or(&self.embed).matmul_t(&x)?;
         match self.final_softcap {
             Some(cap) => logits.mul_scalar(1.0 / cap)?.tanh()?.mul_scalar(cap),
             None => Ok(logits),
         }
+    }
+
+    /// One decode step of several sequences at once: `ids[i]` is the next token of the
+    /// sequence `caches[i]` holds, and row `i` of the logits `[ids.len, vocab]` (f32, on the
+    /// model's device) is what [`CausalLM::forward`] of `&[ids[i]]` on `caches[i]` gives, up
+    /// to rounding; each cache grows by one position. The caches may hold different numbers
+    /// of positions (ragged sequences, no padding): every linear layer runs as one matmul
+    /// over the `[ids.len, hidden]` rows, so the weights are read once for the whole batch,
+    /// while attention and RoPE run per sequence over its own cache at its own position.
+    ///
+    /// ```no_run
+    /// # fn main() -> wgtensor::Result<()> {
+    /// let model = wgtensor::models::AutoModel::load("model_dir", &wgtensor::Device::cpu(), wgtensor::DType::F32)?;
+    /// let mut caches = vec![model.new_cache(64)?, model.new_cache(64)?];
+    /// model.forward_last(&[1, 2, 3], &mut caches[0])?; // prefill, one sequence at a time
+    /// model.forward_last(&[1, 5], &mut caches[1])?;
+    /// let logits = model.forward_batch(&[4, 6], &mut caches)?; // both next tokens at once
+    /// assert_eq!(logits.shape()[0], 2);
+    /// assert_eq!((caches[0].len(), caches[1].len()), (4, 3));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `ids` is empty, when `ids` and `caches` differ in
+    /// length, or for any sequence where [`CausalLM::forward`] would fail (a full cache, a
+    /// cache of another model, an id past the vocabulary); device errors. On an error no
+    /// cache has grown.
+    pub fn forward_batch(&self, ids: &[u32], caches: &mut [KvCache]) -> Result<Tensor> {
+        if ids.is_empty() || ids.len() != caches.len() {
+            return Err(Error::InvalidArgument {
+                op: "forward_batch",
+                message: format!(
+                    "{} ids for {} caches: pass one next id per sequence, and at least one",
+                    ids.len(),
+                    caches.len()
+                ),
+            });
+        }
+        // The sequences' caches move into one batch cache for the step, and back after it.
+        let mut batch = KvCache::empty();
+        batch.batch = caches
+            .iter_mut()
+            .map(|c| std::mem::replace(c, KvCache::empty()))
+            .collect();
+        let r = if self.device.is_cpu() {
+            // As in `run`: the CPU kernels' loops split their work with this thread.
+            rayon::scope(|_| self.run_batch(ids, &mut batch))
+        } else {
+            self.run_batch(ids, &mut batch)
+        };
+        for (c, b) in caches.iter_mut().zip(batch.batch) {
+            *c = b;
+        }
+        r
+    }
+
+    /// [`CausalLM::forward_batch`] on the batch cache `batch` (its `batch` holds one cache per
+    /// id).
+    fn run_batch(&self, ids: &[u32], batch: &mut KvCache) -> Result<Tensor> {
+        let _guard = crate::no_grad();
+        let c = &self.config;
+        let n = ids.len();
+        let vocab = c.vocab_size;
+        let name = format!("{self:?}");
+        for (i, (cache, &id)) in batch.batch.iter().zip(ids).enumerate() {
+            let at = |e: Error| match e {
+                Error::InvalidArgument { message, .. } => Error::InvalidArgument {
+                    op: "forward_batch",
+                    message: format!("sequence {i}: {message}"),
+                },
+                e => e,
+            };
+            cache
+                .check_fits(
+                    c.num_layers,
+                    c.num_kv_heads,
+                    c.head_dim,
+                    &self.device,
+                    &name,
+                )
+                .map_err(at)?;
+            cache.reserve(1).map_err(at)?;
+            if id as usize >= vocab {
+                return Err(Error::InvalidArgument {
+                    op: "forward_batch",
+                    message: format!(
+                        "token id {id} of sequence {i} is past the vocabulary of {vocab}"
+                    ),
+                });
+            }
+        }
+        // Each sequence's position: how many its cache holds.
+        let starts: Vec<u32> = batch.batch.iter().map(|c| c.len() as u32).collect();
+        let at = Tensor::from_slice(&starts, &[n], &self.device)?;
+        let mut x = self.embed.rows(ids)?;
+        if let Some(s) = self.embed_scale {
+            x = x.mul_scalar(s)?;
+        }
+        if let Some(p) = &self.positions {
+            x = x.add(&Weight::Dense(p.clone()).rows(&starts)?)?;
+        }
+        let capacity = batch.batch.iter().map(KvCache::capacity).max().unwrap_or(0);
+        let mut ropes = Vec::with_capacity(self.ropes.len());
+        for r in &self.ropes {
+            let (cos, sin) = r.tables(capacity, &self.device)?;
+            let rows = |t: Tensor| t.index_select(0, &at)?.unsqueeze(1);
+            ropes.push((rows(cos)?, rows(sin)?));
+        }
+        let step = Step {
+            config: c,
+            start: 0,
+            mask: None,
+            window_mask: None,
+            ropes,
+        };
+        for (l, block) in self.blocks.iter().enumerate() {
+            x = block.forward(l, &x, batch, &step)?;
+        }
+        for cache in &mut batch.batch {
+            cache.advance(1);
+        }
+        self.head(&x)
     }
 
     /// `[n, start + n]`: 0 where position `start + i` may attend, -inf past it and, with a
