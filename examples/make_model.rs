@@ -1,5 +1,6 @@
 //! Writes a Llama-architecture model with random weights, no Python needed: a Hugging Face
-//! directory (`config.json`, `model.safetensors`, a byte-level `tokenizer.json`) and, with
+//! directory (`config.json`, `model.safetensors`, a byte-level `tokenizer.json`, a
+//! `tokenizer_config.json` with a small chat template for `generate --chat`) and, with
 //! `--gguf`, a llama.cpp file beside it (`model-<type>.gguf`, q/k rows permuted as llama.cpp
 //! stores them). For trying `examples/generate.rs` and for the benchmarks.
 //!
@@ -86,7 +87,7 @@ fn run(out: PathBuf, preset: String, ggufs: Vec<Option<QType>>, seed: u64) -> Re
         .ok_or_else(|| format!("--preset: {preset:?} is not tiny, 125m or 1b"))?;
     random_llama::write(&out, &p, &ggufs, seed)?;
     println!(
-        "wrote {} (config.json, model.safetensors, tokenizer.json)",
+        "wrote {} (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)",
         out.display()
     );
     for q in ggufs {

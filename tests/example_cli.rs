@@ -200,3 +200,75 @@ fn generate_chat_uses_the_template_and_keeps_the_conversation() {
         "the second turn ran from the start: {err}"
     );
 }
+
+/// `make_model` writes a `tokenizer_config.json` with a chat template: `generate --chat` runs
+/// on its output.
+#[test]
+fn make_model_output_chats() {
+    let dir = built_examples(&["make_model", "generate"]);
+    let tmp = TempDir::new("example_make_chat");
+    let out = tmp.join("model");
+    let o = std::process::Command::new(dir.join("make_model"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--preset", "tiny"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "make_model: {o:?}");
+    assert!(out.join("tokenizer_config.json").is_file());
+    let o = std::process::Command::new(dir.join("generate"))
+        .arg("--model")
+        .arg(&out)
+        .args(["--device", "cpu", "--max-new-tokens", "3"])
+        .args(["--chat", "--prompt", "Hello", "--ids"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "generate --chat: {stderr}");
+    assert!(stderr.contains("chat: "), "{stderr}");
+    assert!(stdout.contains("ids: ["), "{stdout}");
+}
+
+/// `embed --json` on the tiny BERT fixture: the dimension line names the hidden size, and the
+/// last line is JSON holding one embedding of that dimension per text, each of unit length
+/// (the fixture's pipeline normalizes).
+#[test]
+fn embed_json_last_line_parses() {
+    let dir = built_examples(&["embed"]);
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/models/bert");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
+    let dim = config["hidden_size"].as_u64().unwrap() as usize;
+    let o = std::process::Command::new(dir.join("embed"))
+        .arg("--model")
+        .arg(&model)
+        .args([
+            "--device", "cpu", "--text", "a fox", "--text", "a dog", "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "embed: {o:?}");
+    assert!(
+        stdout.contains(&format!("embedding dimension {dim} ")),
+        "{stdout}"
+    );
+    let last = stdout.lines().last().unwrap();
+    let v: serde_json::Value = serde_json::from_str(last).expect("the last line is JSON");
+    let rows = v["embeddings"].as_array().expect("embeddings");
+    assert_eq!(rows.len(), 2, "{last}");
+    for r in rows {
+        let r: Vec<f64> = r
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(r.len(), dim);
+        let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "norm {norm}");
+    }
+}

@@ -1,5 +1,6 @@
 //! The random-weight Llama of `examples/make_model.rs` and `examples/device_report.rs`: a Hugging
-//! Face directory (`config.json`, `model.safetensors`, a byte-level `tokenizer.json`) and, on
+//! Face directory (`config.json`, `model.safetensors`, a byte-level `tokenizer.json`, a
+//! `tokenizer_config.json` with a small chat template) and, on
 //! request, llama.cpp files beside it (`model-<type>.gguf`, q/k rows permuted as llama.cpp stores
 //! them). Shared by both examples through `#[path]`, so the benchmarks and the report measure the
 //! same model.
@@ -253,6 +254,16 @@ pub fn write(
         serde_json::to_string_pretty(&config).unwrap_or_default(),
     )?;
     write("tokenizer.json", tokenizer_json(p.vocab))?;
+    // A small chat template, so that `generate --chat` runs on the directory.
+    let template = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{{ eos_token }}\n\
+                    {% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+    let tokenizer_config = serde_json::json!({
+        "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "chat_template": template
+    });
+    write(
+        "tokenizer_config.json",
+        serde_json::to_string_pretty(&tokenizer_config).unwrap_or_default(),
+    )?;
     let named: Vec<(String, Tensor)> = tensors
         .iter()
         .map(|(n, _, t, _)| (n.clone(), t.clone()))
