@@ -33,6 +33,8 @@ mod qwen3;
 mod rope;
 mod tokenizer;
 mod weight;
+mod whisper;
+mod whisper_audio;
 
 pub use cache::KvCache;
 pub use chat::ChatMessage;
@@ -43,6 +45,7 @@ pub use load::Progress;
 pub use model::CausalLM;
 pub use tokenizer::{TextStream, Tokenizer};
 pub use weight::Weight;
+pub use {whisper::{Transcript, Whisper}, whisper_audio::{read_wav, resample, LogMel}};
 
 use crate::{DType, Device, Error, Result};
 use std::path::Path;
