@@ -836,4 +836,9 @@ fn newer_families_missing_fields_are_format_errors_naming_them() {
         &["phi2", "gemma3", "phi3"],
         "phi2",
     );
+    // A window is honoured where the architecture has one, refused where llama.cpp runs none.
+    let tmp = TempDir::new("llama_gguf_window");
+    let key = "llama.attention.sliding_window";
+    let path = llama_gguf(&tmp, |m| set(m, key, GgufValue::U32(4)), keep);
+    assert_format(load(&path, &Device::cpu()), &[key], key);
 }

@@ -294,8 +294,9 @@ fn config(file: &GgufFile) -> Result<(ModelConfig, &'static Family)> {
     if let Some(w) = md.get(&format!("{arch}.attention.sliding_window")) {
         if !handles("attention.sliding_window") {
             return Err(fmt(format!(
-                "{arch}.attention.sliding_window = {w:?} is not implemented for GGUF files of \
-                 {arch}"
+                "{arch}.attention.sliding_window = {} is not implemented for GGUF files of \
+                 {arch}",
+                json(w)
             )));
         }
     }
