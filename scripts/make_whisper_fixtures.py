@@ -13,7 +13,9 @@ special tokens: <|endoftext|> 80, <|startoftranscript|> 81, <|en|> 82, <|fr|> 83
 the full 3000 frames: its position table has 1500 rows).
 
 `expected.json`: for every signal (`signal()` below, rebuilt bit for bit by the Rust test) and
-every generation-config variant, the ids generate returns. Audio longer than 30 s is cut into
+every generation-config variant, the ids generate returns: `windows`, the sequences of
+`generate(..., return_dict_in_generate=True)` (prompt, new tokens, end of text), and `ids`, what
+a plain `generate` call returns (the new tokens only), concatenated over the windows. Audio longer than 30 s is cut into
 consecutive 30-s windows, each passed to generate on its own (transformers' own long-form path
 needs timestamp tokens; wgtensor transcribes window by window without them), so the expected ids
 of a long signal are one list per window.
@@ -86,6 +88,8 @@ def generation_config(variant):
         g.forced_decoder_ids = [[1, 83], [2, 84], [3, 89]]
     elif variant == "detect":  # no language: generate detects one among lang_to_id
         g.task = "transcribe"
+    elif variant == "eos":  # a common token as end of text, so decoding stops early
+        g.language, g.task, g.eos_token_id = "<|en|>", "transcribe", 45
     return g
 
 
@@ -140,10 +144,10 @@ def main():
     for name, seconds in (("short", 7.0), ("long", 45.0)):
         sig = signal(seconds)
         per = {}
-        for variant in ("language", "forced", "detect"):
+        for variant in ("language", "forced", "detect", "eos"):
             if name == "long" and variant != "language":
                 continue
-            windows, margins = [], []
+            windows, margins, plain = [], [], []
             for start in range(0, len(sig), 480000):
                 f = features(fe, sig[start:start + 480000])
                 # generate merges a passed config with the model's own: set the model's instead.
@@ -155,9 +159,12 @@ def main():
                     top = torch.topk(s[0].float(), 2).values
                     margins.append(float(top[0] - top[1]))
                 windows.append(ids)
+                # Without return_dict_in_generate, generate returns the new tokens only: no
+                # prompt, no end of text.
+                plain.extend(model.generate(torch.from_numpy(f)[None])[0].tolist())
             texts = (tok.decode(w, skip_special_tokens=True).strip() for w in windows)
             text = " ".join(t for t in texts if t)
-            per[variant] = {"windows": windows, "text": text, "min_margin": min(margins)}
+            per[variant] = {"windows": windows, "ids": plain, "text": text, "min_margin": min(margins)}
             print(name, variant, windows, "min top-2 margin", min(margins))
         expected["signals"][name] = {"seconds": seconds, "variants": per}
     with open(os.path.join(OUT, "expected.json"), "w") as fh:

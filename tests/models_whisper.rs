@@ -219,6 +219,11 @@ fn model_dir(variant: &str, tmp: &TempDir) -> PathBuf {
         "detect" => {
             o.insert("task".into(), json!("transcribe"));
         }
+        "eos" => {
+            o.insert("language".into(), json!("<|en|>"));
+            o.insert("task".into(), json!("transcribe"));
+            o.insert("eos_token_id".into(), json!(45));
+        }
         _ => unreachable!(),
     }
     std::fs::write(&gp, g.to_string()).unwrap();
@@ -248,7 +253,13 @@ fn check_ids(name: &str, variant: &str, devices: &[Device]) {
         let w = Whisper::load(&dir, d, DType::F32).expect("load");
         let t = w.transcribe(&x).expect("transcribe");
         assert_eq!(t.windows, windows, "{name} {variant} on {d}");
-        assert_eq!(t.ids, windows.concat(), "{name} {variant} on {d}");
+        let ids: Vec<u32> = want["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(t.ids, ids, "{name} {variant} on {d}");
         assert_eq!(
             t.text,
             want["text"].as_str().unwrap(),
@@ -270,6 +281,12 @@ fn greedy_ids_equal_generate_longer_than_30s() {
 #[test]
 fn prompt_from_forced_decoder_ids() {
     check_ids("short", "forced", &[Device::cpu()]);
+}
+
+/// End of text stops decoding (and is kept in the window, left out of `ids`).
+#[test]
+fn decoding_stops_at_end_of_text() {
+    check_ids("short", "eos", &devices());
 }
 
 #[test]

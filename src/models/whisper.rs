@@ -406,10 +406,13 @@ impl Reader<'_> {
 pub struct Transcript {
     /// The text: each window's tokens decoded without special tokens, trimmed, joined by spaces.
     pub text: String,
-    /// Every window's ids in order (see [`Transcript::windows`]), concatenated.
+    /// The generated tokens of every window, concatenated: what a plain
+    /// `WhisperForConditionalGeneration.generate` call returns for each window (no prompt, no
+    /// end-of-text token).
     pub ids: Vec<u32>,
-    /// The ids of each 30-s window as `generate` returns them: the prompt, the generated tokens
-    /// and the end-of-text token when one was generated.
+    /// The full sequence of each 30-s window, as `generate(..., return_dict_in_generate=True)`
+    /// returns it: the prompt, the generated tokens and the end-of-text token when one was
+    /// generated.
     pub windows: Vec<Vec<u32>>,
 }
 
@@ -686,8 +689,8 @@ impl Whisper {
     }
 
     /// Greedy ids of one window (prompt, generated tokens, end of text), as `generate` returns
-    /// them.
-    fn decode_window(&self, features: &Tensor) -> Result<Vec<u32>> {
+    /// them, and the prompt's length.
+    fn decode_window(&self, features: &Tensor) -> Result<(Vec<u32>, usize)> {
         let enc = self.encode(features)?;
         let mut s = self.state(&enc)?;
         let g = &self.generation;
@@ -749,7 +752,7 @@ impl Whisper {
             }
             logits = self.step(&mut s, t)?;
         }
-        Ok(ids)
+        Ok((ids, begin))
     }
 
     /// Transcribes mono samples at 16 kHz ([`LogMel::sampling_rate`]; see
@@ -773,7 +776,7 @@ impl Whisper {
         loop {
             let end = (start + w).min(samples.len());
             let features = self.mel.features(&samples[start..end], &self.device)?;
-            let ids = self.decode_window(&features)?;
+            let (ids, begin) = self.decode_window(&features)?;
             log::debug!(
                 "whisper window at {} s: {} ids",
                 start / self.mel.sampling_rate() as usize,
@@ -785,7 +788,13 @@ impl Whisper {
                     texts.push(text.trim().to_string());
                 }
             }
-            out.ids.extend_from_slice(&ids);
+            let mut new = &ids[begin.min(ids.len())..];
+            if let Some((last, rest)) = new.split_last() {
+                if self.generation.eos.contains(last) {
+                    new = rest;
+                }
+            }
+            out.ids.extend_from_slice(new);
             out.windows.push(ids);
             start += w;
             if start >= samples.len() {
