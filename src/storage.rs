@@ -1,9 +1,8 @@
 //! Where tensor data lives: host vectors or GPU buffers.
 
-/// Host vectors the layers above fill themselves (model loaders, the fused optimizer step):
+/// Host vectors the layers above fill themselves (checkpoint and model loaders):
 /// allocated through the CPU's counters so `memory_allocated(&Device::cpu())` sees them, and
 /// refused as a typed out-of-memory error rather than an abort.
-#[cfg(feature = "models")]
 pub(crate) use crate::cpu::alloc::try_vec;
 pub(crate) use crate::cpu::storage::CpuStorage;
 use crate::gpu::GpuBuffer;

@@ -118,7 +118,8 @@ impl GgufFile {
                 message: format!("dense_dtype must be F32 or F16, got {dense_dtype}"),
             });
         }
-        let (info, bytes) = self.tensor_bytes(name)?;
+        let (info, file_bytes) = self.tensor_bytes(name)?;
+        let bytes = file_bytes;
         let shape = info.shape();
         // Rows are the outermost dims; a row is the innermost dim (a 1-D tensor: one value).
         let quantized = matches!(info.dtype, GgufDType::Quantized(_));
@@ -145,11 +146,18 @@ impl GgufFile {
                 &permuted[..]
             }
         };
-        Ok(match info.dtype {
+        let tensor = match info.dtype {
             GgufDType::Quantized(q) => {
                 GgufTensor::Quantized(QTensor::from_ggml(q, [rows, row_len], bytes, device)?)
             }
-            dense => GgufTensor::Dense(read::dense(OP, dense, bytes, &shape, device, dense_dtype)?),
-        })
+            dense => {
+                let release = |run: &[u8]| crate::nn::load::release_pages(&self.map, run);
+                let t = read::dense(OP, dense, bytes, &shape, device, dense_dtype, &release)?;
+                GgufTensor::Dense(t)
+            }
+        };
+        // The tensor holds its own copy now: the file's pages need not stay resident.
+        crate::nn::load::release_pages(&self.map, file_bytes);
+        Ok(tensor)
     }
 }

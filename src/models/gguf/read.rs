@@ -316,7 +316,12 @@ fn check_tensor(c: &Cursor<'_>, t: &GgufTensorInfo, alignment: u64, data_len: u6
     Ok(())
 }
 
-/// A dense tensor from its file bytes, in `dtype` (F32 or F16).
+/// Elements converted between two `release` calls in [`dense`]: a few MiB, so a large tensor's
+/// file pages leave the resident set while it is read, not after.
+const RELEASE_EVERY: usize = 1 << 20;
+
+/// A dense tensor from its file bytes, in `dtype` (F32 or F16). `release` is called with each
+/// run of `bytes` once it has been converted (the loader drops those mapped pages).
 pub(super) fn dense(
     op: &'static str,
     from: GgufDType,
@@ -324,30 +329,41 @@ pub(super) fn dense(
     shape: &[usize],
     device: &Device,
     dtype: DType,
+    release: &dyn Fn(&[u8]),
 ) -> Result<Tensor> {
     let n = shape.iter().product::<usize>();
-    let mut out32;
-    let mut out16;
-    match (from, dtype) {
-        (GgufDType::F16, DType::F16) => {
-            out16 = crate::storage::try_vec::<f16>(op, n)?;
-            out16.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]])),
-            );
-            Tensor::from_vec(out16, shape, device)
+    let esize = bytes.len() / n.max(1);
+    // Converts elements `a..b` into `out`, then hands their bytes to `release`.
+    fn runs<T>(
+        n: usize,
+        esize: usize,
+        bytes: &[u8],
+        out: &mut Vec<T>,
+        release: &dyn Fn(&[u8]),
+        f: impl Fn(usize) -> T,
+    ) {
+        for a in (0..n).step_by(RELEASE_EVERY) {
+            let b = (a + RELEASE_EVERY).min(n);
+            out.extend((a..b).map(&f));
+            release(&bytes[a * esize..b * esize]);
         }
-        (_, DType::F16) => {
-            out16 = crate::storage::try_vec::<f16>(op, n)?;
-            out16.extend((0..n).map(|i| f16::from_f32(value(from, bytes, i))));
-            Tensor::from_vec(out16, shape, device)
+    }
+    if dtype == DType::F16 {
+        let mut out = crate::storage::try_vec::<f16>(op, n)?;
+        if from == GgufDType::F16 {
+            let f = |i: usize| f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]);
+            runs(n, esize, bytes, &mut out, release, f);
+        } else {
+            let f = |i: usize| f16::from_f32(value(from, bytes, i));
+            runs(n, esize, bytes, &mut out, release, f);
         }
-        _ => {
-            out32 = crate::storage::try_vec::<f32>(op, n)?;
-            out32.extend((0..n).map(|i| value(from, bytes, i)));
-            Tensor::from_vec(out32, shape, device)
-        }
+        Tensor::from_vec(out, shape, device)
+    } else {
+        let mut out = crate::storage::try_vec::<f32>(op, n)?;
+        runs(n, esize, bytes, &mut out, release, |i| {
+            value(from, bytes, i)
+        });
+        Tensor::from_vec(out, shape, device)
     }
 }
 
