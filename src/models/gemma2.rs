@@ -218,6 +218,10 @@ impl Block for SandwichBlock {
     }
 }
 
+/// Finishes layer `i`'s attention: `(src, i, layer name prefix, attention)`.
+pub(crate) type AttentionFn<'a> =
+    dyn FnMut(&mut dyn Source, usize, &str, &mut Attention) -> Result<()> + 'a;
+
 /// A Gemma model in the names `n`: `attention(src, i, layer, attn)` finishes layer `i`'s
 /// attention (`layer` its name prefix; Gemma 3 adds q/k norms and picks a RoPE table),
 /// everything else is shared.
@@ -227,7 +231,7 @@ pub(crate) fn build(
     c: &ModelConfig,
     device: &Device,
     dtype: DType,
-    attention: &mut dyn FnMut(&mut dyn Source, usize, &str, &mut Attention) -> Result<()>,
+    attention: &mut AttentionFn,
 ) -> Result<CausalLM> {
     let (hid, inter, eps) = (c.hidden_size, c.intermediate_size, c.norm_eps);
     let (qd, kvd, b) = (
