@@ -1,9 +1,5 @@
 //! Where tensor data lives: host vectors or GPU buffers.
 
-/// Host vectors the layers above fill themselves (checkpoint and model loaders):
-/// allocated through the CPU's counters so `memory_allocated(&Device::cpu())` sees them, and
-/// refused as a typed out-of-memory error rather than an abort.
-pub(crate) use crate::cpu::alloc::try_vec;
 pub(crate) use crate::cpu::storage::CpuStorage;
 use crate::gpu::GpuBuffer;
 
@@ -60,4 +56,12 @@ impl Drop for Storage {
             _ => {}
         }
     }
+}
+
+/// An empty host vector with room for `n` elements, for the layers above to fill themselves
+/// (checkpoint and model loaders): allocated through the CPU's counters so
+/// `memory_allocated(&Device::cpu())` sees it, and refused as a typed out-of-memory error naming
+/// `op` rather than an abort.
+pub(crate) fn try_vec<T>(op: &'static str, n: usize) -> crate::Result<Vec<T>> {
+    crate::cpu::alloc::try_vec(op, n)
 }

@@ -137,6 +137,15 @@ pub(crate) fn no_adjust(_: &Value, _: &mut ModelConfig, _: &str) -> Result<()> {
     Ok(())
 }
 
+/// A checkpoint that cannot be a model: `Error::Format` of `AutoModel::load` naming `path`.
+pub(crate) fn format_error(path: &str, message: String) -> Error {
+    Error::Format {
+        op: "AutoModel::load",
+        path: path.to_string(),
+        message,
+    }
+}
+
 pub(crate) fn format_err(path: &str, message: String) -> Error {
     Error::Format {
         op: "ModelConfig",

@@ -130,8 +130,8 @@ fn gguf_adjust(v: &Value, c: &mut ModelConfig, path: &str) -> Result<()> {
     if let Value::Object(m) = &mut c.raw {
         m.entry("attention.sliding_window").or_insert(4096.into());
     }
-    let sliding = super::gguf_load::sliding_pattern(c, 2, path)?;
-    super::gguf_load::set_window(c, sliding, path)
+    let sliding = super::family::sliding_pattern(c, 2, path)?;
+    super::family::set_window(c, sliding, path)
 }
 
 /// The config of Gemma 2 and 3 (`default_sliding`: which layers slide without `layer_types`).

@@ -8,11 +8,11 @@
 //! (every sixth layer global, or `attention.sliding_window_pattern`), llama.cpp's scale.
 
 use super::config::{format_err, rope_scaling_of, ModelConfig};
+use super::family::{set_window, sliding_pattern};
 use super::family::{Family, Gguf};
 use super::gemma2::{
     build, llama_cpp_scale, query_pre_attn_scalar, softcap, spec, Names, GGUF, HF,
 };
-use super::gguf_load::{set_window, sliding_pattern};
 use super::layers::Source;
 use super::model::CausalLM;
 use super::rope::Rope;

@@ -165,49 +165,6 @@ fn arch_metadata(file: &GgufFile, arch: &str) -> Value {
     )
 }
 
-/// The window of llama.cpp's `attention.sliding_window` on the layers `sliding` marks, into
-/// `c` (0 or a window as long as the context: none). For a family's
-/// [`super::family::Gguf::adjust`].
-pub(crate) fn set_window(c: &mut ModelConfig, sliding: Vec<bool>, path: &str) -> Result<()> {
-    let Some(w) = c.raw.get("attention.sliding_window") else {
-        return Ok(());
-    };
-    let w = w.as_u64().ok_or_else(|| {
-        format_error(
-            path,
-            format!("attention.sliding_window = {w} is not a non-negative integer"),
-        )
-    })?;
-    c.sliding_window = usize::try_from(w)
-        .ok()
-        .filter(|&w| w > 0 && w < c.max_position_embeddings);
-    c.sliding_layers = c.sliding_window.map(|_| sliding);
-    Ok(())
-}
-
-/// Which layers slide: `attention.sliding_window_pattern` (a period `p`, layer `i` sliding
-/// unless `i % p == p - 1`, or one boolean per layer) or the family's period `default`.
-pub(crate) fn sliding_pattern(c: &ModelConfig, default: usize, path: &str) -> Result<Vec<bool>> {
-    let n = c.num_layers;
-    let period = |p: usize| (0..n).map(|i| i % p < p - 1).collect();
-    match c.raw.get("attention.sliding_window_pattern") {
-        None => Ok(period(default)),
-        Some(Value::Array(a)) if a.len() == n && a.iter().all(Value::is_boolean) => {
-            Ok(a.iter().map(|b| b.as_bool() == Some(true)).collect())
-        }
-        Some(p) => match p.as_u64().filter(|&p| p > 0) {
-            Some(p) => Ok(period(p as usize)),
-            None => Err(format_error(
-                path,
-                format!(
-                    "attention.sliding_window_pattern = {p} is neither a positive period nor \
-                     {n} booleans"
-                ),
-            )),
-        },
-    }
-}
-
 /// The hyper-parameters of a llama.cpp file and the family that loads it.
 fn config(file: &GgufFile) -> Result<(ModelConfig, &'static Family)> {
     let fmt = |message: String| format_error(file.path(), message);

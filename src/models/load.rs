@@ -13,14 +13,7 @@ use std::path::Path;
 /// Called while loading with (bytes of weights loaded, total bytes).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
-/// An `AutoModel::load` format error about the file at `path`.
-pub(super) fn format_error(path: &str, message: String) -> Error {
-    Error::Format {
-        op: "AutoModel::load",
-        path: path.to_string(),
-        message,
-    }
-}
+pub(super) use super::config::format_error;
 
 /// `Ok` when tensor `name` has the shape `want` that `source` (`config.json`, the metadata)
 /// implies; else a format error about the file at `path`.

@@ -39,7 +39,7 @@ pub(crate) const PHI3: Family = Family {
     gguf: Some(Gguf {
         arch: "phi3",
         handles: &["attention.sliding_window"],
-        adjust: |_, c, path| super::gguf_load::set_window(c, vec![true; c.num_layers], path),
+        adjust: |_, c, path| super::family::set_window(c, vec![true; c.num_layers], path),
         load: load_gguf,
     }),
 };
