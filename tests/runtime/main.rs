@@ -7,7 +7,6 @@
 mod common;
 
 mod autotune;
-mod concurrent_device;
 mod determinism;
 mod device_report;
 mod devices;

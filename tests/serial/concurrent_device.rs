@@ -167,11 +167,17 @@ fn run_on(name: &str) {
 
 #[test]
 fn two_threads_share_the_cpu() {
+    // Alone: the long products take minutes on the software adapters, and the parallel tests of
+    // a shared binary would push them past the device timeout.
+    let _alone = common::serial();
     run_on("cpu");
 }
 
 #[test]
 fn two_threads_share_each_gpu() {
+    // Alone: the long products take minutes on the software adapters, and the parallel tests of
+    // a shared binary would push them past the device timeout.
+    let _alone = common::serial();
     for dev in common::gpus() {
         run_on(&dev.to_string());
     }
@@ -179,6 +185,9 @@ fn two_threads_share_each_gpu() {
 
 #[test]
 fn two_threads_share_each_gl_view() {
+    // Alone: the long products take minutes on the software adapters, and the parallel tests of
+    // a shared binary would push them past the device timeout.
+    let _alone = common::serial();
     for dev in common::gl_views() {
         run_on(&dev.to_string());
     }
