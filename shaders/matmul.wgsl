@@ -10,6 +10,9 @@
 // Entries    naive    one output per invocation: the baseline the benchmarks compare against.
 //            gemv_t   a few rows times a matrix read along K (x · Wᵀ): 32 invocations per
 //                     output, partial sums added in a fixed tree (see its entry at the end)
+//            gemv_rows
+//                     gemv_t's shape for software adapters: 8 outputs per invocation, K read
+//                     two at a time, the register kernels' arithmetic (see its entry at the end)
 //            gemv_m1, gemv_n1
 //                     the naive loop in 256 × 1 (rows of few outputs: M = 1, a row vector
 //                     times a matrix) or 1 × 256 workgroups (N = 1, a matrix times a vector),
@@ -422,4 +425,49 @@ fn gemv_t(@builtin(workgroup_id) wid: vec3<u32>,
         let v = gemv_part[li];
         store(p, row, col, (v.x + v.y) + (v.z + v.w));
     }
+}
+
+// gemv_rows: gemv_t's shape (a few rows of A times B read along K) for software adapters, with
+// register_tile's arithmetic: one fma per k in k order from zero, so the same bits as the
+// register kernels. An invocation takes one row of A and 8 columns of B and steps K two at a
+// time (ld_a2, ld_b2: one packed word of f16), so each element of A is loaded once for 8
+// outputs and each pair of B once: about one load per weight word, where lavapipe (which turns
+// each storage load into a loop over its SIMD lanes) is bound by loads. No workgroup memory, no
+// barriers. The host uses it only with A and B contiguous along K, K even, and (f16) every
+// offset and stride even. Columns past the end are read as the first column again, never
+// stored. Dispatch: 8 invocations per workgroup, grid (ceil(N/64), M, batches) from the
+// row/column origin.
+@compute @workgroup_size(8)
+fn gemv_rows(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let p = problem(gid.z);
+    let row = params[2] + gid.y;
+    let c0 = params[3] + gid.x * 8u;
+    if (row >= p.m || c0 >= p.n) {
+        return;
+    }
+    let ia = p.a + row * p.a_rs;
+    let cl = min(vec4<u32>(c0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
+    let ch = min(vec4<u32>(c0) + vec4<u32>(4u, 5u, 6u, 7u), vec4<u32>(p.n - 1u));
+    let bl = vec4<u32>(p.b) + cl * p.b_cs;
+    let bh = vec4<u32>(p.b) + ch * p.b_cs;
+    var lo = vec4<Scalar>(0.0);
+    var hi = vec4<Scalar>(0.0);
+    // (k1 - k0) / 2 <= 8,192 iterations.
+    for (var k = 0u; k < p.k1 - p.k0; k = k + 2u) {
+        let a = ld_a2(ia + k);
+        let l0 = ld_b2(bl.x + k);
+        let l1 = ld_b2(bl.y + k);
+        let l2 = ld_b2(bl.z + k);
+        let l3 = ld_b2(bl.w + k);
+        let h0 = ld_b2(bh.x + k);
+        let h1 = ld_b2(bh.y + k);
+        let h2 = ld_b2(bh.z + k);
+        let h3 = ld_b2(bh.w + k);
+        lo = fma(vec4<Scalar>(a.x), vec4<Scalar>(l0.x, l1.x, l2.x, l3.x), lo);
+        hi = fma(vec4<Scalar>(a.x), vec4<Scalar>(h0.x, h1.x, h2.x, h3.x), hi);
+        lo = fma(vec4<Scalar>(a.y), vec4<Scalar>(l0.y, l1.y, l2.y, l3.y), lo);
+        hi = fma(vec4<Scalar>(a.y), vec4<Scalar>(h0.y, h1.y, h2.y, h3.y), hi);
+    }
+    store4(p, row, c0, lo);
+    store4(p, row, c0 + 4u, hi);
 }

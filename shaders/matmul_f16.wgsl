@@ -11,3 +11,12 @@ fn ld_a(i: u32) -> Scalar {
 fn ld_b(i: u32) -> Scalar {
     return rhs[i];
 }
+
+// Elements i and i + 1 (gemv_rows).
+fn ld_a2(i: u32) -> vec2<Scalar> {
+    return vec2<Scalar>(lhs[i], lhs[i + 1u]);
+}
+
+fn ld_b2(i: u32) -> vec2<Scalar> {
+    return vec2<Scalar>(rhs[i], rhs[i + 1u]);
+}

@@ -10,3 +10,12 @@ fn ld_a(i: u32) -> Scalar {
 fn ld_b(i: u32) -> Scalar {
     return unpack2x16float(rhs[i >> 1u])[i & 1u];
 }
+
+// Elements i and i + 1 for an even i: one word (gemv_rows).
+fn ld_a2(i: u32) -> vec2<Scalar> {
+    return unpack2x16float(lhs[i >> 1u]);
+}
+
+fn ld_b2(i: u32) -> vec2<Scalar> {
+    return unpack2x16float(rhs[i >> 1u]);
+}

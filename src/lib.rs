@@ -246,9 +246,9 @@ pub mod testing {
     }
 
     /// Forces the quantized matrix-vector entry `name` (`"matvec"`: a workgroup per weight row;
-    /// `"matvec_serial"`: an invocation per weight row, the default on software adapters) on
-    /// this thread, or with `None` returns to the default; false for an unknown name. Both
-    /// give the same bits.
+    /// `"matvec_serial"`: an invocation per weight row; `"matvec_rows"`: an invocation per 8
+    /// weight rows, the default on software adapters) on this thread, or with `None` returns
+    /// to the default; false for an unknown name. All three give the same bits.
     pub fn force_quant_matvec(name: Option<&str>) -> bool {
         crate::gpu::quant::force_matvec(name)
     }

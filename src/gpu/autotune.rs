@@ -79,6 +79,11 @@ pub(crate) fn deterministic() -> bool {
     }
 }
 
+/// The revision of the kernel variants the tuner chooses among, part of the cache file's
+/// adapter key: a release that adds a variant (or changes a heuristic) retunes instead of
+/// keeping winners chosen without it. 2: matmul's `gemv_rows`.
+const KERNEL_SET: u32 = 2;
+
 /// Appended to a class's key when every variant may be chosen (non-deterministic mode).
 pub(crate) const ANY_ORDER: &str = " any-order";
 
@@ -157,14 +162,15 @@ impl Tuner {
             choices: Mutex::default(),
             loaded: OnceLock::new(),
             adapter: format!(
-                "{} | vendor {:#x} device {:#x} | {} {} | {:?} | wgtensor {}",
+                "{} | vendor {:#x} device {:#x} | {} {} | {:?} | wgtensor {} kernels {}",
                 info.name,
                 info.vendor,
                 info.device,
                 info.driver,
                 info.driver_info,
                 info.backend,
-                env!("CARGO_PKG_VERSION")
+                env!("CARGO_PKG_VERSION"),
+                KERNEL_SET
             ),
             searches: AtomicU64::new(0),
         }

@@ -79,10 +79,16 @@ pub(crate) enum MatmulKernel {
     /// consecutive K, and add their partial sums in a fixed tree. Hardware GPUs' choice for
     /// M <= 4 with B contiguous along K.
     GemvT,
+    /// [`MatmulKernel::GemvT`]'s shape with the register kernels' arithmetic (one fma per k in
+    /// k order): 8 outputs per invocation, K read two elements (one packed f16 word) at a time,
+    /// each element of A loaded once for the 8. Software adapters' choice for that shape, where
+    /// every storage load is a loop over SIMD lanes. Needs [`Problem::pairs`]; elsewhere it
+    /// runs as `register` (the same bits).
+    GemvRows,
 }
 
 impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 15] = [
+    pub(crate) const ALL: [MatmulKernel; 16] = [
         MatmulKernel::Naive,
         MatmulKernel::Register,
         MatmulKernel::RegisterVec4,
@@ -98,6 +104,7 @@ impl MatmulKernel {
         MatmulKernel::GemvM1,
         MatmulKernel::GemvN1,
         MatmulKernel::GemvT,
+        MatmulKernel::GemvRows,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -117,6 +124,7 @@ impl MatmulKernel {
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
             MatmulKernel::GemvT => "gemv_t",
+            MatmulKernel::GemvRows => "gemv_rows",
         }
     }
 
@@ -141,6 +149,7 @@ impl MatmulKernel {
             MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => 64,
             MatmulKernel::RegisterVec4Wide | MatmulKernel::RegisterVec4Tall => 64,
             MatmulKernel::RegisterVec4R8x4 => 128,
+            MatmulKernel::GemvRows => 8,
             _ => 256,
         }
     }
@@ -190,6 +199,7 @@ impl MatmulKernel {
             MatmulKernel::GemvM1 => "gemv_m1",
             MatmulKernel::GemvN1 => "gemv_n1",
             MatmulKernel::GemvT => "gemv_t",
+            MatmulKernel::GemvRows => "gemv_rows",
         }
     }
 
@@ -206,6 +216,7 @@ impl MatmulKernel {
             MatmulKernel::GemvM1 => (1, 256),
             MatmulKernel::GemvN1 => (256, 1),
             MatmulKernel::GemvT => (1, 8),
+            MatmulKernel::GemvRows => (1, 64),
         }
     }
 }
@@ -292,6 +303,22 @@ impl Problem {
         self.m <= 4 && self.b_ks == 1 && self.k >= 256 && self.n >= 64
     }
 
+    /// Whether [`MatmulKernel::GemvRows`] can read both operands two elements at a time: A
+    /// and B contiguous along K, K even, and with f16 (one word per pair) every offset and
+    /// stride that moves a pair even.
+    fn pairs(&self) -> bool {
+        let even = |x: usize| x.is_multiple_of(2);
+        self.rows_times_transposed()
+            && self.a_ks == 1
+            && even(self.k)
+            && (!self.half
+                || [self.a_off, self.b_off, self.a_rs, self.b_cs]
+                    .into_iter()
+                    .chain(self.a_batch.iter().copied())
+                    .chain(self.b_batch.iter().copied())
+                    .all(even))
+    }
+
     fn batches(&self) -> usize {
         self.batch_shape.iter().product()
     }
@@ -360,6 +387,7 @@ impl GpuDevice {
     pub(crate) fn matmul_kernel(&self, la: &Layout, lb: &Layout, half: bool) -> MatmulKernel {
         let p = Problem::new(la, lb, half);
         match self.0.info.device_type {
+            wgpu::DeviceType::Cpu if p.pairs() => MatmulKernel::GemvRows,
             wgpu::DeviceType::Cpu => match p.vec4_layout() {
                 Some(_) => MatmulKernel::RegisterVec4,
                 None => MatmulKernel::Register,
@@ -413,6 +441,7 @@ impl GpuDevice {
             (!k.is_vec4() || p.vec4_layout().is_some())
                 && k.invocations() <= limit
                 && (k != MatmulKernel::SplitK || self.split_k_slices(p) > 1)
+                && (k != MatmulKernel::GemvRows || p.pairs())
                 && (!det || k.order() == heuristic.order())
         };
         if let Some(k) = chosen
@@ -506,6 +535,9 @@ impl GpuDevice {
         };
         let kernel = if acc16 && kernel == MatmulKernel::SplitK {
             self.matmul_kernel(la, lb, true)
+        } else if kernel == MatmulKernel::GemvRows && !p.pairs() {
+            // Its arithmetic without its layout needs: the register kernel, same bits.
+            MatmulKernel::Register
         } else {
             kernel
         };

@@ -29,22 +29,38 @@ pub(crate) struct QMatrix<'a> {
 /// Activation rows per matvec workgroup (`MT` in the shader).
 const MT: usize = 4;
 
-/// quant.wgsl's two entries of `x @ W^T`, which give the same bits: `matvec` (a workgroup per
-/// weight row, its 64 lanes' sums merged in workgroup memory) and `matvec_serial` (an
-/// invocation per weight row adding the same lanes' sums in the same order, no barriers).
+/// quant.wgsl's three entries of `x @ W^T`, which give the same bits: `matvec` (a workgroup
+/// per weight row, its 64 lanes' sums merged in workgroup memory), `matvec_serial` (an
+/// invocation per weight row adding the same lanes' sums in the same order, no barriers) and
+/// `matvec_rows` (`matvec_serial` for 8 weight rows per invocation, each activation loaded once
+/// for all 8: software adapters' choice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MatvecKernel {
     Workgroup,
     Serial,
+    Rows,
 }
 
 impl MatvecKernel {
-    pub(crate) const ALL: [MatvecKernel; 2] = [MatvecKernel::Workgroup, MatvecKernel::Serial];
+    pub(crate) const ALL: [MatvecKernel; 3] = [
+        MatvecKernel::Workgroup,
+        MatvecKernel::Serial,
+        MatvecKernel::Rows,
+    ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             MatvecKernel::Workgroup => "matvec",
             MatvecKernel::Serial => "matvec_serial",
+            MatvecKernel::Rows => "matvec_rows",
+        }
+    }
+
+    /// Weight rows per workgroup.
+    fn rows_per_group(self) -> usize {
+        match self {
+            MatvecKernel::Workgroup => 1,
+            MatvecKernel::Serial | MatvecKernel::Rows => 64,
         }
     }
 }
@@ -149,19 +165,17 @@ impl GpuDevice {
                 ),
             });
         }
-        // Software adapters run a workgroup's invocations one SIMD batch after another and
-        // switch between them at each barrier: there one invocation per row runs the same sums.
+        // Software adapters run a workgroup's invocations one SIMD batch after another, switch
+        // between them at each barrier and turn each storage load into a loop over the SIMD
+        // lanes: there one invocation per 8 rows runs the same sums, sharing its loads of x.
         let kernel = FORCED.with(|f| f.get()).unwrap_or(
             if self.0.info.device_type == wgpu::DeviceType::Cpu {
-                MatvecKernel::Serial
+                MatvecKernel::Rows
             } else {
                 MatvecKernel::Workgroup
             },
         );
-        let rows_per_group = match kernel {
-            MatvecKernel::Workgroup => 1,
-            MatvecKernel::Serial => 64,
-        };
+        let rows_per_group = kernel.rows_per_group();
         for p in &mat.parts {
             let mut params = Self::quant_params(mat, p);
             params[3] = w(m);

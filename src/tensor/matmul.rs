@@ -258,6 +258,7 @@ impl Tensor {
     ///     "naive", "register", "register_vec4", "register_vec4_16x4", "register_vec4_4x16",
     ///     "register_vec4_16x16", "register_vec4_r4x4", "register_vec4_r8x4", "tiled",
     ///     "tiled_padded", "tiled_double", "split_k", "gemv_m1", "gemv_n1", "gemv_t",
+    ///     "gemv_rows",
     /// ];
     /// let why = "a new kernel's name belongs in the list above";
     /// assert_eq!(Tensor::matmul_kernels(), listed, "{why}");

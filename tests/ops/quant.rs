@@ -213,9 +213,12 @@ fn both_matvec_entries_give_the_same_bits() {
                         wgtensor::testing::force_quant_matvec(None);
                         y
                     };
-                    let (a, b) = (run("matvec"), run("matvec_serial"));
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&a), bits(&b), "{q} {shape:?} x {m} rows on {device}");
+                    let a = bits(&run("matvec"));
+                    for other in ["matvec_serial", "matvec_rows"] {
+                        let b = bits(&run(other));
+                        assert_eq!(a, b, "{q} {shape:?} x {m} rows on {device}: {other}");
+                    }
                 }
             }
         }
