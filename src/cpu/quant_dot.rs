@@ -378,7 +378,9 @@ pub(crate) fn matmul_t(
                 let mut w = vec![0f32; cols];
                 for (k, o) in chunk.chunks_exact_mut(m).enumerate() {
                     let r = t * per + k;
-                    dequantize(
+                    // The AVX2 build of `dequantize` where the CPU has it: same values, its
+                    // block loops vectorized (the K-quants' decode otherwise bounds decode).
+                    dequantize_panel(
                         q,
                         &scales[r * ns..(r + 1) * ns],
                         &body[r * bb..(r + 1) * bb],
