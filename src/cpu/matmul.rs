@@ -31,6 +31,9 @@ const MIN_SIDE: usize = 256;
 const MIN_SIDE_CACHED: usize = 64;
 /// See [`MIN_SIDE_CACHED`].
 const CACHED: usize = 1 << 18;
+/// Most activation rows `x · Wᵀ` runs as row dot products ([`super::matvec::matvec_t_rows`])
+/// rather than through gemm: a batched decode step of up to 16 sequences.
+const BATCHED_DECODE_ROWS: usize = 16;
 /// Fewest multiply-adds in a part: about 60 µs of one core, well past rayon's hand-off.
 const MIN_WORK: usize = 1 << 21;
 
@@ -110,6 +113,18 @@ pub(crate) fn matmul_bias(
         let (p, q) = starts[0];
         out.resize(n, 0.0);
         super::matvec::matvec_t(&a[p..p + k], b, q, n, mat.b_cs, &mut out);
+        if let Some(bias) = bias {
+            add_rows(&mut out, bias);
+        }
+        return Ok(out);
+    }
+    // A few activation rows (a batched decode step): the same kernel, each chunk of weight
+    // rows run against every activation row while in cache; gemm would pack the transposed
+    // weight first, reading and writing it once more per call.
+    if batches == 1 && m <= BATCHED_DECODE_ROWS && mat.a_ks == 1 && mat.a_rs == k && mat.b_ks == 1 {
+        let (p, q) = starts[0];
+        out.resize(m * n, 0.0);
+        super::matvec::matvec_t_rows(&a[p..p + m * k], m, b, q, n, mat.b_cs, &mut out);
         if let Some(bias) = bias {
             add_rows(&mut out, bias);
         }

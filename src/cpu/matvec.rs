@@ -172,6 +172,65 @@ pub(crate) fn matvec_t<W: Elem + ElemSimd>(
     });
 }
 
+/// [`matvec_t`] for `m` activation rows `x` `[m, k]` at once (a batched decode step):
+/// `out[i * n + j] = Σ_l w[q + j * row_stride + l] · x[i * k + l]`, each output with the bits
+/// [`matvec_t`] gives its row alone. Each task takes a chunk of weight rows (about 64 KiB) and
+/// runs it against every activation row while it is in cache, so the weights are read from
+/// memory once for all `m` rows.
+///
+/// The caller guarantees `x.len() == m * k`, `out.len() == m * n` and
+/// `q + (n - 1) * row_stride + k <= w.len()`.
+pub(crate) fn matvec_t_rows<W: Elem + ElemSimd>(
+    x: &[f32],
+    m: usize,
+    w: &[W],
+    q: usize,
+    n: usize,
+    row_stride: usize,
+    out: &mut [f32],
+) {
+    let k = x.len() / m.max(1);
+    assert!(x.len() == m * k && out.len() == m * n);
+    assert!(n == 0 || q + (n - 1) * row_stride + k <= w.len());
+    let row = |j: usize| &w[q + j * row_stride..q + j * row_stride + k];
+    let per = rows_per_task(n, k, std::mem::size_of::<W>());
+    let avx2 = use_avx2();
+    /// The output's base, shared by the tasks: each writes only its own columns.
+    #[derive(Clone, Copy)]
+    struct Out(*mut f32);
+    // SAFETY: the tasks write disjoint columns of one live allocation (see below).
+    unsafe impl Send for Out {}
+    unsafe impl Sync for Out {}
+    let base_ptr = Out(out.as_mut_ptr());
+    (0..n.div_ceil(per)).into_par_iter().for_each(|t| {
+        let base_ptr = &base_ptr;
+        let (base, len) = (t * per, per.min(n - t * per));
+        for i in 0..m {
+            let xi = &x[i * k..(i + 1) * k];
+            // SAFETY: columns `base..base + len` of row `i` lie inside `out` (`m * n`), and
+            // this task alone writes them (tasks cover disjoint columns); `out` outlives the
+            // parallel loop.
+            let chunk =
+                unsafe { std::slice::from_raw_parts_mut(base_ptr.0.add(i * n + base), len) };
+            let mut j = 0;
+            if avx2 {
+                while j + 4 <= len {
+                    let r = base + j;
+                    W::dot4(
+                        [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                        xi,
+                        &mut chunk[j..j + 4],
+                    );
+                    j += 4;
+                }
+            }
+            for (o, r) in chunk[j..].iter_mut().zip(base + j..) {
+                *o = dot_order(row(r), xi);
+            }
+        }
+    });
+}
+
 /// Dispatch to the AVX2 kernel for each weight type (only called once AVX2 was detected).
 pub(crate) trait ElemSimd: Elem + Sized {
     fn dot4(rows: [&[Self]; 4], x: &[f32], out: &mut [f32]);
@@ -201,6 +260,37 @@ elem_simd!(f32, f16);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Several activation rows at once give each row the bits of its matvec alone, in f32 and
+    /// f16 weights, tails included.
+    #[test]
+    fn rows_equal_each_row_alone() {
+        for (m, k, n) in [
+            (2usize, 17usize, 9usize),
+            (8, 768, 70),
+            (3, 100, 1),
+            (16, 33, 130),
+        ] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+                .collect();
+            let w: Vec<f32> = (0..n * k + 5)
+                .map(|i| ((i * 53 % 31) as f32 - 15.0) / 13.0)
+                .collect();
+            let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+            let mut a = vec![0f32; m * n];
+            matvec_t_rows(&x, m, &w, 5, n, k, &mut a);
+            let mut b = vec![0f32; m * n];
+            matvec_t_rows(&x, m, &wh, 5, n, k, &mut b);
+            for i in 0..m {
+                let mut one = vec![0f32; n];
+                matvec_t(&x[i * k..(i + 1) * k], &w, 5, n, k, &mut one);
+                assert_eq!(a[i * n..(i + 1) * n], one[..], "f32 m {m} k {k} row {i}");
+                matvec_t(&x[i * k..(i + 1) * k], &wh, 5, n, k, &mut one);
+                assert_eq!(b[i * n..(i + 1) * n], one[..], "f16 m {m} k {k} row {i}");
+            }
+        }
+    }
 
     /// The AVX2 kernel and the portable order agree bit for bit, for every tail length, in
     /// f32 and f16 weights; and both are close to a plain f64 dot product.

@@ -448,6 +448,12 @@ fn f16_weight_product(
         cpu::matvec::matvec_t(x, b, w0, n, ws, &mut out);
         return Ok(out);
     }
+    if m <= 16 {
+        // A batched decode step: each weight row read once for all `m` rows.
+        let mut out = vec![0f32; m * n];
+        cpu::matvec::matvec_t_rows(x, m, b, w0, n, ws, &mut out);
+        return Ok(out);
+    }
     // Every row r of W is b[w0 + r * ws..][..k] (the view was checked against its storage).
     cpu::panels::matmul_t_panels("matmul", n, k, x, m, |r0, np, buf| {
         for (i, row) in buf.chunks_exact_mut(k).take(np).enumerate() {
