@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --features models --example generate -- --model PATH [--tokenizer FILE]
 //!     --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//!     [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat]
+//!     [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat] [--batch N]
 //! ```
 //!
 //! Streams the continuation, then prints `prefill: X tok/s, decode: Y tok/s on DEVICE (DTYPE)`;
@@ -21,6 +21,12 @@
 //! shows when stdin is a terminal), the replies stream, and the conversation is kept; the KV
 //! cache of one turn is kept for the next, so each turn runs only its new tokens. A chat stops at
 //! the model's EOS ids (`generation_config.json`'s list) and the template's `eos_token`.
+//!
+//! `--batch N` generates for N prompts at once with `CausalLM::generate_batch` (the prompt's
+//! first `len - i` ids for sequence `i`, at least one: ragged lengths) and prints each
+//! continuation, then `batch N: G tokens in T s, decode X tok/s` on the device: the decode rate
+//! of the whole batch, from the time of the generation less that of a run stopping after the
+//! prefills and first ids.
 
 use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
@@ -41,10 +47,12 @@ struct Args {
     chat: bool,
     /// `--prompt` was given (else the user turns come from stdin).
     has_prompt: bool,
+    /// `--batch N`: N prompts through `generate_batch` (0: off).
+    batch: usize,
 }
 
 const USAGE: &str = "usage: generate --model PATH [--tokenizer FILE] --prompt TEXT [--max-new-tokens N] \
-[--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat]
+[--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat] [--batch N]
 without --prompt: a chat, one user turn per line of stdin";
 
 /// What the command line asks for.
@@ -76,6 +84,7 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
         ids: false,
         chat: false,
         has_prompt: false,
+        batch: 0,
     };
     let (mut model, mut prompt) = (false, false);
     let mut it = args.into_iter();
@@ -108,6 +117,7 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
             }
             "--ids" => a.ids = true,
             "--chat" => a.chat = true,
+            "--batch" => a.batch = num(&flag, value()?)?,
             "-h" | "--help" => return Ok(Cli::Help),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -214,6 +224,9 @@ fn run(args: Args) -> Result<(), String> {
             prompt.len()
         ));
     }
+    if args.batch > 0 {
+        return batch(&args, &tok, &model, &device, &prompt);
+    }
     let mut stream = model
         .stream(&prompt, &args.options)
         .map_err(|e| e.to_string())?;
@@ -244,6 +257,50 @@ fn run(args: Args) -> Result<(), String> {
         let list: Vec<String> = generated.iter().map(u32::to_string).collect();
         let _ = writeln!(out, "ids: [{}]", list.join(", "));
     }
+    Ok(())
+}
+
+/// `--batch N`: N ragged prompts through `generate_batch`, and the batch's decode rate.
+fn batch(
+    args: &Args,
+    tok: &Tokenizer,
+    model: &CausalLM,
+    device: &Device,
+    prompt: &[u32],
+) -> Result<(), String> {
+    let err = |e: wgtensor::Error| e.to_string();
+    let prompts: Vec<&[u32]> = (0..args.batch)
+        .map(|i| &prompt[..prompt.len().saturating_sub(i).max(1)])
+        .collect();
+    let first = GenerateOptions {
+        max_new_tokens: args.options.max_new_tokens.min(1),
+        ..args.options.clone()
+    };
+    model.generate_batch(&prompts, &first).map_err(err)?; // warm-up
+    let t0 = std::time::Instant::now();
+    model.generate_batch(&prompts, &first).map_err(err)?;
+    let t_first = t0.elapsed().as_secs_f64();
+    let t0 = std::time::Instant::now();
+    let outs = model.generate_batch(&prompts, &args.options).map_err(err)?;
+    let t_all = t0.elapsed().as_secs_f64();
+    let mut out = std::io::stdout().lock();
+    for (i, ids) in outs.iter().enumerate() {
+        let text = tok.decode(ids, true).map_err(err)?;
+        let _ = writeln!(out, "[{i}] {text}");
+        if args.ids {
+            let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+            let _ = writeln!(out, "[{i}] ids: [{}]", list.join(", "));
+        }
+    }
+    let total: usize = outs.iter().map(Vec::len).sum();
+    let later = total.saturating_sub(outs.iter().filter(|o| !o.is_empty()).count());
+    let _ = writeln!(
+        out,
+        "batch {}: {total} tokens in {t_all:.2} s, decode {:.1} tok/s on {device} ({})",
+        args.batch,
+        later as f64 / (t_all - t_first).max(1e-9),
+        model.weight_type()
+    );
     Ok(())
 }
 
