@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Chat-template fixtures for tests/models_chat.rs: transformers' own rendering.
+"""Chat-template fixtures for tests/models/chat.rs: transformers' own rendering.
 
     python3 scripts/make_chat_fixtures.py [--extract openvino.genai/tests/python_tests/data/tokenizer_configs.py]
 

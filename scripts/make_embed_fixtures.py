@@ -1,4 +1,4 @@
-"""Writes the tiny random sentence-embedding models of tests/models_embed.rs with `transformers`,
+"""Writes the tiny random sentence-embedding models of tests/models/embed.rs with `transformers`,
 `tokenizers` and `sentence-transformers`, and what `SentenceTransformer.encode` computes on them.
 
     pip install torch transformers tokenizers sentence-transformers

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/data/gguf/fixture.gguf with the Python `gguf` package (llama.cpp's gguf-py), so
-tests/gguf.rs proves wgtensor reads files from a real writer. Python is not needed to build or
+tests/models/gguf.rs proves wgtensor reads files from a real writer. Python is not needed to build or
 test: the output is committed. Rerun with `python3 scripts/make_gguf_fixture.py` (gguf 0.19).
 
 The file holds metadata of several types; dense tensors (F32, F16, BF16); Q8_0 and Q4_0 tensors

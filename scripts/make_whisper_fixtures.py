@@ -1,4 +1,4 @@
-"""Writes the tiny random Whisper model of tests/models_whisper.rs with `transformers` and
+"""Writes the tiny random Whisper model of tests/models/whisper.rs with `transformers` and
 `tokenizers`, the log-mel features `WhisperFeatureExtractor` computes for a synthetic chirp, and
 the ids `WhisperForConditionalGeneration.generate` picks greedily.
 

@@ -45,7 +45,10 @@ pub use load::Progress;
 pub use model::CausalLM;
 pub use tokenizer::{TextStream, Tokenizer};
 pub use weight::Weight;
-pub use {whisper::{Transcript, Whisper}, whisper_audio::{read_wav, resample, LogMel}};
+pub use {
+    whisper::{Transcript, Whisper},
+    whisper_audio::{read_wav, resample, LogMel},
+};
 
 use crate::{DType, Device, Error, Result};
 use std::path::Path;

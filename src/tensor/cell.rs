@@ -4,10 +4,10 @@
 //! `Device::synchronize` runs. Apart from `fuse.rs` because `Tensor` holds a cell: this file
 //! must not need the tensor type back.
 
-use crate::ops::program::Program;
 use crate::cpu::storage::CpuStorage;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::ops::program::Program;
 use crate::shape::Layout;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Result};

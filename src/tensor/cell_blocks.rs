@@ -8,8 +8,8 @@
 //! nodes read `base + e`, and Philox draws start at `offset + base`, so the values are the ones an
 //! unsplit kernel would compute (and the CPU's, element for element).
 
-use crate::ops::program::{Expr, NodeId, Program};
 use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::ops::program::{Expr, NodeId, Program};
 use crate::ops::BinaryOp;
 use crate::shape::Layout;
 use crate::{DType, Error, Result};

@@ -21,8 +21,8 @@
 
 use super::cell::{register, Pending, StorageCell};
 use super::{backend, Backend, Tensor, TensorInner};
-use crate::ops::program::{Expr, NodeId, Program};
 use crate::gpu::GpuDevice;
+use crate::ops::program::{Expr, NodeId, Program};
 use crate::shape::Layout;
 use crate::{DType, Device, Error, Result};
 use std::collections::HashMap;

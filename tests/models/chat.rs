@@ -4,7 +4,7 @@
 //! `generation_config.json`'s EOS list ending a generation, a generation continued in its
 //! cache, and the `generate` example's `--chat` and stdin conversation.
 
-mod common;
+use crate::common;
 
 use common::TempDir;
 use serde_json::Value;

@@ -6,7 +6,7 @@
 //! and for each way a generation config sets the prompt (language and task, the older
 //! `forced_decoder_ids`, language detection). Runs on the CPU and on every adapter.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices, TempDir};
 use serde_json::{json, Value};

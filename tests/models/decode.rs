@@ -2,7 +2,7 @@
 //! against composed attention on the CPU, on the CPU and every adapter: edge lengths around
 //! the 64-position tile, grouped-query heads, head sizes up to 256, NaN, bad arguments.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, data, devices};
 use wgtensor::{Device, Tensor};
@@ -271,7 +271,7 @@ fn tiny_llama_logits_are_the_same_bits_at_any_thread_count() {
     }
     let run = |threads: usize| {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "tiny_llama_logits_child", "--nocapture"])
+            .args(["--exact", "decode::tiny_llama_logits_child", "--nocapture"])
             .env(LOGITS_CHILD, "1")
             .env("RAYON_NUM_THREADS", threads.to_string())
             .output()

@@ -4,7 +4,7 @@
 //! the vocabulary. Every case is a typed error or the right answer, never a panic (each call
 //! runs under `catch_unwind`, so a panic is reported as a failure of its case).
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices, TempDir};
 use serde_json::Value;
@@ -604,7 +604,7 @@ fn checkpoint_options_are_implemented_or_named() {
     );
     assert_format(load(&yarn, &cpu), &["rope.scaling.type", "yarn"], "yarn");
     // Mistral's sliding window of 16 under a context of 128: the context stays 128 and the
-    // window applies past 16 positions (tests/models_hf.rs checks the ids against
+    // window applies past 16 positions (tests/models/hf.rs checks the ids against
     // transformers); within the window the ids are the unwindowed model's.
     let tmp4 = TempDir::new("window");
     let win = llama_dir(
@@ -707,7 +707,7 @@ fn wide_head_gguf(tmp: &TempDir, context: u32) -> PathBuf {
 /// `OutOfMemory`: never an abort. Runs in a child, so an abort fails this test alone.
 #[test]
 fn a_huge_context_loads_within_the_budget() {
-    let out = common::run_child("huge_context_child", &[]);
+    let out = common::run_child("hostile::huge_context_child", &[]);
     for line in out.lines().filter(|l| l.contains("within 64 MiB")) {
         println!("{line}");
     }
@@ -715,7 +715,7 @@ fn a_huge_context_loads_within_the_budget() {
 
 #[test]
 fn huge_context_child() {
-    if !common::is_child("huge_context_child") {
+    if !common::is_child("hostile::huge_context_child") {
         return;
     }
     let (tmp_short, tmp_huge) = (TempDir::new("short_ctx"), TempDir::new("huge_ctx"));
@@ -741,7 +741,7 @@ fn huge_context_child() {
         wgtensor::set_memory_budget(&d, None);
         println!("{d}: 2^24 positions of head_dim 256 within 64 MiB");
     }
-    common::child_done("huge_context_child");
+    common::child_done("hostile::huge_context_child");
 }
 
 /// two threads sampling with the same seed at once, while this thread draws from the global

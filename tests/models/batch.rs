@@ -5,7 +5,7 @@
 //! soft-caps, two RoPE tables), f32 and f16 weights and quantized GGUF files, on the CPU and
 //! every adapter.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices};
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The examples' command lines (feature `models`, since `generate` and `make_model` need it):
 //! `--help`, arguments that are not UTF-8 and unknown flags, run on the built binaries.
 
-mod common;
+use crate::common;
 
 use common::TempDir;
 use std::path::{Path, PathBuf};

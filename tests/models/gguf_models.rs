@@ -2,7 +2,7 @@
 //! permuted, Llama 3 scaling as `rope_freqs.weight`): F32 gives transformers' ids; Q8_0 and
 //! Q4_0 match transformers run on the dequantized weights. CPU and every adapter.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices};
 use serde_json::Value;

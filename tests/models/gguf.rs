@@ -2,7 +2,7 @@
 //! permutation, a file written by the Python `gguf` package, and corrupt or truncated files,
 //! which must be typed errors, never panics or huge allocations.
 
-mod common;
+use crate::common;
 
 use common::data;
 use std::path::PathBuf;

@@ -6,7 +6,7 @@
 //! their `modules.json` and `1_Pooling/config.json`. Every test runs on the CPU and on every
 //! adapter; `cosine_similarity` is checked against a hand computation.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices, TempDir};
 use serde_json::{json, Value};

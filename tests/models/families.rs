@@ -3,7 +3,7 @@
 //! CPU and every adapter. Each check: the prompt's last-position logits within 1e-4, greedy
 //! ids equal, and decoding through the KV cache equal to the whole sequence run at once.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! shards) and GPT-2 written by `scripts/make_fixtures.py`, which also stored transformers'
 //! greedy ids and last-position logits. Every test runs on the CPU and on every adapter.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, devices};
 use serde_json::Value;
