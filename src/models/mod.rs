@@ -35,6 +35,7 @@ mod tokenizer;
 mod weight;
 mod whisper;
 mod whisper_audio;
+mod whisper_generation;
 
 pub use cache::KvCache;
 pub use chat::ChatMessage;

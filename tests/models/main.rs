@@ -19,4 +19,5 @@ mod gguf;
 mod gguf_models;
 mod hf;
 mod hostile;
+mod hostile_families;
 mod whisper;

@@ -26,6 +26,7 @@ mod large;
 mod large_random;
 mod layer_norm;
 mod matmul;
+mod matmul_kernels;
 mod proptest_dtypes;
 mod proptest_elementwise;
 mod quant;
