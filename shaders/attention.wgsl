@@ -61,20 +61,18 @@ const P_AUX: u32 = 23u;
 const P_KCHUNKS: u32 = 24u;
 const P_NB: u32 = 25u;
 // This dispatch's pass, the rows one pass streams (a multiple of STEP), the pass count, and
-// where the forward keeps m, l and the NaN flag of each (chunk, row) between passes.
-const P_PASS: u32 = 26u;
-const P_SPAN: u32 = 27u;
-const P_PASSES: u32 = 28u;
-const P_STATE: u32 = 29u;
-const P_SHAPE: u32 = 30u;
+// where the forward keeps m, l and the NaN flag of each (chunk, row) between passes: from P_PASS
+// on, which the host writes (it, TILE and STEP are the contract's, src/gpu/contract.rs).
+const P_SPAN: u32 = P_PASS + 1u;
+const P_PASSES: u32 = P_PASS + 2u;
+const P_STATE: u32 = P_PASS + 3u;
+const P_SHAPE: u32 = P_PASS + 4u;
 
 const NEG_INF_BITS: u32 = 0xff800000u;
-const TILE: u32 = 64u;
-const STEP: u32 = 16u;
 
-// The staged 16 × 64 block of k, v, q or dO every loop reads (a barrier before each staging
+// The staged STEP × TILE block of k, v, q or dO every loop reads (a barrier before each staging
 // keeps one block enough).
-var<workgroup> ta: array<f32, 1024>;
+var<workgroup> ta: array<f32, STEP * TILE>;
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(NEG_INF_BITS);

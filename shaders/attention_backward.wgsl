@@ -25,9 +25,7 @@ fn prob(x: f32, lse: f32) -> f32 {
 @compute @workgroup_size(64)
 fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
     let w = work_item(group, lid, P_L);
-    if (w.b >= w.nb) {
-        return;
-    }
+    if (w.b >= w.nb) { return; }
     let flags = params[P_FLAGS];
     let mb = mask_base(w.b);
     let qrow = params[P_QOFF] + (w.b * w.l + w.at) * w.e;
@@ -94,9 +92,7 @@ fn attn_dq(group: Group, @builtin(local_invocation_index) lid: u32) {
 @compute @workgroup_size(64)
 fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
     let w = work_item(group, lid, P_S);
-    if (w.b >= w.nb) {
-        return;
-    }
+    if (w.b >= w.nb) { return; }
     let is_k = w.chunk < params[P_KCHUNKS];
     let c0 = select(w.chunk - params[P_KCHUNKS], w.chunk, is_k) * 64u;
     let mb = mask_base(w.b);
@@ -109,9 +105,7 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
         istart = min(w.first, w.l);
     }
     let ps = pass_of(istart, w.l);
-    if (!ps.busy) {
-        return;
-    }
+    if (!ps.busy) { return; }
     let live = w.row < w.s;
     // This key's accumulators wait in its own dk or dv row between passes (unscaled).
     var orow = params[P_AUX] + (w.b * w.s + w.row) * w.ev + c0;
@@ -147,9 +141,7 @@ fn attn_dkv(group: Group, @builtin(local_invocation_index) lid: u32) {
             accumulate(&acc, s, 3u, gbase, i0, w.l, c0, w.ev, lid);
         }
     }
-    if (!live) {
-        return;
-    }
+    if (!live) { return; }
     // dk is scaled once, by the last pass; dv is the sum itself.
     let scaled = is_k && ps.last;
     let scale = select(1.0, pf(P_SCALE), scaled);

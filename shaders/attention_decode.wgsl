@@ -27,13 +27,14 @@
 //            wait in dst and its m, l after all heads' outputs, in f32, so the passes give the
 //            bits of one.
 
-const TILE: u32 = 64u;
+// TILE, the positions per tile and invocations per workgroup, is the contract's
+// (src/gpu/contract.rs).
 const MASKED: f32 = -3.0e38;
 
 var<workgroup> qs: array<f32, 256>;
-var<workgroup> scores: array<f32, 64>;
+var<workgroup> scores: array<f32, TILE>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(TILE)
 fn attention_decode(inv: Invocation) {
     let t = inv.lid;
     let h = group_index(inv.wid, inv.nwg);

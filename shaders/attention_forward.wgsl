@@ -12,9 +12,7 @@ fn read_g(at: u32) -> f32 {
 @compute @workgroup_size(64)
 fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
     let w = work_item(group, lid, P_L);
-    if (w.b >= w.nb) {
-        return;
-    }
+    if (w.b >= w.nb) { return; }
     let causal = (params[P_FLAGS] & 1u) != 0u;
     let mb = mask_base(w.b);
     let qrow = params[P_QOFF] + (w.b * w.l + w.at) * w.e;
@@ -25,9 +23,7 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
         kend = min(min(w.first + TILE, w.l), w.s);
     }
     let ps = pass_of(0u, kend);
-    if (!ps.busy) {
-        return;
-    }
+    if (!ps.busy) { return; }
     let live = w.row < w.l;
     let orow = (w.b * w.l + w.row) * w.ev;
     let dc = min(64u, w.ev - w.col0);
@@ -78,9 +74,7 @@ fn attn_forward(group: Group, @builtin(local_invocation_index) lid: u32) {
         }
         accumulate(&acc, s, 2u, vbase, j0, w.s, w.col0, w.ev, lid);
     }
-    if (!live) {
-        return;
-    }
+    if (!live) { return; }
     if (!ps.last) {
         for (var d = 0u; d < dc; d = d + 1u) {
             dst[orow + w.col0 + d] = acc[d];

@@ -4,12 +4,13 @@
 //
 // Defines   NAN_BITS, INF_BITS; is_nan / is_inf (tested on the bits: WGSL lets compilers assume
 //           floats are never NaN, so `x != x` may fold away); flat_index (the 2-D dispatch grid
-//           flattened as group_index(wid, nwg) * 256 + lid, and the Invocation struct whose
+//           flattened as group_index(wid, nwg) * WG_SIZE + lid, and the Invocation struct whose
 //           `item` it is); cell (an element's row and column); f32 <-> f16 bits with the CPU's
 //           rounding (`half`); erf_approx and pow_c (the CPU twins are in src/ops.rs); WGSL
 //           integer division guards; conversions between dtypes with Rust `as` semantics; the
 //           8x8 register tile of the matmul kernels.
 // Bindings  none of its own; `strided_offset` reads the `params` every shader binds.
+// Uses      WG_SIZE, declared in every shader from src/gpu/contract.rs.
 
 const NAN_BITS: u32 = 0x7fc00000u;
 const INF_BITS: u32 = 0x7f800000u;
@@ -32,10 +33,10 @@ fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 }
 
 fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-    return group_index(wid, nwg) * 256u + lid;
+    return group_index(wid, nwg) * WG_SIZE + lid;
 }
 
-// The builtins of a 256-invocation entry point on the 2-D grid, as one parameter.
+// The builtins of an entry point on the 2-D grid (of any workgroup size), as one parameter.
 struct Invocation {
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,

@@ -29,7 +29,7 @@
 //              [0] n [1] c [2] h [3] w [4] o [5] groups [6] cg [7] kh [8] kw
 //              [9] sh [10] sw [11] ph [12] pw [13] dh [14] dw [15] oh [16] ow
 //              [17] has bias [18] row tiles (ceil(M / 32)) [19] column tiles (ceil(N / 128))
-// Dispatch   @workgroup_size(16, 8); column tile = wid.y * nwg.x + wid.x (the host folds the
+// Dispatch   @workgroup_size(16, 4); column tile = wid.y * nwg.x + wid.x (the host folds the
 //            column tiles into x and y to stay within 65,535 per dimension), wid.z = group *
 //            row tiles + row tile. Workgroups past the last column tile run no step and store
 //            nothing. The k loop runs ceil(K / 16) steps (K <= 2^19 by the host: at most 32,768,
@@ -43,8 +43,7 @@ fn div_small(a: u32, d: u32) -> u32 {
     return u32((f32(a) + 0.5) / f32(d));
 }
 
-const BM: u32 = 32u;
-const BN: u32 = 128u;
+// The tile's rows BM and columns BN are the contract's (src/gpu/contract.rs).
 const BK: u32 = 16u;
 
 // [k][column / 4] and [k][row / 4].
@@ -52,12 +51,9 @@ var<workgroup> xs: array<vec4<f32>, 512>;
 var<workgroup> ws: array<vec4<f32>, 128>;
 
 @compute @workgroup_size(16, 4)
-fn conv2d(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_id) lid3: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+fn conv2d(inv: Invocation) {
+    let wid = inv.wid;
+    let lid = inv.lid;
     let n = params[0];
     let c = params[1];
     let h = params[2];
@@ -85,7 +81,7 @@ fn conv2d(
     let big_n = n * l;
     let hw = h * w;
 
-    let tile = wid.y * nwg.x + wid.x;
+    let tile = group_index(wid, inv.nwg);
     let g = wid.z / row_tiles;
     let m0 = (wid.z % row_tiles) * BM;
     let n0 = tile * BN;
@@ -115,8 +111,9 @@ fn conv2d(
     let wm = (lid % 8u) * 4u;
     let wk = lid / 8u;
 
-    let tx = lid3.x;
-    let ty = lid3.y;
+    // The invocation's (x, y) in the 16 × 4 workgroup.
+    let tx = lid % 16u;
+    let ty = lid / 16u;
     var acc: array<vec4<f32>, 16>;
     for (var r = 0u; r < 16u; r = r + 1u) {
         acc[r] = vec4<f32>(0.0);
@@ -179,9 +176,7 @@ fn conv2d(
         workgroupBarrier();
     }
 
-    if (tile >= col_tiles) {
-        return;
-    }
+    if (tile >= col_tiles) { return; }
     for (var q = 0u; q < 8u; q = q + 1u) {
         let col = n0 + tx * 8u + q;
         if (col >= big_n) {

@@ -73,29 +73,25 @@ fn element(at: u32) -> f32 {
     return x[at];
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn ce_forward(inv: RowInv) {
     let row = group_index(inv.wid, inv.nwg);
     let nrows = params[0];
     let classes = params[1];
     let base = params[2] + row * classes;
-    let st = row_merge(inv, fold_row(base, 1u, row_count(row, classes), inv.lid, 256u));
-    if (inv.lid != 0u || row >= nrows) {
-        return;
-    }
+    let st = row_merge(inv, fold_row(base, 1u, row_count(row, classes), inv.lid, WG_SIZE));
+    if (inv.lid != 0u || row >= nrows) { return; }
     finish_row(row, nrows, classes, base, st);
 }
 
 // One invocation per row (the autotuned variant for many rows of few classes: no merge, no
 // barrier). 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256
 // + lid).
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn ce_forward_per_row(inv: Invocation) {
     let row = item(inv);
     let nrows = params[0];
-    if (row >= nrows) {
-        return;
-    }
+    if (row >= nrows) { return; }
     let classes = params[1];
     let base = params[2] + row * classes;
     finish_row(row, nrows, classes, base, fold_row(base, 1u, classes, 0u, 1u));
@@ -126,12 +122,10 @@ fn finish_row(row: u32, nrows: u32, classes: u32, base: u32, st: RowStat) {
     dst[2u * nrows + row] = l;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn ce_backward(inv: Invocation) {
     let i = item(inv);
-    if (i >= params[0]) {
-        return;
-    }
+    if (i >= params[0]) { return; }
     // Class j of row row.
     let rj = cell(i, params[1]);
     let classes = params[1];

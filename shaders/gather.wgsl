@@ -17,12 +17,10 @@
 //                 out_shape[ndim], strides[ndim]]
 // Dispatch   256 threads per workgroup, one element per thread, on the 2-D grid (item()).
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn gather(inv: Invocation) {
     let i = item(inv);
-    if (i >= params[0]) {
-        return;
-    }
+    if (i >= params[0]) { return; }
     let nd = params[1];
     let d = params[3];
     let dim_size = params[5];

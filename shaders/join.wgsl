@@ -13,12 +13,10 @@
 // Dispatch   256 threads per workgroup, one element per thread, ceil(n / 256) workgroups laid
 //            out as a 2-D grid (x <= 65,535) and flattened as (wid.y * nwg.x + wid.x) * 256 + lid.
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn copy_into(inv: Invocation) {
     let i = item(inv);
-    if (i >= params[0]) {
-        return;
-    }
+    if (i >= params[0]) { return; }
     let nd = params[1];
     let s = strided_offset(i, params[2], nd, 4u, 4u + nd);
     let t = strided_offset(i, params[3], nd, 4u, 4u + 2u * nd);

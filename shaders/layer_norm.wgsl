@@ -17,8 +17,6 @@
 // Dispatch   256 threads per workgroup, nrows workgroups on the 2-D grid (row = wid.y * nwg.x +
 //            wid.x); workgroups past nrows do nothing (but still reach every barrier).
 
-override OP: u32 = 0u;
-
 // A row's Welford statistics (count, mean, M2), merged by row_tree.wgsl (prepended).
 struct RowStat {
     n: f32,
@@ -76,23 +74,21 @@ fn element(at: u32) -> f32 {
     return src[at];
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn layer_norm(inv: RowInv) {
     let row = group_index(inv.wid, inv.nwg);
     let count = row_count(row, params[1]);
     let base = row * params[1];
-    write_row(base, count, inv.lid, 256u, row_merge(inv, fold_row(base, 1u, count, inv.lid, 256u)));
+    write_row(base, count, inv.lid, WG_SIZE, row_merge(inv, fold_row(base, 1u, count, inv.lid, WG_SIZE)));
 }
 
 // One invocation per row: the autotuned variant for many rows (no workgroup merge, no barrier;
 // a software adapter pays dearly for each barrier). Welford over the whole row, then the write
 // pass. 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256 + lid).
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn layer_norm_per_row(inv: Invocation) {
     let row = item(inv);
-    if (row >= params[0]) {
-        return;
-    }
+    if (row >= params[0]) { return; }
     let len = params[1];
     write_row(row * len, len, 0u, 1u, fold_row(row * len, 1u, len, 0u, 1u));
 }

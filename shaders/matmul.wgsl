@@ -52,10 +52,11 @@
 //            tiled, tiled_double: @workgroup_size(16, 16), grid (ceil(N/64), ceil(M/64), batches);
 //            x/y count from the row/column origin, z from the first batch; every store guarded.
 
-// Element i of A / B (`ld_a`, `ld_b`) and the element type `Scalar` of accumulators, staged
-// tiles and the output come from the file composed with this one: matmul_f32.wgsl (f32),
-// matmul_f16_packed.wgsl (f16 operands read in place as packed pairs, f32 accumulation) or
-// matmul_f16.wgsl (f16 throughout, `SHADER_F16`). One body, three element types.
+// The element type `Scalar` of accumulators, staged tiles and the output is generated per
+// variant (the matmul rows of src/gpu/shader_table.rs); element i of A / B (`ld_a`, `ld_b`)
+// comes from the file composed with this one: matmul_read.wgsl (arrays of `Scalar`: f32, or f16
+// throughout with `SHADER_F16`) or matmul_f16_packed.wgsl (f16 operands read in place as packed
+// pairs, f32 accumulation). One body, three element types.
 
 // One batch's problem, decoded from params.
 struct Problem {
@@ -160,9 +161,7 @@ fn dot(p: Problem, row: u32, col: u32) -> Scalar {
 fn one_output(gid: vec3<u32>) {
     let p = problem(gid.z);
     let at = block_origin(gid.y, gid.x, 1u);
-    if (at.x >= p.m || at.y >= p.n) {
-        return;
-    }
+    if (at.x >= p.m || at.y >= p.n) { return; }
     store(p, at.x, at.y, dot(p, at.x, at.y));
 }
 
@@ -188,9 +187,7 @@ fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r0 = at.x;
     let c0 = at.y;
     // No barrier follows, so whole-tile-outside invocations may leave early.
-    if (r0 >= p.m || c0 >= p.n) {
-        return;
-    }
+    if (r0 >= p.m || c0 >= p.n) { return; }
     // Rows (columns) past the end are read as the tile's first row (column) again: computed,
     // never stored, and the K loop stays free of branches.
     var ia: array<u32, 8>;
@@ -222,25 +219,28 @@ fn register_tile(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
 }
 
-const TILE: u32 = 64u;
-const DEPTH: u32 = 16u;
-// Staged slices, K-major so an invocation reads its 4 rows (or columns) as one vec4:
+// TILE (the output tile's edge) and DEPTH (a slice's K depth) are the contract's
+// (src/gpu/contract.rs). Staged slices, K-major so an invocation reads its 4 rows (or columns) as one vec4:
 // tile_a[k * A_STRIDE + r / 4] holds A rows r..r+3 at depth k; tile_b likewise for B columns
 // (stride 16).
-// OP selects the A stride: 0 packs the depths 16 vec4s apart, so the 16 consecutive
+// OP selects the A stride: 0 packs the depths TILE / 4 = 16 vec4s apart, so the 16 consecutive
 // invocations that stage consecutive k of one row all store to one workgroup-memory bank
-// (16-way conflicts on GPUs with 32 4-byte banks); 1 (the `tiled_padded` variant) pads each
-// depth to 17 vec4s, which spreads them over 8 banks (2-way). The autotuner picks per adapter.
-override OP: u32 = 0u;
-var<workgroup> tile_a: array<vec4<Scalar>, 272>;
-var<workgroup> tile_b: array<vec4<Scalar>, 256>;
+// (16-way conflicts on GPUs with 32 4-byte banks); OP_TILED_PADDED (the `tiled_padded` variant)
+// pads each depth to 17 vec4s, which spreads them over 8 banks (2-way). The autotuner picks per
+// adapter.
+const ROW_VECS: u32 = TILE / 4u;
+// A tiled workgroup: ROW_VECS × ROW_VECS invocations of 4×4 outputs, each staging 4 elements
+// of A and 4 of B per slice.
+const TILED_INVOCATIONS: u32 = ROW_VECS * ROW_VECS;
+var<workgroup> tile_a: array<vec4<Scalar>, DEPTH * (ROW_VECS + 1u)>;
+var<workgroup> tile_b: array<vec4<Scalar>, DEPTH * ROW_VECS>;
 
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size(ROW_VECS, ROW_VECS)
 fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
          @builtin(local_invocation_id) lid: vec3<u32>,
          @builtin(local_invocation_index) li: u32) {
     let p = problem(wid.z);
-    let a_stride = select(16u, 17u, OP == 1u);
+    let a_stride = select(ROW_VECS, ROW_VECS + 1u, OP == OP_TILED_PADDED);
     let at = block_origin(wid.y, wid.x, TILE);
     let tr = at.x;
     let tc = at.y;
@@ -253,7 +253,7 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
         // consecutive k of A and consecutive columns of B, so row-major operands are read in
         // contiguous runs. Elements past the edges are staged as zeros.
         for (var s = 0u; s < 4u; s = s + 1u) {
-            let e = li + 256u * s;
+            let e = li + TILED_INVOCATIONS * s;
             let ak = e % DEPTH;
             let ar = e / DEPTH;
             var va = Scalar(0.0);
@@ -267,11 +267,11 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
             if (tc + bc < p.n && ks + bk < p.k1) {
                 vb = ld_b(p.b + (ks + bk - p.k0) * p.b_ks + (tc + bc) * p.b_cs);
             }
-            tile_b[bk * 16u + bc / 4u][bc % 4u] = vb;
+            tile_b[bk * ROW_VECS + bc / 4u][bc % 4u] = vb;
         }
         workgroupBarrier();
         for (var k = 0u; k < DEPTH; k = k + 1u) {
-            acc_rank1(&acc, tile_a[k * a_stride + lid.y], tile_b[k * 16u + lid.x]);
+            acc_rank1(&acc, tile_a[k * a_stride + lid.y], tile_b[k * ROW_VECS + lid.x]);
         }
         // The next slice overwrites the tiles: everyone must be done reading them.
         workgroupBarrier();
@@ -284,8 +284,9 @@ fn tiled(@builtin(workgroup_id) wid: vec3<u32>,
 // the next slice (fetched before the FMAs, so memory latency hides behind them) and stores
 // them into the other buffer afterwards: one barrier per 16-deep slice instead of two. Two
 // unpadded buffers pairs take 16 KiB of workgroup memory, WebGPU's default limit.
-var<workgroup> dbl_a: array<vec4<Scalar>, 512>;
-var<workgroup> dbl_b: array<vec4<Scalar>, 512>;
+const SLICE_VECS: u32 = DEPTH * ROW_VECS;
+var<workgroup> dbl_a: array<vec4<Scalar>, 2u * SLICE_VECS>;
+var<workgroup> dbl_b: array<vec4<Scalar>, 2u * SLICE_VECS>;
 
 // One invocation's share of a slice: 4 elements of A and 4 of B (zeros past the edges).
 struct Staged {
@@ -296,7 +297,7 @@ struct Staged {
 fn fetch_slice(p: Problem, tr: u32, tc: u32, ks: u32, li: u32) -> Staged {
     var out = Staged(vec4<Scalar>(0.0), vec4<Scalar>(0.0));
     for (var s = 0u; s < 4u; s = s + 1u) {
-        let e = li + 256u * s;
+        let e = li + TILED_INVOCATIONS * s;
         let ak = e % DEPTH;
         let ar = e / DEPTH;
         if (tr + ar < p.m && ks + ak < p.k1) {
@@ -313,15 +314,15 @@ fn fetch_slice(p: Problem, tr: u32, tc: u32, ks: u32, li: u32) -> Staged {
 
 fn put_slice(buf: u32, v: Staged, li: u32) {
     for (var s = 0u; s < 4u; s = s + 1u) {
-        let e = li + 256u * s;
+        let e = li + TILED_INVOCATIONS * s;
         let ar = e / DEPTH;
-        dbl_a[buf * 256u + (e % DEPTH) * 16u + ar / 4u][ar % 4u] = v.a[s];
+        dbl_a[buf * SLICE_VECS + (e % DEPTH) * ROW_VECS + ar / 4u][ar % 4u] = v.a[s];
         let bc = e % TILE;
-        dbl_b[buf * 256u + (e / TILE) * 16u + bc / 4u][bc % 4u] = v.b[s];
+        dbl_b[buf * SLICE_VECS + (e / TILE) * ROW_VECS + bc / 4u][bc % 4u] = v.b[s];
     }
 }
 
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size(ROW_VECS, ROW_VECS)
 fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_id) lid: vec3<u32>,
                 @builtin(local_invocation_index) li: u32) {
@@ -341,9 +342,9 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
         if (more) {
             next = fetch_slice(p, tr, tc, ks + DEPTH, li);
         }
-        let base = cur * 256u;
+        let base = cur * SLICE_VECS;
         for (var k = 0u; k < DEPTH; k = k + 1u) {
-            acc_rank1(&acc, dbl_a[base + k * 16u + lid.y], dbl_b[base + k * 16u + lid.x]);
+            acc_rank1(&acc, dbl_a[base + k * ROW_VECS + lid.y], dbl_b[base + k * ROW_VECS + lid.x]);
         }
         // The other buffer was last read in the previous slice, before the barrier that ended
         // it: writing it now races with no reader.
@@ -357,21 +358,22 @@ fn tiled_double(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // gemv_t: a few rows of A times B read along K (B[k, col] consecutive in k: a weight matrix used
-// transposed, x · Wᵀ, as decode's matrix-vector products are). 256 invocations per workgroup:
-// 8 output columns of one row, 32 invocations each. Invocation `lane` of a column takes
+// transposed, x · Wᵀ, as decode's matrix-vector products are). GEMV_T_COLS (8, the contract's)
+// output columns of one row per workgroup, 32 invocations each: 256 invocations. Invocation `lane` of a column takes
 // k = k0 + lane + 32 i, so the 32 read consecutive elements of the column together; component
 // i % 4 of acc0 (i % 8 < 4) or acc1 sums every 8th such k. The 32 partial sums then meet in a
 // fixed tree in workgroup memory: the same order on every run and adapter, whatever its
 // subgroup size. Dispatch: grid (ceil(N/8), M, batches) from the row/column origin.
-var<workgroup> gemv_part: array<vec4<Scalar>, 256>;
+const GEMV_T_SIZE: u32 = GEMV_T_COLS * 32u;
+var<workgroup> gemv_part: array<vec4<Scalar>, GEMV_T_SIZE>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(GEMV_T_SIZE)
 fn gemv_t(@builtin(workgroup_id) wid: vec3<u32>,
           @builtin(local_invocation_index) li: u32) {
     let p = problem(wid.z);
     let lane = li & 31u;
     let row = params[2] + wid.y;
-    let col = params[3] + wid.x * 8u + (li >> 5u);
+    let col = params[3] + wid.x * GEMV_T_COLS + (li >> 5u);
     let live = row < p.m && col < p.n;
     var acc0 = vec4<Scalar>(0.0);
     var acc1 = vec4<Scalar>(0.0);
@@ -442,9 +444,7 @@ fn gemv_rows(@builtin(global_invocation_id) gid: vec3<u32>) {
     let p = problem(gid.z);
     let row = params[2] + gid.y;
     let c0 = params[3] + gid.x * 8u;
-    if (row >= p.m || c0 >= p.n) {
-        return;
-    }
+    if (row >= p.m || c0 >= p.n) { return; }
     let ia = p.a + row * p.a_rs;
     let cl = min(vec4<u32>(c0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u));
     let ch = min(vec4<u32>(c0) + vec4<u32>(4u, 5u, 6u, 7u), vec4<u32>(p.n - 1u));

@@ -1,7 +1,7 @@
 // matmul_f16_packed.wgsl: matmul.wgsl over f16 operands bound as packed pairs (array<u32>),
 // element i being half i % 2 of word i / 2, accumulated in f32 (`Shader::MatmulF16`): f16
 // operands are multiplied where they are, with no f32 copies, on adapters without SHADER_F16.
-alias Scalar = f32;
+// `Scalar` (f32) is generated from its row of the matmul variants (src/gpu/shader_table.rs).
 
 fn ld_a(i: u32) -> Scalar {
     return unpack2x16float(lhs[i >> 1u])[i & 1u];

@@ -10,12 +10,13 @@
 //            feed 256 FMAs.
 // Layouts    The override constant OP selects how each operand is read, so each combination
 //            compiles to straight-line loads:
-//              bit 0 set: A is k-contiguous (row-major; a.t() of a column-major matrix):
+//              OP_A_K_CONTIGUOUS set: A is k-contiguous (row-major; a.t() of a column-major matrix):
 //                         one vec4 per row covers 4 consecutive k.
-//              bit 0 clear: A is row-contiguous (A row stride 1, e.g. a.t() of a row-major
+//              OP_A_K_CONTIGUOUS clear: A is row-contiguous (A row stride 1, e.g. a.t() of a row-major
 //                         matrix): one vec4 per k covers 4 consecutive rows.
-//              bit 1 set: B is column-contiguous (row-major): one vec4 per k covers 4 columns.
-//              bit 1 clear: B is k-contiguous (B = b.t() of a row-major b): one vec4 per column
+//              OP_B_COLUMN_CONTIGUOUS set: B is column-contiguous (row-major): one vec4 per
+//                         k covers 4 columns.
+//              OP_B_COLUMN_CONTIGUOUS clear: B is k-contiguous (B = b.t() of a row-major b): one vec4 per column
 //                         covers 4 consecutive k.
 //            The host uses this shader only when every vec4 is whole and aligned: the contiguous
 //            stride is 1; offsets, the other strides and all batch strides are multiples of 4;
@@ -39,10 +40,9 @@
 //            batches); counted from the row/column origin and the first batch; every store
 //            guarded.
 
-override OP: u32 = 3u;
-
-// tile.wgsl's element type: this file reads and accumulates f32.
-alias Scalar = f32;
+// OP (generated, src/gpu/contract.rs): the operand layout, OP_A_K_CONTIGUOUS and/or
+// OP_B_COLUMN_CONTIGUOUS. tile.wgsl's element type `Scalar` is f32 (generated from this file's
+// SHADERS entry): this file reads and accumulates f32.
 
 fn store(c: u32, n: u32, m: u32, add: bool, row: u32, col: u32, v: f32) {
     if (row < m && col < n) {
@@ -75,7 +75,7 @@ fn transposed(x: vec4<f32>, y: vec4<f32>, z: vec4<f32>, w: vec4<f32>) -> array<v
 // k-contiguous A one vec4 per row, transposed; otherwise one vec4 per k.
 fn quad_a(t: TileStart, r: u32, step: u32) -> array<vec4<f32>, 4> {
     var a: array<vec4<f32>, 4>;
-    if ((OP & 1u) != 0u) {
+    if ((OP & OP_A_K_CONTIGUOUS) != 0u) {
         let x0 = lhs[(t.ia[r] + step) / 4u];
         let x1 = lhs[(t.ia[r + 1u] + step) / 4u];
         let x2 = lhs[(t.ia[r + 2u] + step) / 4u];
@@ -93,7 +93,7 @@ fn quad_a(t: TileStart, r: u32, step: u32) -> array<vec4<f32>, 4> {
 // column-contiguous B; otherwise one vec4 per column, transposed.
 fn quad_b(t: TileStart, c: u32, step: u32) -> array<vec4<f32>, 4> {
     var b: array<vec4<f32>, 4>;
-    if ((OP & 2u) != 0u) {
+    if ((OP & OP_B_COLUMN_CONTIGUOUS) != 0u) {
         for (var j = 0u; j < 4u; j = j + 1u) {
             b[j] = rhs[(t.ib[c] + (step + j) * t.b_ks) / 4u];
         }
@@ -152,9 +152,7 @@ fn register_tile_r8x4(@builtin(global_invocation_id) gid: vec3<u32>) {
 fn tile_c4(gid: vec3<u32>, tall: bool) {
     let rows = select(4u, 8u, tall);
     let t = tile_start(gid, rows, 4u);
-    if (t.r0 >= t.m || t.c0 >= t.n) {
-        return;
-    }
+    if (t.r0 >= t.m || t.c0 >= t.n) { return; }
     // acc[i]: row i, columns 0..3 (zero-initialized, like every WGSL var without an initializer).
     var acc: array<vec4<f32>, 8>;
     for (var k = t.k0; k < t.k1; k = k + 4u) {
@@ -228,9 +226,7 @@ fn tile_start(gid: vec3<u32>, rows: u32, cols: u32) -> TileStart {
 
 fn tile8(gid: vec3<u32>) {
     let s = tile_start(gid, 8u, 8u);
-    if (s.r0 >= s.m || s.c0 >= s.n) {
-        return;
-    }
+    if (s.r0 >= s.m || s.c0 >= s.n) { return; }
     // Zero-initialized, like every WGSL var without an initializer.
     var t: Tile;
     // (k1 - k0) / 4 <= 4,096 iterations, 4 k per iteration, 16 vec4 loads per 256 FMAs.

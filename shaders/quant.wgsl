@@ -29,13 +29,12 @@
 //            sums in a fixed tree (same bits on every run).
 //            dequant, gather: 256 threads, one output element per thread (item()).
 
-const WG: u32 = 64u;
-// matvec's block type (a QTYPE_* code), set per pipeline by the host.
-override OP: u32 = 0u;
-// Activation rows per workgroup: each weight block is decoded once for all of them.
-const MT: u32 = 4u;
+// matvec's block type (a QTYPE_* code) is OP, set per pipeline by the host. LANES (the lanes
+// that share a weight row, 64: matvec_rows' tree takes 6 bits) and MT (activation rows per
+// workgroup: each weight block is decoded once for all of them) are the contract's
+// (src/gpu/contract.rs).
 
-var<workgroup> partial: array<f32, 256>; // WG * MT
+var<workgroup> partial: array<f32, LANES * MT>;
 
 // Scale number i of the scales plane.
 fn scale(i: u32) -> f32 {
@@ -141,14 +140,14 @@ fn q4_0_block(gb: u32, xo: u32, acc: f32) -> f32 {
 }
 
 // Lane `lane`'s share of activation row `t`'s dot product with weight row `r`: blocks lane,
-// lane + WG, ... in order, as invocation `lane` of a `matvec` workgroup sums them. `xr0` is
+// lane + LANES, ... in order, as invocation `lane` of a `matvec` workgroup sums them. `xr0` is
 // row 0 of x at column 0. At most nb / 64 iterations (a row of 65,536 * 64 * 32 values would be
 // needed to pass lavapipe's loop cap).
 fn lane_sum(q: u32, r: u32, lane: u32, xr0: u32, acc: f32) -> f32 {
     let nb = params[2];
     let bl = block_len(q);
     var a = acc;
-    for (var b = lane; b < nb; b = b + WG) {
+    for (var b = lane; b < nb; b = b + LANES) {
         let gb = r * nb + b;
         let xr = xr0 + b * bl;
         if (q == QTYPE_Q8_0) {
@@ -164,12 +163,8 @@ fn lane_sum(q: u32, r: u32, lane: u32, xr0: u32, acc: f32) -> f32 {
     return a;
 }
 
-@compute @workgroup_size(64)
-fn matvec(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+@compute @workgroup_size(LANES)
+fn matvec(inv: Invocation) {
     let rows = params[0];
     let cols = params[1];
     let m = params[3];
@@ -178,40 +173,38 @@ fn matvec(
     let q = OP;
     let xoff = params[7];
     // Uniform per workgroup, so the early exit keeps the barriers below in uniform control flow.
-    let r = group_index(wid, nwg);
-    if (r >= rows) {
-        return;
-    }
-    let i0 = wid.z * MT;
+    let r = group_index(inv.wid, inv.nwg);
+    if (r >= rows) { return; }
+    let i0 = inv.wid.z * MT;
     let mt = min(MT, m - i0);
     // Row i0 of x; row i0 + t is t * cols further. Four accumulators by name, not an array
     // indexed by the activation row: a dynamically indexed array lives in memory on GPUs, and
     // these sums are the kernel's inner loop (the blocks of Q8_0 and Q4_0 are decoded for each
     // row; their decode is a few integer ops against the loads it shares through the cache).
     let xr = xoff + i0 * cols;
-    let a0 = lane_sum(q, r, lid, xr, 0.0);
+    let a0 = lane_sum(q, r, inv.lid, xr, 0.0);
     var a1 = 0.0;
     var a2 = 0.0;
     var a3 = 0.0;
-    if (mt > 1u) { a1 = lane_sum(q, r, lid, xr + cols, 0.0); }
-    if (mt > 2u) { a2 = lane_sum(q, r, lid, xr + 2u * cols, 0.0); }
-    if (mt > 3u) { a3 = lane_sum(q, r, lid, xr + 3u * cols, 0.0); }
-    partial[lid] = a0;
-    partial[WG + lid] = a1;
-    partial[2u * WG + lid] = a2;
-    partial[3u * WG + lid] = a3;
+    if (mt > 1u) { a1 = lane_sum(q, r, inv.lid, xr + cols, 0.0); }
+    if (mt > 2u) { a2 = lane_sum(q, r, inv.lid, xr + 2u * cols, 0.0); }
+    if (mt > 3u) { a3 = lane_sum(q, r, inv.lid, xr + 3u * cols, 0.0); }
+    partial[inv.lid] = a0;
+    partial[LANES + inv.lid] = a1;
+    partial[2u * LANES + inv.lid] = a2;
+    partial[3u * LANES + inv.lid] = a3;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
+    for (var s = LANES / 2u; s > 0u; s = s >> 1u) {
+        if (inv.lid < s) {
             // Only the live rows: decode's single row pays one sum, not four.
             for (var t = 0u; t < mt; t = t + 1u) {
-                partial[t * WG + lid] = partial[t * WG + lid] + partial[t * WG + lid + s];
+                partial[t * LANES + inv.lid] = partial[t * LANES + inv.lid] + partial[t * LANES + inv.lid + s];
             }
         }
         workgroupBarrier();
     }
-    if (lid < mt) {
-        dst[(i0 + lid) * params[5] + params[4] + r] = partial[lid * WG];
+    if (inv.lid < mt) {
+        dst[(i0 + inv.lid) * params[5] + params[4] + r] = partial[inv.lid * LANES];
     }
 }
 
@@ -220,29 +213,23 @@ fn matvec(
 // as a switch between them: the invocation sums the 64 lanes' shares in `matvec`'s order and
 // adds them in its tree's order, so both entries give the same bits. 64 weight rows per
 // workgroup, spread over x and y; z as in `matvec`.
-@compute @workgroup_size(64)
-fn matvec_serial(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+@compute @workgroup_size(LANES)
+fn matvec_serial(inv: Invocation) {
     let rows = params[0];
     let cols = params[1];
     let m = params[3];
     let q = OP;
-    let r = group_index(wid, nwg) * WG + lid;
-    if (r >= rows) {
-        return;
-    }
-    let i0 = wid.z * MT;
+    let r = group_index(inv.wid, inv.nwg) * LANES + inv.lid;
+    if (r >= rows) { return; }
+    let i0 = inv.wid.z * MT;
     let mt = min(MT, m - i0);
     for (var t = 0u; t < mt; t = t + 1u) {
         let xr = params[7] + (i0 + t) * cols;
-        var lanes: array<f32, 64>; // WG
-        for (var l = 0u; l < WG; l = l + 1u) {
+        var lanes: array<f32, LANES>;
+        for (var l = 0u; l < LANES; l = l + 1u) {
             lanes[l] = lane_sum(q, r, l, xr, 0.0);
         }
-        for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        for (var s = LANES / 2u; s > 0u; s = s >> 1u) {
             for (var l = 0u; l < s; l = l + 1u) {
                 lanes[l] = lanes[l] + lanes[l + s];
             }
@@ -540,7 +527,7 @@ fn lane_sum8(q: u32, ra: vec4<u32>, rb: vec4<u32>, lane: u32, xr0: u32) -> Rows8
     let nb = params[2];
     let bl = block_len(q);
     var acc = Rows8(vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var b = lane; b < nb; b = b + WG) {
+    for (var b = lane; b < nb; b = b + LANES) {
         let ga = ra * nb + vec4<u32>(b);
         let gb = rb * nb + vec4<u32>(b);
         let xr = xr0 + b * bl;
@@ -564,67 +551,35 @@ fn lane_sum8(q: u32, ra: vec4<u32>, rb: vec4<u32>, lane: u32, xr0: u32) -> Rows8
 }
 
 @compute @workgroup_size(8)
-fn matvec_rows(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
+fn matvec_rows(inv: Invocation) {
     let rows = params[0];
     let cols = params[1];
     let m = params[3];
     let q = OP;
-    let r0 = (group_index(wid, nwg) * 8u + lid) * 8u;
-    if (r0 >= rows) {
-        return;
-    }
+    let r0 = (group_index(inv.wid, inv.nwg) * 8u + inv.lid) * 8u;
+    if (r0 >= rows) { return; }
     let last = vec4<u32>(rows - 1u);
     let ra = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), last);
     let rb = min(vec4<u32>(r0) + vec4<u32>(4u, 5u, 6u, 7u), last);
-    let i0 = wid.z * MT;
+    let i0 = inv.wid.z * MT;
     let mt = min(MT, m - i0);
     for (var t = 0u; t < mt; t = t + 1u) {
         let xr = params[7] + (i0 + t) * cols;
-        // h[i]: the pending left subtree of 2^i lanes (a binary counter over the leaves).
-        var h0: Rows8;
-        var h1: Rows8;
-        var h2: Rows8;
-        var h3: Rows8;
-        var h4: Rows8;
-        var total: Rows8;
-        for (var p = 0u; p < WG; p = p + 1u) {
+        // h[i]: the pending left subtree of 2^i lanes (a binary counter over the leaves); h[5],
+        // the first half, becomes the total once the last leaf has been added to it.
+        var h: array<Rows8, 6>;
+        for (var p = 0u; p < LANES; p = p + 1u) {
             // The tree's leaf p is lane p with its 6 bits reversed.
             var v = lane_sum8(q, ra, rb, reverseBits(p) >> 26u, xr);
-            if ((p & 1u) == 0u) {
-                h0 = v;
-                continue;
+            // Leaf p completes one subtree per trailing one bit of p: each pending left subtree
+            // takes the right one built so far, lowest level first, as `matvec`'s tree adds.
+            let done = countTrailingZeros(~p);
+            for (var i = 0u; i < done; i = i + 1u) {
+                v = rows8_add(h[i], v);
             }
-            v = rows8_add(h0, v);
-            if ((p & 2u) == 0u) {
-                h1 = v;
-                continue;
-            }
-            v = rows8_add(h1, v);
-            if ((p & 4u) == 0u) {
-                h2 = v;
-                continue;
-            }
-            v = rows8_add(h2, v);
-            if ((p & 8u) == 0u) {
-                h3 = v;
-                continue;
-            }
-            v = rows8_add(h3, v);
-            if ((p & 16u) == 0u) {
-                h4 = v;
-                continue;
-            }
-            v = rows8_add(h4, v);
-            if ((p & 32u) == 0u) {
-                total = v;
-                continue;
-            }
-            total = rows8_add(total, v);
+            h[min(done, 5u)] = v;
         }
+        let total = h[5];
         let o = (i0 + t) * params[5] + params[4] + r0;
         let live = rows - r0;
         dst[o] = total.a.x;
@@ -638,22 +593,18 @@ fn matvec_rows(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn dequant(inv: Invocation) {
     // Past the output's rows for the invocations past its end (the grid is rounded up).
     let c = cell(item(inv), params[1]);
-    if (c.x >= params[0]) {
-        return;
-    }
+    if (c.x >= params[0]) { return; }
     dst[(params[4] + c.x) * params[1] + c.y] = weight(params[6], c.x, c.y);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn gather(inv: Invocation) {
     let c = cell(item(inv), params[1]);
-    if (c.x >= params[8]) {
-        return;
-    }
+    if (c.x >= params[8]) { return; }
     let i = item(inv);
     let row0 = params[4];
     let id = aux[params[9] + c.x];
@@ -665,8 +616,6 @@ fn gather(inv: Invocation) {
         }
         return;
     }
-    if (id < row0 || id >= row0 + params[0]) {
-        return;
-    }
+    if (id < row0 || id >= row0 + params[0]) { return; }
     dst[i] = weight(params[6], id - row0, c.y);
 }

@@ -33,24 +33,20 @@
 //                           ceil(items / 256) workgroups on a 2-D grid, flattened as
 //                           (wid.y * nwg.x + wid.x) * 256 + lid.
 
-override OP: u32 = 0u;
+// OP_SUM_EXP: softmax's sum of exp(x - aux[o]) (cpu::reduce::SUM_EXP_CODE, declared from
+// src/gpu/contract.rs). The reduction table's op codes (`OP_<NAME>`) and its per-op functions,
+// `is_arg()`, `identity()`, `combine(a, b)` (a holds the lower indices where that matters) and
+// `load_map(v, r)`, are appended to this file by the library from src/ops/reduce.rs; NaN and
+// wrap-around rules are stated per op there.
 
-// Softmax's sum of exp(x - aux[o]) (cpu::reduce::SUM_EXP_CODE). The reduction table's op
-// codes (`OP_<NAME>`) and its per-op functions, `is_arg()`, `identity()`, `combine(a, b)` (a
-// holds the lower indices where that matters) and `load_map(v, r)`, are appended to this file
-// by the library from src/ops/reduce.rs; NaN and wrap-around rules are stated per op there.
-const OP_SUM_EXP: u32 = 6u;
-
-const WG: u32 = 256u;
-// Elements each thread of reduce_wg folds before the tree: L = WG * PER_THREAD. Long enough that
+// Elements each thread of reduce_wg folds before the tree: L = WG_SIZE * PER_THREAD. Long enough that
 // the tree's barriers (slow on software drivers) are rare, short enough to stay far below the
 // 65,535-iteration cap and to leave several workgroups per row on large GPUs.
 const PER_THREAD: u32 = 64u;
-// The longest row chunk reduce_thread folds (the host never asks for more).
-const THREAD_MAX: u32 = 256u;
+// The longest row chunk reduce_thread folds is THREAD_MAX (src/gpu/contract.rs).
 // Shared-memory tree of reduce_wg, as bits so NaN payloads cross it untouched.
-var<workgroup> tree_v: array<u32, 256>;
-var<workgroup> tree_i: array<u32, 256>;
+var<workgroup> tree_v: array<u32, WG_SIZE>;
+var<workgroup> tree_i: array<u32, WG_SIZE>;
 
 // A running result: value bits (f32, i32 or u32 by kind) and, for argmax/argmin, its index
 // along the row.
@@ -165,7 +161,7 @@ fn fold_wg(item: u32, lid: u32) -> Acc {
     let c = chunk_of(item, params[3]);
     var acc = identity();
     for (var k = 0u; k < PER_THREAD; k = k + 1u) {
-        let r = c.start + k * WG + lid;
+        let r = c.start + k * WG_SIZE + lid;
         if (r < c.end) {
             acc = combine(acc, load(c.o, r, c.base));
         }
@@ -173,20 +169,18 @@ fn fold_wg(item: u32, lid: u32) -> Acc {
     return acc;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let item = wid.y * nwg.x + wid.x;
     // Uniform per workgroup (the grid is rounded up), so the barriers below stay uniform.
-    if (item >= params[0]) {
-        return;
-    }
+    if (item >= params[0]) { return; }
     let acc = fold_wg(item, lid);
     tree_v[lid] = acc.v;
     tree_i[lid] = acc.i;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+    for (var s = WG_SIZE / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
             let m = combine(Acc(tree_v[lid], tree_i[lid]), Acc(tree_v[lid + s], tree_i[lid + s]));
             tree_v[lid] = m.v;
@@ -199,14 +193,12 @@ fn reduce_wg(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn reduce_thread(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
-    let item = (wid.y * nwg.x + wid.x) * WG + lid;
-    if (item >= params[0]) {
-        return;
-    }
+    let item = (wid.y * nwg.x + wid.x) * WG_SIZE + lid;
+    if (item >= params[0]) { return; }
     let c = chunk_of(item, params[3]);
     var acc = identity();
     // Bounded here too, whatever L the host passes.

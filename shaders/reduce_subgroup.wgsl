@@ -17,8 +17,8 @@
 //                                256 / largest subgroup size, so every item has a subgroup;
 //                                spare subgroups of smaller sizes return at once).
 
-// The longest chunk reduce_subgroup folds: at most 1,024 loop iterations with 4 lanes.
-const SUBGROUP_MAX: u32 = 4096u;
+// The longest chunk reduce_subgroup folds, SUBGROUP_MAX (src/gpu/contract.rs): at most 1,024
+// loop iterations with 4 lanes.
 
 // The subgroup's merge of `acc` (valid in lane 0).
 fn subgroup_merge(acc: Acc, lane: u32, size: u32) -> Acc {
@@ -34,13 +34,11 @@ fn subgroup_merge(acc: Acc, lane: u32, size: u32) -> Acc {
     return a;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn reduce_wg_subgroup(inv: SubgroupInv) {
     let item = inv.wid.y * inv.nwg.x + inv.wid.x;
     // Uniform per workgroup (the grid is rounded up), so the barrier below stays uniform.
-    if (item >= params[0]) {
-        return;
-    }
+    if (item >= params[0]) { return; }
     let merged = subgroup_merge(fold_wg(item, inv.lid), inv.lane, inv.size);
     if (inv.lane == 0u) {
         tree_v[inv.sg] = merged.v;
@@ -56,17 +54,13 @@ fn reduce_wg_subgroup(inv: SubgroupInv) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn reduce_subgroup(inv: SubgroupInv) {
     let per = params[9u + 2u * params[8]];
     // Both exits are uniform per subgroup: the merge below runs in whole subgroups.
-    if (inv.sg >= per) {
-        return;
-    }
+    if (inv.sg >= per) { return; }
     let item = (inv.wid.y * inv.nwg.x + inv.wid.x) * per + inv.sg;
-    if (item >= params[0]) {
-        return;
-    }
+    if (item >= params[0]) { return; }
     let c = chunk_of(item, min(params[3], SUBGROUP_MAX));
     var acc = identity();
     for (var r = c.start + inv.lane; r < c.end; r = r + inv.size) {

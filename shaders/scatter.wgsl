@@ -31,15 +31,16 @@
 
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> wkey: array<u32, 512>;
-var<workgroup> wpos: array<u32, 512>;
+// A block of BLOCK pairs (src/gpu/contract.rs) sorted in workgroup memory, two per thread: pairs
+// t and t + HALF.
+const HALF: u32 = BLOCK / 2u;
+var<workgroup> wkey: array<u32, BLOCK>;
+var<workgroup> wpos: array<u32, BLOCK>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn scatter_keys(inv: Invocation) {
     let k = item(inv);
-    if (k >= params[0]) {
-        return;
-    }
+    if (k >= params[0]) { return; }
     var key = NONE;
     var pos = NONE;
     if (k < params[1]) {
@@ -87,8 +88,8 @@ fn load_block(base: u32, t: u32, npairs: u32) {
     if (base < npairs) {
         wkey[t] = out[2u * (base + t)];
         wpos[t] = out[2u * (base + t) + 1u];
-        wkey[t + 256u] = out[2u * (base + t + 256u)];
-        wpos[t + 256u] = out[2u * (base + t + 256u) + 1u];
+        wkey[t + HALF] = out[2u * (base + t + HALF)];
+        wpos[t + HALF] = out[2u * (base + t + HALF) + 1u];
     }
 }
 
@@ -96,8 +97,8 @@ fn store_block(base: u32, t: u32, npairs: u32) {
     if (base < npairs) {
         out[2u * (base + t)] = wkey[t];
         out[2u * (base + t) + 1u] = wpos[t];
-        out[2u * (base + t + 256u)] = wkey[t + 256u];
-        out[2u * (base + t + 256u) + 1u] = wpos[t + 256u];
+        out[2u * (base + t + HALF)] = wkey[t + HALF];
+        out[2u * (base + t + HALF) + 1u] = wpos[t + HALF];
     }
 }
 
@@ -118,34 +119,32 @@ fn block_steps(base: u32, t: u32, k: u32, j0: u32) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn sort_block(inv: Invocation) {
-    let base = group_index(inv.wid, inv.nwg) * 512u;
+    let base = group_index(inv.wid, inv.nwg) * BLOCK;
     let t = inv.lid;
     load_block(base, t, params[1]);
     workgroupBarrier();
-    let kmax = min(params[0], 512u);
+    let kmax = min(params[0], BLOCK);
     for (var k = 2u; k <= kmax; k = k << 1u) {
         block_steps(base, t, k, k >> 1u);
     }
     store_block(base, t, params[1]);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn sort_merge(inv: Invocation) {
-    let base = group_index(inv.wid, inv.nwg) * 512u;
+    let base = group_index(inv.wid, inv.nwg) * BLOCK;
     load_block(base, inv.lid, params[1]);
     workgroupBarrier();
-    block_steps(base, inv.lid, params[0], 256u);
+    block_steps(base, inv.lid, params[0], HALF);
     store_block(base, inv.lid, params[1]);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn sort_step(inv: Invocation) {
     let t = item(inv);
-    if (t >= params[2]) {
-        return;
-    }
+    if (t >= params[2]) { return; }
     let p = pair_of(t, params[1]);
     let ki = out[2u * p.x];
     let pi = out[2u * p.x + 1u];
@@ -159,23 +158,19 @@ fn sort_step(inv: Invocation) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn segment_sum(inv: Invocation) {
     // Column col of the r-wide row of pair s; s >= npairs past the params[0] = npairs * r
     // elements (the grid is rounded up).
     let sc = cell(item(inv), params[2]);
     let npairs = params[1];
-    if (sc.x >= npairs) {
-        return;
-    }
+    if (sc.x >= npairs) { return; }
     let r = params[2];
     let off = params[3];
     let s = sc.x;
     let col = sc.y;
     let key = a[2u * s];
-    if (key == NONE || (s > 0u && a[2u * s - 2u] == key)) {
-        return;
-    }
+    if (key == NONE || (s > 0u && a[2u * s - 2u] == key)) { return; }
     var acc = 0.0;
     var t = s;
     var done = false;

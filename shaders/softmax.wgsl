@@ -26,8 +26,6 @@
 // Dispatch   256 threads per workgroup, nrows workgroups on the 2-D grid (row = wid.y * nwg.x +
 //            wid.x); workgroups past nrows do nothing (but still reach every barrier).
 
-override OP: u32 = 0u;
-
 // A row's statistics: max, sum of exp(x - max), and whether a NaN or +inf was seen. The row
 // merge (row_tree.wgsl or row_subgroup.wgsl, one of which is prepended: they define RowInv and
 // row_merge) combines the threads' with stat_merge.
@@ -102,13 +100,13 @@ fn write_row(at: vec2<u32>, count: u32, first: u32, step: u32, st: RowStat) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn softmax(inv: RowInv) {
     let row = group_index(inv.wid, inv.nwg);
     let count = row_count(row, params[1]);
     let at = row_start(row);
-    let st = row_merge(inv, fold_row(at.y, params[4], count, inv.lid, 256u));
-    write_row(at, count, inv.lid, 256u, st);
+    let st = row_merge(inv, fold_row(at.y, params[4], count, inv.lid, WG_SIZE));
+    write_row(at, count, inv.lid, WG_SIZE, st);
 }
 
 // One invocation per row: the autotuned variant for many short rows (the workgroup-per-row
@@ -116,12 +114,10 @@ fn softmax(inv: RowInv) {
 // (max, sum) pass, row semantics and write pass, with no workgroup merge and no barrier.
 // Dispatch: 256 rows per workgroup on the same 2-D grid (row = (wid.y * nwg.x + wid.x) * 256
 // + lid); invocations past nrows return.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn softmax_per_row(inv: RowInv) {
     let row = flat_index(inv.wid, inv.nwg, inv.lid);
-    if (row >= params[0]) {
-        return;
-    }
+    if (row >= params[0]) { return; }
     let at = row_start(row);
     let len = params[1];
     write_row(at, len, 0u, 1u, fold_row(at.y, params[4], len, 0u, 1u));

@@ -37,20 +37,18 @@ fn add_vector(acc: vec4<f32>, v: u32, n: u32, base: u32) -> vec4<f32> {
     return out;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn sum_wide(inv: Invocation) {
     let lid = inv.lid;
     let chunk = inv.wid.y * inv.nwg.x + inv.wid.x;
     // Uniform per workgroup, so the barriers below stay uniform.
-    if (chunk >= params[0]) {
-        return;
-    }
+    if (chunk >= params[0]) { return; }
     let n = params[1];
     let base = params[2];
     let neg0 = bitcast<f32>(0x80000000u);
     var acc = vec4<f32>(neg0);
     for (var k = 0u; k < VECS_PER_THREAD; k = k + 1u) {
-        acc = add_vector(acc, (chunk * VECS_PER_THREAD + k) * 256u + lid, n, base);
+        acc = add_vector(acc, (chunk * VECS_PER_THREAD + k) * WG_SIZE + lid, n, base);
     }
     tree[lid] = (acc.x + acc.y) + (acc.z + acc.w);
     workgroupBarrier();
@@ -67,12 +65,10 @@ fn sum_wide(inv: Invocation) {
 
 const THREAD_VECS: u32 = 64u;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn sum_wide_thread(inv: Invocation) {
     let chunk = flat_index(inv.wid, inv.nwg, inv.lid);
-    if (chunk >= params[0]) {
-        return;
-    }
+    if (chunk >= params[0]) { return; }
     let n = params[1];
     let base = params[2];
     var acc = vec4<f32>(bitcast<f32>(0x80000000u));

@@ -1,5 +1,5 @@
 // tile.wgsl: the 8×8 register tile of matmul.wgsl and matmul_vec4.wgsl, in the element type
-// `Scalar` that the shader composed with it declares (matmul_f32.wgsl, matmul_f16.wgsl, ...).
+// `Scalar` that the library declares for the shader composed with it (src/gpu/shader_table.rs).
 
 // The 8×8 register tile: lo[r] holds columns 0..3 of row r, hi[r] columns 4..7.
 struct Tile {

@@ -275,6 +275,17 @@ pub mod testing {
             .collect()
     }
 
+    /// The declarations the library generates for each hand-written shader file (from
+    /// `src/gpu/contract.rs` and its `SHADERS` entry: constants, element type, bindings), by
+    /// file name: what a file on disk needs prepended, with `common.wgsl`, to be valid WGSL.
+    pub fn shader_declarations() -> Vec<(&'static str, String)> {
+        crate::gpu::shader_table::SHADERS
+            .iter()
+            .filter(|d| d.label.ends_with(".wgsl"))
+            .map(|d| (d.label, d.declarations()))
+            .collect()
+    }
+
     /// Every hand-written shader file as embedded, by file name, without `common.wgsl` (and
     /// without `ids.wgsl`, which the library prepends to shaders that call `report_bad_id`);
     /// compared with `shaders/*.wgsl` on disk in the tests.

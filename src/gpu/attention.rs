@@ -11,16 +11,12 @@
 //! gives the bits of one.
 
 use super::buffer::GpuBuffer;
+// Rows per workgroup and output dims per chunk, rows of the streamed loop per step, and where
+// the pass index sits in a kernel's params: the shaders read the same constants.
+use super::contract::attention::{P_PASS, STEP, TILE};
 use super::device::GpuDevice;
 use super::kernels::{grid, Launch, Shader};
 use crate::{Error, Result};
-
-/// Rows per workgroup (`TILE` in the shader) and output dims per chunk.
-const TILE: usize = 64;
-/// Rows of the streamed loop per step (`STEP`).
-const STEP: usize = 16;
-/// Where the pass index sits in a kernel's params (`P_PASS` in attention.wgsl).
-const P_PASS: usize = 26;
 
 /// A mask read in place: element `(b, i, j)` at `base + batch offset(b) + i row + j col`.
 pub(crate) struct GpuMask<'a> {
@@ -308,52 +304,40 @@ impl GpuDevice {
             &g.0.buffer,
             &stats.0.buffer,
         ];
+        let span = span(Kernel::Backward, e, ev);
+        // One kernel of the backward: its entry, output, grid (row tiles, chunks, and how many
+        // of those are dk's before dv's), the output's length, whether it writes dS, passes.
+        let run = |entry, out: &GpuBuffer, (tiles, chunks, split), len, ds, passes| {
+            let mut meta = p.words(tiles, chunks, len, split, offsets, ds, (span, passes, 0));
+            let workgroups = tiles * chunks * b;
+            let kernel = (Shader::AttentionBackward, entry);
+            self.attention_launch(op, kernel, &inputs, out, &mut meta, workgroups, passes)
+        };
         let ds_len = if want_ds { b * l * s } else { 0 };
         let dq = self.alloc_uninit(op, ((b * l * e + ds_len) * 4) as u64)?;
-        let span = span(Kernel::Backward, e, ev);
         let (tiles, chunks) = (l.div_ceil(TILE), e.div_ceil(TILE));
         // Keys attn_dq streams (up to a tile's last query when causal); dS is written for
         // every key, the ones past a tile's causal end as zeros, pass by pass.
         let keys = if p.causal && !want_ds { l.min(s) } else { s };
         let passes = keys.div_ceil(span).max(1);
-        let mut meta = p.words(
-            tiles,
-            chunks,
-            b * l * e,
-            0,
-            offsets,
-            want_ds,
-            (span, passes, 0),
-        );
-        self.attention_launch(
-            op,
-            (Shader::AttentionBackward, "attn_dq"),
-            &inputs,
+        run(
+            "attn_dq",
             &dq,
-            &mut meta,
-            tiles * chunks * b,
+            (tiles, chunks, 0),
+            b * l * e,
+            want_ds,
             passes,
         )?;
         let dkv = self.alloc_uninit(op, ((b * s * e + b * s * ev) * 4) as u64)?;
         let (tiles, kchunks) = (s.div_ceil(TILE), e.div_ceil(TILE));
         let chunks = kchunks + ev.div_ceil(TILE);
         let passes = l.div_ceil(span).max(1);
-        let mut meta = p.words(
-            tiles,
-            chunks,
-            b * s * e,
-            kchunks,
-            offsets,
-            false,
-            (span, passes, 0),
-        );
-        self.attention_launch(
-            op,
-            (Shader::AttentionBackward, "attn_dkv"),
-            &inputs,
+        run(
+            "attn_dkv",
             &dkv,
-            &mut meta,
-            tiles * chunks * b,
+            (tiles, chunks, kchunks),
+            b * s * e,
+            false,
             passes,
         )?;
         Ok((dq, dkv))

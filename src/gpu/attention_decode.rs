@@ -3,14 +3,15 @@
 //! positions, one dispatch each.
 
 use super::buffer::GpuBuffer;
+use super::contract::decode::TILE;
 use super::device::GpuDevice;
 use super::kernels::{grid, Launch, Shader};
 use super::params::w;
 use crate::cpu::attention_decode::DecodeDims;
 use crate::{Error, Result};
 
-/// Invocations per workgroup of attention_decode.wgsl.
-const WG: u64 = 64;
+/// Invocations per workgroup of attention_decode.wgsl: one per position of a tile.
+const WG: u64 = TILE as u64;
 
 /// Loop iterations one invocation may run in one dispatch: under the 65,535 after which
 /// lavapipe silently ends an invocation's loops (all its loops counted together).

@@ -216,7 +216,7 @@ fn write_main(s: &mut String, fns: &str, args: &str, body: &str, per: usize, sto
 fn element(e: u32{args}) -> u32 {{
 {body}}}
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG_SIZE)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {{
     let w = flat_index(wid, nwg, lid);

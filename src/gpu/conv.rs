@@ -10,8 +10,8 @@ use crate::ops::geometry::Geom;
 use crate::{Error, Result};
 
 /// Output channels and output positions one workgroup covers (the shader's `BM` and `BN`).
-const ROWS: usize = 32;
-const COLS: usize = 128;
+const ROWS: usize = super::contract::conv::BM;
+const COLS: usize = super::contract::conv::BN;
 
 /// The widest K (`in_channels / groups * kh * kw`) the kernel takes: its k loop (16 per step)
 /// then runs at most 32,768 steps, below lavapipe's limit of 65,535 iterations per loop.

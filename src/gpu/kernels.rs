@@ -13,16 +13,14 @@
 //! asks a shader only for [`Shader::source`], [`Shader::inputs`], [`Shader::checked`] and a label, so a new variant
 //! (generated WGSL) slots in with its own source string.
 
+use super::contract::OP_OVERRIDE;
+pub(crate) use super::contract::WORKGROUP;
 pub(crate) use super::shader_table::{compose, GeneratedRef, Shader};
 use super::sync::{lock, GlTurn};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-/// Threads per workgroup in every shader (`@workgroup_size(256)`): a multiple of every vendor's
-/// SIMD width (32 on NVIDIA, 64 on AMD, 8-32 on Intel/Apple) and within WebGPU's default limit.
-pub(crate) const WORKGROUP: u64 = 256;
 
 type PipelineKey = (Shader, &'static str, Option<u32>);
 
@@ -222,8 +220,10 @@ impl KernelCache {
                     unsafe { dev.create_shader_module_trusted(desc, checks) }
                 })
                 .clone();
-            let constants: Vec<(&str, f64)> =
-                op_code.map(|c| ("OP", c as f64)).into_iter().collect();
+            let constants: Vec<(&str, f64)> = op_code
+                .map(|c| (OP_OVERRIDE, c as f64))
+                .into_iter()
+                .collect();
             let p = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(&label),
                 layout: Some(&layout),

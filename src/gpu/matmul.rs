@@ -13,6 +13,9 @@
 //! - Every index is a `u32`; larger operands are refused with a clear error.
 
 use super::buffer::GpuBuffer;
+use super::contract::matmul::{
+    GEMV_T_COLS, OP_A_K_CONTIGUOUS, OP_B_COLUMN_CONTIGUOUS, OP_TILED_PADDED, TILE,
+};
 use super::device::GpuDevice;
 use super::kernels::{Launch, Shader};
 use crate::shape::Layout;
@@ -87,84 +90,99 @@ pub(crate) enum MatmulKernel {
     GemvRows,
 }
 
-impl MatmulKernel {
-    pub(crate) const ALL: [MatmulKernel; 16] = [
-        MatmulKernel::Naive,
-        MatmulKernel::Register,
-        MatmulKernel::RegisterVec4,
-        MatmulKernel::RegisterVec4Wide,
-        MatmulKernel::RegisterVec4Tall,
-        MatmulKernel::RegisterVec4Large,
-        MatmulKernel::RegisterVec4R4x4,
-        MatmulKernel::RegisterVec4R8x4,
-        MatmulKernel::Tiled,
-        MatmulKernel::TiledPadded,
-        MatmulKernel::TiledDouble,
-        MatmulKernel::SplitK,
-        MatmulKernel::GemvM1,
-        MatmulKernel::GemvN1,
-        MatmulKernel::GemvT,
-        MatmulKernel::GemvRows,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            MatmulKernel::Naive => "naive",
-            MatmulKernel::Register => "register",
-            MatmulKernel::RegisterVec4 => "register_vec4",
-            MatmulKernel::RegisterVec4Wide => "register_vec4_16x4",
-            MatmulKernel::RegisterVec4Tall => "register_vec4_4x16",
-            MatmulKernel::RegisterVec4Large => "register_vec4_16x16",
-            MatmulKernel::RegisterVec4R4x4 => "register_vec4_r4x4",
-            MatmulKernel::RegisterVec4R8x4 => "register_vec4_r8x4",
-            MatmulKernel::Tiled => "tiled",
-            MatmulKernel::TiledPadded => "tiled_padded",
-            MatmulKernel::TiledDouble => "tiled_double",
-            MatmulKernel::SplitK => "split_k",
-            MatmulKernel::GemvM1 => "gemv_m1",
-            MatmulKernel::GemvN1 => "gemv_n1",
-            MatmulKernel::GemvT => "gemv_t",
-            MatmulKernel::GemvRows => "gemv_rows",
-        }
-    }
-
+/// One matmul kernel as the launch code sees it: a row of [`KERNELS`].
+struct Spec {
+    kernel: MatmulKernel,
+    /// As benchmarks, the autotuner's cache and `Tensor::matmul_with` name it.
+    name: &'static str,
+    /// Its entry point in matmul.wgsl or (vec4 kernels) matmul_vec4.wgsl.
+    entry: &'static str,
+    /// Output rows and columns one workgroup covers (the shader headers' dispatch geometry).
+    tile: (usize, usize),
+    /// Invocations per workgroup (the entry's `@workgroup_size`).
+    invocations: u32,
     /// The order of the arithmetic behind each output, as far as it decides the bits: kernels
     /// of one order give identical results (`tests/runtime/determinism.rs` checks it on every
-    /// adapter).
-    /// 0: one `acc + a * b` per k, in k order (naive, gemv); 1: one `fma` per k, in k order
-    /// (the register and tiled kernels); 2: split-K (slices summed at the end); 3: K spread
-    /// over 32 invocations summed in a fixed tree (gemv_t).
-    pub(crate) fn order(self) -> u8 {
-        match self {
-            MatmulKernel::Naive | MatmulKernel::GemvM1 | MatmulKernel::GemvN1 => 0,
-            MatmulKernel::SplitK => 2,
-            MatmulKernel::GemvT => 3,
-            _ => 1,
+    /// adapter). 0: one `acc + a * b` per k, in k order (naive, gemv); 1: one `fma` per k, in
+    /// k order (the register and tiled kernels); 2: split-K (slices summed at the end); 3: K
+    /// spread over 32 invocations summed in a fixed tree (gemv_t).
+    order: u8,
+    /// Reads vec4s (and so needs [`Problem::vec4_layout`]).
+    vec4: bool,
+}
+
+/// A row of [`KERNELS`], its fields in [`Spec`]'s order.
+macro_rules! spec {
+    ($kernel:expr, $name:literal, $entry:literal, $tile:expr, $inv:literal, $order:literal, $vec4:literal) => {
+        Spec {
+            kernel: $kernel,
+            name: $name,
+            entry: $entry,
+            tile: $tile,
+            invocations: $inv,
+            order: $order,
+            vec4: $vec4,
         }
+    };
+}
+
+use MatmulKernel as K;
+
+/// Every matmul kernel, one row each, in [`MatmulKernel::ALL`]'s order: name, entry point,
+/// output tile per workgroup, invocations per workgroup, arithmetic order, vec4 reads.
+#[rustfmt::skip]
+const KERNELS: [Spec; 16] = [
+    spec!(K::Naive, "naive", "naive", (16, 16), 256, 0, false),
+    spec!(K::Register, "register", "register_tile", (64, 64), 64, 1, false),
+    spec!(K::RegisterVec4, "register_vec4", "register_tile", (64, 64), 64, 1, true),
+    spec!(K::RegisterVec4Wide, "register_vec4_16x4", "register_tile_16x4", (32, 128), 64, 1, true),
+    spec!(K::RegisterVec4Tall, "register_vec4_4x16", "register_tile_4x16", (128, 32), 64, 1, true),
+    spec!(K::RegisterVec4Large, "register_vec4_16x16", "register_tile_16x16", (128, 128), 256, 1, true),
+    spec!(K::RegisterVec4R4x4, "register_vec4_r4x4", "register_tile_r4x4", (64, 64), 256, 1, true),
+    spec!(K::RegisterVec4R8x4, "register_vec4_r8x4", "register_tile_r8x4", (64, 64), 128, 1, true),
+    spec!(K::Tiled, "tiled", "tiled", (TILE, TILE), 256, 1, false),
+    spec!(K::TiledPadded, "tiled_padded", "tiled", (TILE, TILE), 256, 1, false),
+    spec!(K::TiledDouble, "tiled_double", "tiled_double", (TILE, TILE), 256, 1, false),
+    spec!(K::SplitK, "split_k", "register_tile", (64, 64), 64, 2, false),
+    spec!(K::GemvM1, "gemv_m1", "gemv_m1", (1, 256), 256, 0, false),
+    spec!(K::GemvN1, "gemv_n1", "gemv_n1", (256, 1), 256, 0, false),
+    spec!(K::GemvT, "gemv_t", "gemv_t", (1, GEMV_T_COLS), 256, 3, false),
+    spec!(K::GemvRows, "gemv_rows", "gemv_rows", (1, 64), 8, 1, false),
+];
+
+impl MatmulKernel {
+    pub(crate) const ALL: [MatmulKernel; 16] = {
+        let mut all = [MatmulKernel::Naive; 16];
+        let mut i = 0;
+        while i < KERNELS.len() {
+            all[i] = KERNELS[i].kernel;
+            i += 1;
+        }
+        all
+    };
+
+    /// This kernel's row of [`KERNELS`].
+    fn spec(self) -> &'static Spec {
+        &KERNELS[self as usize]
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The order of the arithmetic behind each output ([`Spec::order`]).
+    pub(crate) fn order(self) -> u8 {
+        self.spec().order
     }
 
     /// Invocations per workgroup (the shader's `@workgroup_size`).
     fn invocations(self) -> u32 {
-        match self {
-            MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => 64,
-            MatmulKernel::RegisterVec4Wide | MatmulKernel::RegisterVec4Tall => 64,
-            MatmulKernel::RegisterVec4R8x4 => 128,
-            MatmulKernel::GemvRows => 8,
-            _ => 256,
-        }
+        self.spec().invocations
     }
 
     /// Whether the kernel reads vec4s (and so needs [`Problem::vec4_layout`]).
     pub(crate) fn is_vec4(self) -> bool {
-        matches!(
-            self,
-            MatmulKernel::RegisterVec4
-                | MatmulKernel::RegisterVec4Wide
-                | MatmulKernel::RegisterVec4Tall
-                | MatmulKernel::RegisterVec4Large
-                | MatmulKernel::RegisterVec4R4x4
-                | MatmulKernel::RegisterVec4R8x4
-        )
+        self.spec().vec4
     }
 
     pub(crate) fn from_name(name: &str) -> Option<MatmulKernel> {
@@ -184,40 +202,12 @@ impl MatmulKernel {
     }
 
     fn entry(self) -> &'static str {
-        match self {
-            MatmulKernel::Naive => "naive",
-            MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => {
-                "register_tile"
-            }
-            MatmulKernel::RegisterVec4Wide => "register_tile_16x4",
-            MatmulKernel::RegisterVec4Tall => "register_tile_4x16",
-            MatmulKernel::RegisterVec4Large => "register_tile_16x16",
-            MatmulKernel::RegisterVec4R4x4 => "register_tile_r4x4",
-            MatmulKernel::RegisterVec4R8x4 => "register_tile_r8x4",
-            MatmulKernel::Tiled | MatmulKernel::TiledPadded => "tiled",
-            MatmulKernel::TiledDouble => "tiled_double",
-            MatmulKernel::GemvM1 => "gemv_m1",
-            MatmulKernel::GemvN1 => "gemv_n1",
-            MatmulKernel::GemvT => "gemv_t",
-            MatmulKernel::GemvRows => "gemv_rows",
-        }
+        self.spec().entry
     }
 
     /// Output rows and columns one workgroup covers (the shader headers' dispatch geometry).
     fn tile(self) -> (usize, usize) {
-        match self {
-            MatmulKernel::Naive => (16, 16),
-            MatmulKernel::Register | MatmulKernel::RegisterVec4 | MatmulKernel::SplitK => (64, 64),
-            MatmulKernel::RegisterVec4Wide => (32, 128),
-            MatmulKernel::RegisterVec4Tall => (128, 32),
-            MatmulKernel::RegisterVec4Large => (128, 128),
-            MatmulKernel::RegisterVec4R4x4 | MatmulKernel::RegisterVec4R8x4 => (64, 64),
-            MatmulKernel::Tiled | MatmulKernel::TiledPadded | MatmulKernel::TiledDouble => (64, 64),
-            MatmulKernel::GemvM1 => (1, 256),
-            MatmulKernel::GemvN1 => (256, 1),
-            MatmulKernel::GemvT => (1, 8),
-            MatmulKernel::GemvRows => (1, 64),
-        }
+        self.spec().tile
     }
 }
 
@@ -339,14 +329,14 @@ impl Problem {
             return None;
         }
         let a_bit = if self.a_ks == 1 && aligned(self.a_rs) {
-            1
+            OP_A_K_CONTIGUOUS
         } else if self.a_rs == 1 && aligned(self.m) && aligned(self.a_ks) {
             0
         } else {
             return None;
         };
         let b_bit = if self.b_cs == 1 && aligned(self.n) && aligned(self.b_ks) {
-            2
+            OP_B_COLUMN_CONTIGUOUS
         } else if self.b_ks == 1 && aligned(self.b_cs) {
             0
         } else {
@@ -572,8 +562,7 @@ impl GpuDevice {
                     p.b_off
                 ),
             })?),
-            // matmul.wgsl's `OP`: the padded A tile.
-            MatmulKernel::TiledPadded => Some(1),
+            MatmulKernel::TiledPadded => Some(OP_TILED_PADDED),
             _ => None,
         };
         let slices = if kernel == MatmulKernel::SplitK {
@@ -709,6 +698,14 @@ mod tests {
         let mut la = Layout::contiguous(&[4, 8]);
         la.offset = 1;
         assert_eq!(Problem::new(&la, &lb, false).vec4_layout(), None);
+    }
+
+    #[test]
+    fn kernel_rows_follow_the_enum() {
+        for (i, row) in KERNELS.iter().enumerate() {
+            assert_eq!(row.kernel as usize, i, "{}", row.name);
+            assert_eq!(MatmulKernel::from_name(row.name), Some(row.kernel));
+        }
     }
 
     #[test]

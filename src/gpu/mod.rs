@@ -8,7 +8,8 @@
 //!    `sync` (the lock helper), `memory` (the caching allocator `Pool`, `MemStats`, buckets),
 //!    `queue` (the pending `Batch` behind the `Queue` lock, the retired-buffer list),
 //!    `staging` (readback `StagingPool`, `TransferCounters`), `codegen` (WGSL generation for
-//!    elementwise programs; no lock but its process-wide kernel interner), `kernels` (`Shader`,
+//!    elementwise programs; no lock but its process-wide kernel interner), `contract` (the
+//!    constants host and shaders share, and their WGSL declarations), `kernels` (`Shader`,
 //!    `Launch`, the `KernelCache` of modules, layouts, pipelines and bind groups,
 //!    `KernelCounters`), `params`.
 //! 2. `device`: `GpuDevice` composes the leaves; error capture, loss tracking, recording into
@@ -76,6 +77,7 @@ pub(crate) mod autotune;
 pub(crate) mod bindings;
 pub(crate) mod buffer;
 pub(crate) mod codegen;
+pub(crate) mod contract;
 pub(crate) mod conv;
 pub(crate) mod device;
 pub(crate) mod elementwise;

@@ -2,7 +2,9 @@
 //! gather of embeddings, one launch per part (row range) of the matrix, each binding only its
 //! own planes, so matrices past one storage binding run.
 
+// Activation rows per matvec workgroup.
 use super::buffer::GpuBuffer;
+use super::contract::quant::{LANES, MT};
 use super::device::GpuDevice;
 use super::ids;
 use super::kernels::{Launch, Shader};
@@ -25,9 +27,6 @@ pub(crate) struct QMatrix<'a> {
     pub shape: [usize; 2],
     pub parts: Vec<QPart<'a>>,
 }
-
-/// Activation rows per matvec workgroup (`MT` in the shader).
-const MT: usize = 4;
 
 /// quant.wgsl's three entries of `x @ W^T`, which give the same bits: `matvec` (a workgroup
 /// per weight row, its 64 lanes' sums merged in workgroup memory), `matvec_serial` (an
@@ -60,7 +59,7 @@ impl MatvecKernel {
     fn rows_per_group(self) -> usize {
         match self {
             MatvecKernel::Workgroup => 1,
-            MatvecKernel::Serial | MatvecKernel::Rows => 64,
+            MatvecKernel::Serial | MatvecKernel::Rows => LANES,
         }
     }
 }

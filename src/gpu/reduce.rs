@@ -21,11 +21,11 @@ use crate::{DType, Result};
 /// (each workgroup pays 8 barriers, which software drivers run as coroutine switches).
 const WG_CHUNK: usize = 16384;
 /// Longest chunk `reduce_thread` folds in one invocation (must not exceed the shader's cap).
-const THREAD_CHUNK: usize = 256;
+const THREAD_CHUNK: usize = super::contract::reduce::THREAD_MAX;
 /// Below this many rows, one thread per row leaves most of a GPU idle: use a workgroup per row.
 const FEW_ROWS: usize = 256;
 /// Longest chunk `reduce_subgroup` folds with one subgroup (must match the shader's cap).
-const SUBGROUP_CHUNK: usize = 4096;
+const SUBGROUP_CHUNK: usize = super::contract::reduce::SUBGROUP_MAX;
 
 /// Which kernel reduces `rows` rows of length `len`, and its chunk length. Short rows are folded
 /// by one thread each (coalesced across neighbouring rows of a non-last-dim reduction); long rows,

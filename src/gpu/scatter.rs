@@ -6,6 +6,8 @@
 //! 15 for 8,192).
 
 use super::buffer::GpuBuffer;
+// Pairs sorted inside one workgroup (the block of `sort_block` / `sort_merge`).
+use super::contract::scatter::BLOCK;
 use super::device::GpuDevice;
 use super::gather::Ids;
 use super::ids;
@@ -13,9 +15,6 @@ use super::kernels::{Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
 use crate::Result;
-
-/// Pairs sorted inside one workgroup (the block of `sort_block` / `sort_merge`).
-const BLOCK: usize = 512;
 
 impl GpuDevice {
     /// Adds the packed values `src` (`ids.2` contributions of `r` floats each, from element

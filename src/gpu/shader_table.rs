@@ -6,13 +6,14 @@
 
 use super::bindings::Bindings;
 use super::codegen::Generated;
+use super::contract::{self, declare, Consts};
 use crate::ops::{ReduceOp, RowFamily, RowOp};
 use crate::QType;
 
 /// The hand-written shader files, plus the generated elementwise kernels (`codegen.rs`). Each
-/// file is valid WGSL once `shaders/common.wgsl` and the declarations of its entry's bindings
-/// are prepended (done here, at embed time); `tests/ops/shaders.rs` validates every composed
-/// shader with naga.
+/// file is valid WGSL once `shaders/common.wgsl` and its entry's generated declarations (the
+/// contract's constants, `contract.rs`; its element type; its bindings) are prepended (done
+/// here, at embed time); `tests/ops/shaders.rs` validates every composed shader with naga.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
     Reduce,
@@ -77,16 +78,16 @@ pub(crate) const COMMON: &str = include_str!("../../shaders/common.wgsl");
 #[allow(dead_code)]
 pub(crate) const IDS: &str = include_str!("../../shaders/ids.wgsl");
 
-/// `common.wgsl` followed by `body`; `enable` directives of `body` (which WGSL wants before
-/// any declaration) go first.
+/// The contract's declarations, `common.wgsl`, then `body`; `enable` directives of `body`
+/// (which WGSL wants before any declaration) go first.
 pub(crate) fn compose(body: &str) -> String {
-    compose_bound("", body)
+    compose_bound(&declare(&[]), body)
 }
 
-/// [`compose`] with `bindings` (the declarations of a [`Bindings`] list) between `common.wgsl`
-/// and `body`: WGSL module-scope declarations may come in any order, so where they stand
-/// changes nothing in the compiled kernel.
-fn compose_bound(bindings: &str, body: &str) -> String {
+/// [`compose`] with `decls` (generated declarations: the contract's constants, a
+/// [`Bindings`] list) between `common.wgsl` and `body`: WGSL module-scope declarations may come
+/// in any order, so where they stand changes nothing in the compiled kernel.
+fn compose_bound(decls: &str, body: &str) -> String {
     // Normals are drawn in integer fixed point (bit-identical on every device); its tables
     // only go into the kernels that use them.
     let normal = if body.contains("normal_of(") {
@@ -96,17 +97,22 @@ fn compose_bound(bindings: &str, body: &str) -> String {
     };
     // `enable` directives must precede every declaration: hoist them above common.wgsl.
     let mut enables = String::new();
-    let mut rest = body;
-    while let Some((line, tail)) = rest
+    let (decls, body) = (hoist(decls, &mut enables), hoist(body, &mut enables));
+    format!("{enables}{COMMON}\n{normal}\n{decls}{body}")
+}
+
+/// `text` without its leading `enable` directives, which go to `enables`.
+fn hoist<'a>(mut text: &'a str, enables: &mut String) -> &'a str {
+    while let Some((line, tail)) = text
         .strip_prefix("enable ")
         .and_then(|r| r.split_once('\n'))
     {
         enables.push_str("enable ");
         enables.push_str(line);
         enables.push('\n');
-        rest = tail;
+        text = tail;
     }
-    format!("{enables}{COMMON}\n{normal}\n{bindings}{rest}")
+    text
 }
 
 /// A thread's pass over its elements of a row, composed into every row shader.
@@ -173,6 +179,10 @@ pub(crate) struct ShaderDef {
     pub checked: bool,
     /// Whether naga adds its counter against infinite loops (see [`KernelCache::pipeline`]).
     pub bounded_loops: bool,
+    /// The contract's constants it reads beyond those of every shader (`contract.rs`).
+    pub consts: Consts,
+    /// `Scalar`, the element type of a body written over it (`None`: the body declares none).
+    pub scalar: Option<&'static str>,
 }
 
 impl ShaderDef {
@@ -190,7 +200,35 @@ impl ShaderDef {
             bindings,
             checked: false,
             bounded_loops: true,
+            consts: &[],
+            scalar: None,
         }
+    }
+
+    /// Reads the contract's `consts` too.
+    const fn consts(mut self, consts: Consts) -> Self {
+        self.consts = consts;
+        self
+    }
+
+    /// Its body is written over `alias Scalar = scalar;`.
+    const fn scalar(mut self, scalar: &'static str) -> Self {
+        self.scalar = Some(scalar);
+        self
+    }
+
+    /// The generated declarations that precede its body: `enable f16;` where `Scalar` is f16,
+    /// the contract's constants, `Scalar`, then the bindings.
+    pub(crate) fn declarations(&self) -> String {
+        let mut s = String::new();
+        if self.scalar == Some("f16") {
+            s += "enable f16;\n";
+        }
+        s += &declare(self.consts);
+        if let Some(t) = self.scalar {
+            s += &format!("alias Scalar = {t};\n");
+        }
+        s + &self.bindings.wgsl()
     }
 
     /// Compiled as `body` rather than the file alone.
@@ -228,12 +266,38 @@ macro_rules! shader {
 /// The register tile and matmul.wgsl's element files (`Scalar` and the operand readers), by
 /// file name: the matmul entries compose them.
 #[allow(dead_code)]
-pub(crate) const MATMUL_PARTS: [(&str, &str); 4] = [
+pub(crate) const MATMUL_PARTS: [(&str, &str); 3] = [
     ("tile.wgsl", wgsl!("tile.wgsl")),
-    ("matmul_f32.wgsl", wgsl!("matmul_f32.wgsl")),
+    ("matmul_read.wgsl", wgsl!("matmul_read.wgsl")),
     ("matmul_f16_packed.wgsl", wgsl!("matmul_f16_packed.wgsl")),
-    ("matmul_f16.wgsl", wgsl!("matmul_f16.wgsl")),
 ];
+
+/// A row of the matmul variants: matmul.wgsl (after the register tile) with the file of its
+/// operand readers; `Scalar`, its accumulators' and output's type, is the output binding's.
+macro_rules! matmul {
+    ($shader:expr, $twist:literal, $readers:literal, $bindings:expr) => {
+        ShaderDef::new(
+            $shader,
+            concat!("matmul.wgsl", $twist),
+            wgsl!("matmul.wgsl"),
+            $bindings,
+        )
+        .body(Body::Text(wgsl!($readers, "tile.wgsl", "matmul.wgsl")))
+        .scalar($bindings.output.1)
+        .consts(contract::matmul::CONSTS)
+        .unbounded()
+    };
+}
+
+/// A fused attention pass: its entry points, then attention.wgsl's helpers, which both read
+/// the attention constants.
+macro_rules! attention {
+    ($shader:expr, $file:literal, $bindings:expr) => {
+        shader!($shader, $file, $bindings)
+            .body(Body::Text(wgsl!($file, "attention.wgsl")))
+            .consts(contract::attention::CONSTS)
+    };
+}
 
 /// softmax.wgsl after the row merge (a workgroup tree), with the softmax family's op codes
 /// appended (`RowOp::codes_wgsl`), built on first use.
@@ -367,14 +431,17 @@ const ATTENTION_BACKWARD: Bindings = Bindings::new(&ATTENTION_INPUTS, ("dst", "f
 /// (`row_fold.wgsl`); shaders that read ids with `ids.wgsl`;
 /// the fused attention's entry points come before their shared helpers.
 pub(crate) const SHADERS: [ShaderDef; 19] = [
-    shader!(Shader::Reduce, "reduce.wgsl", &REDUCE).body(Body::Built(reduce)),
+    shader!(Shader::Reduce, "reduce.wgsl", &REDUCE)
+        .body(Body::Built(reduce))
+        .consts(contract::reduce::CONSTS),
     ShaderDef::new(
         Shader::ReduceSubgroup,
         "reduce.wgsl (subgroups)",
         wgsl!("reduce.wgsl"),
         &REDUCE,
     )
-    .body(Body::Built(reduce_subgroup)),
+    .body(Body::Built(reduce_subgroup))
+    .consts(contract::reduce::CONSTS),
     shader!(Shader::Softmax, "softmax.wgsl", &SOFTMAX).body(Body::Built(softmax)),
     ShaderDef::new(
         Shader::SoftmaxSubgroup,
@@ -391,73 +458,55 @@ pub(crate) const SHADERS: [ShaderDef; 19] = [
         "cross_entropy.wgsl"
     )),
     shader!(Shader::Join, "join.wgsl", &JOIN),
-    // One matmul body in three element types, each from the file that declares `Scalar` and
-    // the operand readers (`enable f16;` leads matmul_f16.wgsl, so it comes first).
-    shader!(Shader::Matmul, "matmul.wgsl", &MATMUL)
-        .body(Body::Text(wgsl!(
-            "matmul_f32.wgsl",
-            "tile.wgsl",
-            "matmul.wgsl"
-        )))
-        .unbounded(),
-    ShaderDef::new(
+    // The matmul variants: one body in three element types (shader, label, operand readers,
+    // bindings), then the vec4 kernel over the same register tile.
+    matmul!(Shader::Matmul, "", "matmul_read.wgsl", &MATMUL),
+    matmul!(
         Shader::MatmulF16,
-        "matmul.wgsl (f16 operands)",
-        wgsl!("matmul.wgsl"),
-        &MATMUL_F16,
-    )
-    .body(Body::Text(wgsl!(
+        " (f16 operands)",
         "matmul_f16_packed.wgsl",
-        "tile.wgsl",
-        "matmul.wgsl"
-    )))
-    .unbounded(),
-    ShaderDef::new(
+        &MATMUL_F16
+    ),
+    matmul!(
         Shader::MatmulF16Acc,
-        "matmul.wgsl (f16 accumulation)",
-        wgsl!("matmul.wgsl"),
-        &MATMUL_F16_ACC,
-    )
-    .body(Body::Text(wgsl!(
-        "matmul_f16.wgsl",
-        "tile.wgsl",
-        "matmul.wgsl"
-    )))
-    .unbounded(),
+        " (f16 accumulation)",
+        "matmul_read.wgsl",
+        &MATMUL_F16_ACC
+    ),
     shader!(Shader::MatmulVec4, "matmul_vec4.wgsl", &MATMUL_VEC4)
         .body(Body::Text(wgsl!("tile.wgsl", "matmul_vec4.wgsl")))
+        .scalar("f32")
+        .consts(contract::matmul::CONSTS)
         .unbounded(),
     shader!(Shader::Gather, "gather.wgsl", &GATHER).checked(wgsl!("ids.wgsl", "gather.wgsl")),
-    shader!(Shader::Scatter, "scatter.wgsl", &SCATTER).checked(wgsl!("ids.wgsl", "scatter.wgsl")),
+    shader!(Shader::Scatter, "scatter.wgsl", &SCATTER)
+        .checked(wgsl!("ids.wgsl", "scatter.wgsl"))
+        .consts(contract::scatter::CONSTS),
     shader!(Shader::Sum, "sum.wgsl", &SUM),
     shader!(Shader::Quant, "quant.wgsl", &QUANT)
         .checked(wgsl!("ids.wgsl", "quant.wgsl"))
-        .body(Body::Built(quant)),
+        .body(Body::Built(quant))
+        .consts(contract::quant::CONSTS),
     shader!(
         Shader::AttentionDecode,
         "attention_decode.wgsl",
         &ATTENTION_DECODE
-    ),
+    )
+    .consts(contract::decode::CONSTS),
     // Every loop of conv2d.wgsl is bounded by its params (at most 32,768 k steps).
-    shader!(Shader::Conv2d, "conv2d.wgsl", &CONV2D).unbounded(),
-    shader!(
+    shader!(Shader::Conv2d, "conv2d.wgsl", &CONV2D)
+        .consts(contract::conv::CONSTS)
+        .unbounded(),
+    attention!(
         Shader::AttentionForward,
         "attention_forward.wgsl",
         &ATTENTION_FORWARD
-    )
-    .body(Body::Text(wgsl!(
-        "attention_forward.wgsl",
-        "attention.wgsl"
-    ))),
-    shader!(
+    ),
+    attention!(
         Shader::AttentionBackward,
         "attention_backward.wgsl",
         &ATTENTION_BACKWARD
-    )
-    .body(Body::Text(wgsl!(
-        "attention_backward.wgsl",
-        "attention.wgsl"
-    ))),
+    ),
 ];
 
 impl Shader {
@@ -513,7 +562,7 @@ impl Shader {
     /// entry, then the shader.
     pub(crate) fn source(self) -> String {
         match self.def() {
-            Some(d) => compose_bound(&d.bindings.wgsl(), self.body()),
+            Some(d) => compose_bound(&d.declarations(), self.body()),
             None => compose(self.body()),
         }
     }

@@ -104,14 +104,14 @@ fn embedded_shaders_validate() {
 
 #[test]
 fn shader_files_on_disk_validate() {
-    // Each file is valid once common.wgsl (and ids.wgsl, for shaders that report bad ids) is
-    // prepended, as the library does at embed time.
+    // Each file is valid once common.wgsl, its generated declarations (and ids.wgsl, for shaders
+    // that report bad ids) are prepended, as the library does at embed time.
     let shaders = on_disk();
     assert!(!shaders.is_empty(), "shaders/ holds no .wgsl files");
-    // The storage declarations of each file come from its table entry (the files hold none).
-    let bindings: BTreeMap<&str, String> = wgtensor::testing::shader_bindings()
+    // The constants, element type and storage declarations of each file come from
+    // src/gpu/contract.rs and its table entry (the files hold none).
+    let declarations: BTreeMap<&str, String> = wgtensor::testing::shader_declarations()
         .into_iter()
-        .map(|(name, decls, _)| (name, decls))
         .collect();
     let common = &shaders["common.wgsl"];
     let ids = &shaders["ids.wgsl"];
@@ -136,16 +136,15 @@ fn shader_files_on_disk_validate() {
             "softmax.wgsl",
             // and the block-type table's (`QTYPE_*`, `BLOCK_LEN_*`, ..., src/gpu/shader_table.rs).
             "quant.wgsl",
-            // The register tile and matmul's element files, composed below.
+            // The register tile and matmul's operand readers, composed below.
             "tile.wgsl",
-            "matmul_f32.wgsl",
+            "matmul_read.wgsl",
             "matmul_f16_packed.wgsl",
-            "matmul_f16.wgsl",
         ];
         if snippets.contains(&name.as_str()) {
             continue;
         }
-        let mut full = bindings.get(name.as_str()).cloned().unwrap_or_default();
+        let mut full = declarations[name.as_str()].clone();
         if source.contains("row_merge(") {
             full.push_str(&shaders["row_tree.wgsl"]);
         }
@@ -159,15 +158,47 @@ fn shader_files_on_disk_validate() {
         if source.contains("finish_score(") {
             source.push_str(&shaders["attention.wgsl"]);
         }
-        // Tile users get the register tile; matmul.wgsl its f32 element file (the embedded list
-        // validates all three element types).
+        // Tile users get the register tile; matmul.wgsl its readers of `Scalar` arrays (the
+        // embedded list validates all three element types).
         if source.contains("var t: Tile;") {
             source.push_str(&shaders["tile.wgsl"]);
         }
         if name == "matmul.wgsl" {
-            source.push_str(&shaders["matmul_f32.wgsl"]);
+            source.push_str(&shaders["matmul_read.wgsl"]);
         }
         validate(name, &format!("{common}\n{full}\n{source}"));
+    }
+}
+
+#[test]
+fn contract_numbers_are_not_written_in_the_files() {
+    // The workgroup size, the op-code override and the contract's constants are generated
+    // (src/gpu/contract.rs); a file that declared or spelled them itself would state them twice.
+    let generated: Vec<String> = wgtensor::testing::shader_declarations()
+        .into_iter()
+        .flat_map(|(_, d)| {
+            d.lines()
+                .filter_map(|l| l.strip_prefix("const "))
+                .map(|l| l.split(':').next().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(generated.iter().any(|n| n == "WG_SIZE"), "{generated:?}");
+    for (name, text) in on_disk() {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let at = format!("{name}:{}", n + 1);
+            assert!(!code.contains("override "), "{at}: declares an override");
+            assert!(!code.contains("alias Scalar"), "{at}: declares `Scalar`");
+            assert!(
+                !code.contains("@workgroup_size(256)"),
+                "{at}: spells WG_SIZE"
+            );
+            if let Some(decl) = code.trim_start().strip_prefix("const ") {
+                let c = decl.split(':').next().unwrap_or("").trim();
+                assert!(!generated.iter().any(|g| g == c), "{at}: declares {c}");
+            }
+        }
     }
 }
 

@@ -1,8 +1,7 @@
-enable f16;
-// matmul_f16.wgsl: matmul.wgsl in native f16 (`Shader::MatmulF16Acc`, adapters with
-// SHADER_F16): f16 operands, accumulators, staged tiles and output (the opt-in of
+// matmul_read.wgsl: matmul.wgsl's operand readers for operands bound as arrays of its element
+// type `Scalar` (generated per variant from the matmul rows of src/gpu/shader_table.rs: f32 for
+// `Shader::Matmul`, f16 for `Shader::MatmulF16Acc` on adapters with SHADER_F16, the opt-in of
 // `wgtensor::set_f16_accumulation`).
-alias Scalar = f16;
 
 fn ld_a(i: u32) -> Scalar {
     return lhs[i];
