@@ -22,8 +22,9 @@ macro_rules! shared {
             pub(crate) mod $module {
                 $($(#[$doc])* pub(crate) const $name: $ty = $value;)*
 
-                /// This module's constants as the WGSL declares them.
-                pub(crate) const CONSTS: super::Consts = &[$((stringify!($name), $name as u32)),*];
+                /// This module's constants as the WGSL declares them (a `Consts` list).
+                pub(crate) const CONSTS: &[(&str, u32)] =
+                    &[$((stringify!($name), $name as u32)),*];
             }
         )*
     };
