@@ -91,6 +91,26 @@ pub(crate) struct ConfigSpec {
     pub adjust: fn(&Value, &mut ModelConfig, &str) -> Result<()>,
 }
 
+impl ConfigSpec {
+    /// The spec of a family in Llama's shape: activation `hidden_act` among `acts`, untied
+    /// embeddings by default, no keys of its own beyond what `adjust` reads.
+    pub(crate) const fn hidden_act(
+        acts: &'static [&'static str],
+        default_sliding: fn(&Value, usize) -> Vec<bool>,
+        adjust: fn(&Value, &mut ModelConfig, &str) -> Result<()>,
+    ) -> ConfigSpec {
+        ConfigSpec {
+            handles: &[],
+            act_key: "hidden_act",
+            acts,
+            intermediate_default: None,
+            tied_default: false,
+            default_sliding,
+            adjust,
+        }
+    }
+}
+
 /// The RoPE scaling that `rope_scaling` (or transformers 5's `rope_parameters`) `s` describes.
 pub(crate) fn rope_scaling_of(s: Option<&Value>, path: &str) -> Result<Option<RopeScaling>> {
     Ok(match s {
@@ -144,6 +164,13 @@ pub(crate) fn format_error(path: &str, message: String) -> Error {
         path: path.to_string(),
         message,
     }
+}
+
+/// `x` as a positive finite f32 (a scale, a RoPE base, a soft-cap); `None` for anything else.
+pub(crate) fn positive_f32(x: &Value) -> Option<f32> {
+    x.as_f64()
+        .filter(|&x| x > 0.0 && x.is_finite())
+        .map(|x| x as f32)
 }
 
 pub(crate) fn format_err(path: &str, message: String) -> Error {
@@ -410,25 +437,18 @@ impl ModelConfig {
             ));
         }
         // Hyper-parameters that would make every logit NaN.
-        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
-            return Err(format_err(
-                path,
-                format!(
-                    "the norm epsilon (rms_norm_eps) = {} must be finite and > 0",
-                    self.norm_eps
-                ),
-            ));
-        }
-        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
-            return Err(format_err(
-                path,
-                format!(
-                    "rope_theta (rope.freq_base) = {} must be finite and > 0",
-                    self.rope_theta
-                ),
-            ));
-        }
         let positive = |x: f32| x > 0.0 && x.is_finite();
+        for (name, x) in [
+            ("the norm epsilon (rms_norm_eps)", self.norm_eps),
+            ("rope_theta (rope.freq_base)", self.rope_theta),
+        ] {
+            if !positive(x) {
+                return Err(format_err(
+                    path,
+                    format!("{name} = {x} must be finite and > 0"),
+                ));
+            }
+        }
         match &self.rope_scaling {
             None => {}
             Some(RopeScaling::Linear { factor }) if !positive(*factor) => {

@@ -7,11 +7,11 @@
 //! or llama.cpp's 10^4 for the local ones, `attention.sliding_window` on llama.cpp's pattern
 //! (every sixth layer global, or `attention.sliding_window_pattern`), llama.cpp's scale.
 
-use super::config::{format_err, rope_scaling_of, ModelConfig};
+use super::config::{format_err, positive_f32, rope_scaling_of, ModelConfig};
 use super::family::{set_window, sliding_pattern};
 use super::family::{Family, Gguf};
 use super::gemma2::{
-    build, llama_cpp_scale, query_pre_attn_scalar, softcap, spec, Names, GGUF, HF,
+    build, hf_scale, llama_cpp_scale, query_pre_attn_scalar, softcap, spec, Names, GGUF, HF,
 };
 use super::layers::Source;
 use super::model::CausalLM;
@@ -22,12 +22,23 @@ use serde_json::Value;
 pub(crate) const GEMMA3: Family = Family {
     model_type: "gemma3_text",
     config: spec_with_rope(),
-    load,
+    load: |src, c, device, dtype| {
+        let local = local_layers(&c.raw, c.num_layers);
+        let theta = local_theta(&c.raw, "config.json")?;
+        let scale = hf_scale(c)?;
+        build_local(src, (&HF, scale), (&local, theta), c, (device, dtype))
+    },
     gguf: Some(Gguf {
         arch: "gemma3",
         handles: &["attention.sliding_window"],
         adjust: gguf_adjust,
-        load: load_gguf,
+        load: |src, c, device, dtype| {
+            let path = "the GGUF metadata";
+            let local = sliding_pattern(c, 6, path)?;
+            let theta = gguf_local_theta(c, path)?;
+            let scale = llama_cpp_scale(c, 62);
+            build_local(src, (&GGUF, scale), (&local, theta), c, (device, dtype))
+        },
     }),
 };
 
@@ -51,38 +62,13 @@ fn gguf_adjust(v: &Value, c: &mut ModelConfig, path: &str) -> Result<()> {
 fn gguf_local_theta(c: &ModelConfig, path: &str) -> Result<f32> {
     match c.raw.get("rope.freq_base_swa") {
         None => Ok(10000.0),
-        Some(x) => x
-            .as_f64()
-            .filter(|&x| x > 0.0 && x.is_finite())
-            .map(|x| x as f32)
-            .ok_or_else(|| {
-                format_err(
-                    path,
-                    format!("gemma3.rope.freq_base_swa = {x} must be a positive number"),
-                )
-            }),
+        Some(x) => positive_f32(x).ok_or_else(|| {
+            format_err(
+                path,
+                format!("gemma3.rope.freq_base_swa = {x} must be a positive number"),
+            )
+        }),
     }
-}
-
-fn load_gguf(
-    src: &mut dyn Source,
-    c: &ModelConfig,
-    device: &Device,
-    dtype: DType,
-) -> Result<CausalLM> {
-    let path = "the GGUF metadata";
-    let local = sliding_pattern(c, 6, path)?;
-    let theta = gguf_local_theta(c, path)?;
-    load_with(
-        src,
-        &GGUF,
-        llama_cpp_scale(c, 62),
-        &local,
-        theta,
-        c,
-        device,
-        dtype,
-    )
 }
 
 const fn spec_with_rope() -> super::config::ConfigSpec {
@@ -128,9 +114,7 @@ fn adjust(v: &Value, c: &mut ModelConfig, path: &str) -> Result<()> {
 
 fn theta(p: Option<&Value>, path: &str, which: &str) -> Result<f32> {
     p.and_then(|p| p.get("rope_theta"))
-        .and_then(Value::as_f64)
-        .filter(|&x| x > 0.0 && x.is_finite())
-        .map(|x| x as f32)
+        .and_then(positive_f32)
         .ok_or_else(|| {
             format_err(
                 path,
@@ -153,36 +137,19 @@ fn local_theta(v: &Value, path: &str) -> Result<f32> {
     }
 }
 
-fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) -> Result<CausalLM> {
-    let path = "config.json";
-    let scale = (query_pre_attn_scalar(&c.raw, path)? as f64).powf(-0.5) as f32;
-    let local = local_layers(&c.raw, c.num_layers);
-    let theta = local_theta(&c.raw, path)?;
-    load_with(src, &HF, scale, &local, theta, c, device, dtype)
-}
-
 /// The model in names `n`; `local[i]`: layer `i` rotates by the local base `local_theta`
-/// (unscaled), the others by the config's RoPE. Soft-caps as configured (transformers applies
-/// them when set, though Gemma 3 checkpoints set none).
-#[allow(clippy::too_many_arguments)]
-fn load_with(
+/// (unscaled), the others by the config's RoPE.
+fn build_local(
     src: &mut dyn Source,
-    n: &Names,
-    scale: f32,
-    local: &[bool],
-    local_theta: f32,
+    (n, scale): (&Names, f32),
+    (local, local_theta): (&[bool], f32),
     c: &ModelConfig,
-    device: &Device,
-    dtype: DType,
+    target: (&Device, DType),
 ) -> Result<CausalLM> {
-    let (hd, eps) = (c.head_dim, c.norm_eps);
-    let cap = softcap(&c.raw, "attn_logit_softcapping", "the config")?;
-    let final_cap = softcap(&c.raw, "final_logit_softcapping", "the config")?;
-    let mut m = build(src, n, c, device, dtype, &mut |src, i, p, a| {
-        a.scale = scale;
-        a.softcap = cap;
-        a.q_norm = Some(n.norm(src, &format!("{p}.{}.weight", n.q_norm), hd, eps)?);
-        a.k_norm = Some(n.norm(src, &format!("{p}.{}.weight", n.k_norm), hd, eps)?);
+    let (hd, eps, norm) = (c.head_dim, c.norm_eps, n.norm());
+    let mut m = build(src, n, scale, c, target, &mut |src, i, p, a| {
+        a.q_norm = Some(norm(src, &format!("{p}.{}.weight", n.q_norm), hd, eps)?);
+        a.k_norm = Some(norm(src, &format!("{p}.{}.weight", n.k_norm), hd, eps)?);
         a.rope = Some(if local.get(i).copied().unwrap_or(false) {
             1
         } else {
@@ -190,7 +157,6 @@ fn load_with(
         });
         Ok(())
     })?;
-    m.final_softcap = final_cap;
     let mut lc = c.clone();
     lc.rope_theta = local_theta;
     lc.rope_scaling = None;

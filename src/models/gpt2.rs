@@ -56,12 +56,7 @@ fn load(src: &mut dyn Source, c: &ModelConfig, device: &Device, dtype: DType) ->
             down: src.conv1d(&format!("{p}.mlp.c_proj"), hid, inter)?,
             act: Act::GeluTanh,
         };
-        blocks.push(Box::new(PreNormBlock {
-            attn_norm,
-            attn,
-            mlp_norm,
-            mlp,
-        }));
+        blocks.push(Box::new(PreNormBlock::new(attn_norm, attn, mlp_norm, mlp)));
     }
     let final_norm = Norm::layer(src, &format!("{pre}ln_f"), hid, eps)?;
     let lm_head = if src.has("lm_head.weight") && !c.tie_word_embeddings {

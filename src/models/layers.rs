@@ -201,6 +201,25 @@ impl Attention {
         }
     }
 
+    /// Attention from separate projections `{p}.{q}`, `{p}.{k}`, `{p}.{v}` and `{p}.{o}` of
+    /// the config's shapes (q and k RoPE-ordered), biased on q, k and v with `qkv_bias`, on o
+    /// with `o_bias`.
+    pub(crate) fn separate(
+        src: &mut dyn Source,
+        p: &str,
+        [q, k, v, o]: [&str; 4],
+        c: &ModelConfig,
+        (qkv_bias, o_bias): (bool, bool),
+    ) -> Result<Attention> {
+        let (hid, b) = (c.hidden_size, qkv_bias);
+        let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let q = src.rope_linear(&format!("{p}.{q}"), qd, hid, b)?;
+        let k = src.rope_linear(&format!("{p}.{k}"), kvd, hid, b)?;
+        let v = src.linear(&format!("{p}.{v}"), kvd, hid, b)?;
+        let o = src.linear(&format!("{p}.{o}"), hid, qd, o_bias)?;
+        Ok(Attention::new(Qkv::Separate(q, k, v), o, c))
+    }
+
     pub(crate) fn linears(&self) -> Vec<&Linear> {
         let mut v = match &self.qkv {
             Qkv::Separate(q, k, v) => vec![q, k, v],
@@ -388,6 +407,24 @@ pub(crate) enum Mlp {
 }
 
 impl Mlp {
+    /// The gated MLP `{p}.{gate}`, `{p}.{up}`, `{p}.{down}` of the config's sizes.
+    pub(crate) fn gated(
+        src: &mut dyn Source,
+        p: &str,
+        [gate, up, down]: [&str; 3],
+        c: &ModelConfig,
+        bias: bool,
+        act: Act,
+    ) -> Result<Mlp> {
+        let (hid, inter) = (c.hidden_size, c.intermediate_size);
+        Ok(Mlp::Gated {
+            gate: src.linear(&format!("{p}.{gate}"), inter, hid, bias)?,
+            up: src.linear(&format!("{p}.{up}"), inter, hid, bias)?,
+            down: src.linear(&format!("{p}.{down}"), hid, inter, bias)?,
+            act,
+        })
+    }
+
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Mlp::Gated {
@@ -418,12 +455,38 @@ impl Mlp {
     }
 }
 
-/// The block of Llama, GPT-2, Qwen and Phi-3: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+/// The block of every decoder family: `x + attn(norm(x))`, then `x + mlp(norm(x))` (Llama,
+/// GPT-2, Qwen, Phi-3); Gemma norms each sub-layer's output again before it joins the residual
+/// (`post_attn_norm`, `post_mlp_norm`).
 pub(crate) struct PreNormBlock {
     pub attn_norm: Norm,
     pub attn: Attention,
+    pub post_attn_norm: Option<Norm>,
     pub mlp_norm: Norm,
     pub mlp: Mlp,
+    pub post_mlp_norm: Option<Norm>,
+}
+
+impl PreNormBlock {
+    /// The block without post-norms.
+    pub(crate) fn new(attn_norm: Norm, attn: Attention, mlp_norm: Norm, mlp: Mlp) -> Self {
+        PreNormBlock {
+            attn_norm,
+            attn,
+            post_attn_norm: None,
+            mlp_norm,
+            mlp,
+            post_mlp_norm: None,
+        }
+    }
+}
+
+/// `y` normed by `norm` when there is one.
+fn post_norm(norm: &Option<Norm>, y: Tensor) -> Result<Tensor> {
+    match norm {
+        Some(n) => n.apply(&y),
+        None => Ok(y),
+    }
 }
 
 impl Block for PreNormBlock {
@@ -431,8 +494,9 @@ impl Block for PreNormBlock {
         let a = self
             .attn
             .forward(l, &self.attn_norm.apply(x)?, cache, step)?;
-        let x = x.add(&a)?;
-        x.add(&self.mlp.forward(&self.mlp_norm.apply(&x)?)?)
+        let x = x.add(&post_norm(&self.post_attn_norm, a)?)?;
+        let m = self.mlp.forward(&self.mlp_norm.apply(&x)?)?;
+        x.add(&post_norm(&self.post_mlp_norm, m)?)
     }
 
     fn linears(&self) -> Vec<&Linear> {
@@ -442,7 +506,10 @@ impl Block for PreNormBlock {
     }
 
     fn norms(&self) -> Vec<&Norm> {
-        let mut v = vec![&self.attn_norm, &self.mlp_norm];
+        let mut v = vec![&self.attn_norm];
+        v.extend(&self.post_attn_norm);
+        v.push(&self.mlp_norm);
+        v.extend(&self.post_mlp_norm);
         v.extend(self.attn.norms());
         v
     }
@@ -459,7 +526,7 @@ pub(crate) fn lm_head(src: &mut dyn Source, name: &str, c: &ModelConfig) -> Resu
 
 /// GELU in the tanh form of GPT-2 (`gelu_new`):
 /// `0.5 x (1 + tanh(sqrt(2 / π) (x + 0.044715 x³)))`.
-fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+pub(super) fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     let c = (2.0f32 / std::f32::consts::PI).sqrt();
     let x3 = x.mul(x)?.mul(x)?;
     let inner = x.add(&x3.mul_scalar(0.044715)?)?.mul_scalar(c)?;

@@ -5,22 +5,18 @@
 //! up, `attention.sliding_window`; 0 there means none, as for Phi-4).
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::family::{Family, Gguf};
-use super::layers::{lm_head, Act, Attention, Block, Mlp, Norm, PreNormBlock, Qkv, Source};
+use super::family::{decoder, Family, Gguf, Outer};
+use super::layers::{Act, Attention, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
 use serde_json::Value;
 
 pub(crate) const PHI3: Family = Family {
     model_type: "phi3",
-    config: ConfigSpec {
-        handles: &[],
-        act_key: "hidden_act",
-        acts: &["silu"],
-        intermediate_default: None,
-        tied_default: false,
-        default_sliding: |_, n| vec![true; n],
-        adjust: |v, _, path| {
+    config: ConfigSpec::hidden_act(
+        &["silu"],
+        |_, n| vec![true; n],
+        |v, _, path| {
             // transformers 5 keeps partial_rotary_factor in rope_parameters (Phi-4-mini's 0.75).
             let partial = v
                 .get("rope_parameters")
@@ -34,64 +30,53 @@ pub(crate) const PHI3: Family = Family {
                 _ => Ok(()),
             }
         },
-    },
-    load: |src, c, device, dtype| build(src, &HF, c, device, dtype),
+    ),
+    load: |src, c, device, dtype| build(src, &HF, c, (device, dtype)),
     gguf: Some(Gguf {
         arch: "phi3",
         handles: &["attention.sliding_window"],
         adjust: |_, c, path| super::family::set_window(c, vec![true; c.num_layers], path),
-        load: load_gguf,
+        load: |src, c, device, dtype| {
+            refuse_longrope(src)?;
+            build(src, &GGUF, c, (device, dtype))
+        },
     }),
 };
 
-/// Phi-3's tensor names in one format: `{layer}.{i}.{suffix}` within block `i`.
+/// Phi-3's tensor names in one format: the outer ones, and block `i`'s `{layer}.{i}.{suffix}`.
 struct Names {
-    embed: &'static str,
-    layer: &'static str,
+    outer: Outer,
     attn_norm: &'static str,
     qkv: &'static str,
     o: &'static str,
     mlp_norm: &'static str,
     gate_up: &'static str,
     down: &'static str,
-    final_norm: &'static str,
-    lm_head: &'static str,
 }
 
 const HF: Names = Names {
-    embed: "model.embed_tokens.weight",
-    layer: "model.layers",
+    outer: super::family::HF,
     attn_norm: "input_layernorm",
     qkv: "self_attn.qkv_proj",
     o: "self_attn.o_proj",
     mlp_norm: "post_attention_layernorm",
     gate_up: "mlp.gate_up_proj",
     down: "mlp.down_proj",
-    final_norm: "model.norm.weight",
-    lm_head: "lm_head.weight",
 };
 
 /// llama.cpp's names (convert_hf_to_gguf.py keeps the fused layers fused).
 const GGUF: Names = Names {
-    embed: "token_embd.weight",
-    layer: "blk",
+    outer: super::family::GGUF,
     attn_norm: "attn_norm",
     qkv: "attn_qkv",
     o: "attn_output",
     mlp_norm: "ffn_norm",
     gate_up: "ffn_up",
     down: "ffn_down",
-    final_norm: "output_norm.weight",
-    lm_head: "output.weight",
 };
 
-fn load_gguf(
-    src: &mut dyn Source,
-    c: &ModelConfig,
-    device: &Device,
-    dtype: DType,
-) -> Result<CausalLM> {
-    // llama.cpp's long-context RoPE (Phi-3 128k: longrope/su) as the converter stores it.
+/// Refuses llama.cpp's long-context RoPE (Phi-3 128k: longrope/su) as the converter stores it.
+fn refuse_longrope(src: &dyn Source) -> Result<()> {
     for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
         if src.has(t) {
             return Err(format_err(
@@ -100,22 +85,18 @@ fn load_gguf(
             ));
         }
     }
-    build(src, &GGUF, c, device, dtype)
+    Ok(())
 }
 
 fn build(
     src: &mut dyn Source,
     n: &Names,
     c: &ModelConfig,
-    device: &Device,
-    dtype: DType,
+    target: (&Device, DType),
 ) -> Result<CausalLM> {
     let (hid, inter, eps) = (c.hidden_size, c.intermediate_size, c.norm_eps);
     let (qd, kvd) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-    let embed = src.matrix(n.embed, c.vocab_size, hid)?;
-    let mut blocks: Vec<Box<dyn Block>> = Vec::with_capacity(c.num_layers);
-    for i in 0..c.num_layers {
-        let p = format!("{}.{i}", n.layer);
+    decoder(src, &n.outer, c, target, Norm::rms, &mut |src, _, p| {
         let attn_norm = Norm::rms(src, &format!("{p}.{}.weight", n.attn_norm), hid, eps)?;
         let qkv = src.linear(&format!("{p}.{}", n.qkv), qd + 2 * kvd, hid, false)?;
         let o = src.linear(&format!("{p}.{}", n.o), hid, qd, false)?;
@@ -125,16 +106,7 @@ fn build(
             down: src.linear(&format!("{p}.{}", n.down), hid, inter, false)?,
             act: Act::Silu,
         };
-        blocks.push(Box::new(PreNormBlock {
-            attn_norm,
-            attn: Attention::new(Qkv::Fused(qkv), o, c),
-            mlp_norm,
-            mlp,
-        }));
-    }
-    let final_norm = Norm::rms(src, n.final_norm, hid, eps)?;
-    let head = lm_head(src, n.lm_head, c)?;
-    Ok(CausalLM::assemble(
-        c, device, dtype, embed, blocks, final_norm, head,
-    ))
+        let attn = Attention::new(Qkv::Fused(qkv), o, c);
+        Ok(Box::new(PreNormBlock::new(attn_norm, attn, mlp_norm, mlp)))
+    })
 }
