@@ -4,8 +4,8 @@
 //! padded keys masked). RoBERTa and XLM-R differ only in their position ids, which start after
 //! the padding index.
 
+use super::hf_reader::{checkpoint_path, Linear, Norm, Reader};
 use super::weight::Weight;
-use crate::nn::load::Checkpoint;
 use crate::{DType, Device, Error, Result, Tensor};
 use serde_json::Value;
 use std::path::Path;
@@ -179,34 +179,6 @@ fn format_error_op(path: &str, message: String) -> Error {
     }
 }
 
-/// A linear layer `x @ Wᵀ + b`.
-struct Linear {
-    w: Weight,
-    b: Tensor,
-}
-
-impl Linear {
-    fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        match &self.w {
-            // `linear` adds the bias inside the CPU matmul instead of in a second pass.
-            Weight::Dense(w) if w.dtype() == DType::F32 => x.linear(w, Some(&self.b)),
-            w => w.matmul_t(x)?.add(&self.b),
-        }
-    }
-}
-
-/// A LayerNorm's weight and bias (f32).
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-}
-
-impl Norm {
-    fn apply(&self, x: &Tensor, eps: f32) -> Result<Tensor> {
-        x.layer_norm(Some(&self.w), Some(&self.b), eps)
-    }
-}
-
 /// One post-norm encoder block.
 struct Layer {
     q: Linear,
@@ -230,101 +202,24 @@ pub(super) struct Bert {
     layers: Vec<Layer>,
 }
 
-/// Reads tensors by name, checks shapes against the config, converts and uploads each.
-struct Reader<'a> {
-    ckpt: &'a Checkpoint,
-    path: String,
-    prefix: &'static str,
-    device: &'a Device,
-    dtype: DType,
-}
-
-impl Reader<'_> {
-    fn host(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let full = format!("{}{name}", self.prefix);
-        let missing =
-            || format_error_op(&self.path, format!("the checkpoint has no tensor {full:?}"));
-        let t = self.ckpt.load(&full, Some(dtype))?.ok_or_else(missing)?;
-        if !t.dtype().is_float() {
-            let message = format!(
-                "tensor {full:?} is stored as {}, not a float type",
-                t.dtype()
-            );
-            return Err(format_error_op(&self.path, message));
-        }
-        if t.shape() != shape {
-            let message = format!(
-                "tensor {full:?} has shape {:?}, but config.json implies {shape:?}",
-                t.shape()
-            );
-            return Err(format_error_op(&self.path, message));
-        }
-        Ok(t)
-    }
-
-    fn vector(&self, name: &str, len: usize) -> Result<Tensor> {
-        self.host(name, &[len], DType::F32)?.to(self.device)
-    }
-
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
-        let t = self.host(name, &[rows, cols], self.dtype)?;
-        Ok(Weight::Dense(t.to(self.device)?))
-    }
-
-    fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear> {
-        Ok(Linear {
-            w: self.matrix(&format!("{name}.weight"), rows, cols)?,
-            b: self.vector(&format!("{name}.bias"), rows)?,
-        })
-    }
-
-    fn norm(&self, name: &str, len: usize) -> Result<Norm> {
-        Ok(Norm {
-            w: self.vector(&format!("{name}.weight"), len)?,
-            b: self.vector(&format!("{name}.bias"), len)?,
-        })
-    }
-}
-
-/// The checkpoint of a model directory.
-fn checkpoint_path(dir: &Path) -> Result<std::path::PathBuf> {
-    for name in ["model.safetensors", "model.safetensors.index.json"] {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    Err(Error::Io {
-        op: OP,
-        path: dir.display().to_string(),
-        message: "no model.safetensors or model.safetensors.index.json in this directory".into(),
-    })
-}
-
 impl Bert {
     /// Loads `config.json` and the safetensors weights of `dir`, matrices in `dtype`.
     pub(super) fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Bert> {
         let config = BertConfig::from_file(&dir.join("config.json"))?;
-        let file = checkpoint_path(dir)?;
-        let ckpt = Checkpoint::open(&file)?;
-        super::fit::check(OP, device, super::fit::hf_bytes(&ckpt, dtype))?;
+        let file = checkpoint_path(OP, dir)?;
+        let ckpt = super::hf_reader::open(OP, &file, device, dtype)?;
         // Saved as the bare encoder (sentence-transformers) or inside a task model.
-        let prefix = ["", "bert.", "roberta.", "model."]
-            .into_iter()
-            .find(|p| {
-                ckpt.shape(&format!("{p}embeddings.word_embeddings.weight"))
-                    .is_some()
-            })
-            .unwrap_or("");
+        let prefixes = ["", "bert.", "roberta.", "model."];
         let r = Reader {
             ckpt: &ckpt,
-            path: file.display().to_string(),
-            prefix,
+            op: OP,
+            path: &file,
+            prefix: Reader::find_prefix(&ckpt, &prefixes, "embeddings.word_embeddings.weight"),
             device,
             dtype,
         };
         let c = &config;
-        let (h, inter) = (c.hidden_size, c.intermediate_size);
+        let (h, inter, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps);
         let word = r.matrix("embeddings.word_embeddings.weight", c.vocab_size, h)?;
         let position = r.matrix(
             "embeddings.position_embeddings.weight",
@@ -337,19 +232,19 @@ impl Bert {
             DType::F32,
         )?;
         let token_type = types.narrow(0, 0, 1)?.contiguous()?.to(device)?;
-        let embed_norm = r.norm("embeddings.LayerNorm", h)?;
+        let embed_norm = r.norm("embeddings.LayerNorm", h, eps)?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let p = format!("encoder.layer.{i}");
             layers.push(Layer {
-                q: r.linear(&format!("{p}.attention.self.query"), h, h)?,
-                k: r.linear(&format!("{p}.attention.self.key"), h, h)?,
-                v: r.linear(&format!("{p}.attention.self.value"), h, h)?,
-                attn_out: r.linear(&format!("{p}.attention.output.dense"), h, h)?,
-                attn_norm: r.norm(&format!("{p}.attention.output.LayerNorm"), h)?,
-                up: r.linear(&format!("{p}.intermediate.dense"), inter, h)?,
-                down: r.linear(&format!("{p}.output.dense"), h, inter)?,
-                out_norm: r.norm(&format!("{p}.output.LayerNorm"), h)?,
+                q: r.linear(&format!("{p}.attention.self.query"), h, h, true)?,
+                k: r.linear(&format!("{p}.attention.self.key"), h, h, true)?,
+                v: r.linear(&format!("{p}.attention.self.value"), h, h, true)?,
+                attn_out: r.linear(&format!("{p}.attention.output.dense"), h, h, true)?,
+                attn_norm: r.norm(&format!("{p}.attention.output.LayerNorm"), h, eps)?,
+                up: r.linear(&format!("{p}.intermediate.dense"), inter, h, true)?,
+                down: r.linear(&format!("{p}.output.dense"), h, inter, true)?,
+                out_norm: r.norm(&format!("{p}.output.LayerNorm"), h, eps)?,
             });
         }
         Ok(Bert {
@@ -370,7 +265,6 @@ impl Bert {
         let len = ids.len() / batch;
         let (h, heads) = (c.hidden_size, c.num_heads);
         let hd = h / heads;
-        let eps = c.layer_norm_eps;
         let device = self.token_type.device();
         // Padded positions get the padding index as transformers numbers them; their values
         // never reach a real token (masked keys) nor the pooled output (masked rows).
@@ -387,7 +281,7 @@ impl Bert {
         let x = x
             .add(&self.position.rows(&positions)?)?
             .add(&self.token_type)?;
-        let mut x = self.embed_norm.apply(&x, eps)?;
+        let mut x = self.embed_norm.apply(&x)?;
         let keys = Tensor::from_slice(mask, &[batch, 1, 1, len], device)?;
         // [batch * len, hidden] -> [batch, heads, len, hd]
         let split = |t: Tensor| t.reshape(&[batch, len, heads, hd])?.permute(&[0, 2, 1, 3]);
@@ -398,23 +292,15 @@ impl Bert {
             let a =
                 Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&keys), false, 0.0, None)?;
             let a = a.permute(&[0, 2, 1, 3])?.reshape(&[batch * len, h])?;
-            x = l.attn_norm.apply(&x.add(&l.attn_out.apply(&a)?)?, eps)?;
+            x = l.attn_norm.apply(&x.add(&l.attn_out.apply(&a)?)?)?;
             let u = l.up.apply(&x)?;
             let u = match c.act {
                 Act::Gelu => u.gelu()?,
-                Act::GeluTanh => gelu_tanh(&u)?,
+                Act::GeluTanh => super::layers::gelu_tanh(&u)?,
                 Act::Relu => u.relu()?,
             };
-            x = l.out_norm.apply(&x.add(&l.down.apply(&u)?)?, eps)?;
+            x = l.out_norm.apply(&x.add(&l.down.apply(&u)?)?)?;
         }
         x.reshape(&[batch, len, h])
     }
-}
-
-/// GELU's tanh form: `0.5 x (1 + tanh(sqrt(2 / π) (x + 0.044715 x³)))`.
-fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
-    let c = (2.0f32 / std::f32::consts::PI).sqrt();
-    let x3 = x.mul(x)?.mul(x)?;
-    let inner = x.add(&x3.mul_scalar(0.044715)?)?.mul_scalar(c)?;
-    x.mul(&inner.tanh()?.add_scalar(1.0)?)?.mul_scalar(0.5)
 }

@@ -177,12 +177,7 @@ impl Embedder {
     /// or F16; allocation errors.
     pub fn load(path: impl AsRef<Path>, device: &Device, dtype: DType) -> Result<Embedder> {
         let dir = path.as_ref();
-        if !matches!(dtype, DType::F32 | DType::F16) {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                message: format!("dtype must be F32 or F16, got {dtype}"),
-            });
-        }
+        super::hf_reader::check_dtype(OP, dtype)?;
         if !dir.is_dir() {
             return Err(Error::Io {
                 op: OP,

@@ -7,7 +7,7 @@ use super::layers::{Linear, Source};
 use super::model::CausalLM;
 use super::weight::Weight;
 use crate::nn::load::Checkpoint;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 use std::path::Path;
 
 /// Called while loading with (bytes of weights loaded, total bytes).
@@ -156,21 +156,6 @@ impl Source for Loader<'_> {
     }
 }
 
-/// The checkpoint file(s) of a model directory.
-fn checkpoint_path(dir: &Path) -> Result<std::path::PathBuf> {
-    for name in ["model.safetensors", "model.safetensors.index.json"] {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
-    }
-    Err(Error::Io {
-        op: "AutoModel::load",
-        path: dir.display().to_string(),
-        message: "no model.safetensors or model.safetensors.index.json in this directory".into(),
-    })
-}
-
 /// Loads a Hugging Face model directory (see [`super::AutoModel::load`]).
 pub(crate) fn load_hf(
     dir: &Path,
@@ -186,13 +171,9 @@ pub(crate) fn load_hf(
         // lists <|eot_id|> there besides config.json's <|end_of_text|>).
         config.eos_token_ids = eos;
     }
-    let file = checkpoint_path(dir)?;
-    let ckpt = Checkpoint::open(&file)?;
-    super::fit::check(
-        "AutoModel::load",
-        device,
-        super::fit::hf_bytes(&ckpt, dtype),
-    )?;
+    let op = "AutoModel::load";
+    let file = super::hf_reader::checkpoint_path(op, dir)?;
+    let ckpt = super::hf_reader::open(op, &file, device, dtype)?;
     let total = ckpt.data_bytes();
     let mut ld = Loader {
         ckpt: &ckpt,

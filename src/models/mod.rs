@@ -24,6 +24,7 @@ mod generate;
 pub mod gguf;
 mod gguf_load;
 mod gpt2;
+mod hf_reader;
 mod layers;
 mod llama;
 mod load;
@@ -91,12 +92,7 @@ impl AutoModel {
         progress: Progress<'_>,
     ) -> Result<CausalLM> {
         let path = path.as_ref();
-        if !matches!(dtype, DType::F32 | DType::F16) {
-            return Err(Error::InvalidArgument {
-                op: "AutoModel::load",
-                message: format!("dtype must be F32 or F16, got {dtype}"),
-            });
-        }
+        hf_reader::check_dtype("AutoModel::load", dtype)?;
         if path.is_dir() {
             return load::load_hf(path, device, dtype, progress);
         }

@@ -12,11 +12,11 @@
 //! own with the same prompt, and the texts joined: transformers' long-form path needs timestamp
 //! tokens to seek, which this decoder does not produce.
 
+use super::hf_reader::{check_dtype, Linear, Norm, Reader};
 use super::tokenizer::Tokenizer;
 use super::weight::Weight;
 use super::whisper_audio::LogMel;
 use super::whisper_generation::{format_error, Generation, OP};
-use crate::nn::load::Checkpoint;
 use crate::{Conv2dOptions, DType, Device, Error, Result, Tensor};
 use serde_json::Value;
 use std::path::Path;
@@ -106,33 +106,6 @@ impl Config {
     }
 }
 
-/// A linear layer `x @ Wᵀ (+ b)`.
-struct Linear {
-    w: Weight,
-    b: Option<Tensor>,
-}
-
-impl Linear {
-    fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        match (&self.w, &self.b) {
-            (Weight::Dense(w), b) if w.dtype() == DType::F32 => x.linear(w, b.as_ref()),
-            (w, Some(b)) => w.matmul_t(x)?.add(b),
-            (w, None) => w.matmul_t(x),
-        }
-    }
-}
-
-struct Norm {
-    w: Tensor,
-    b: Tensor,
-}
-
-impl Norm {
-    fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        x.layer_norm(Some(&self.w), Some(&self.b), EPS)
-    }
-}
-
 struct Attn {
     q: Linear,
     k: Linear,
@@ -151,86 +124,47 @@ impl Mlp {
     }
 }
 
-struct EncoderLayer {
+/// An encoder layer, or a decoder layer's self-attention and MLP.
+struct Layer {
     attn: Attn,
     attn_norm: Norm,
     mlp: Mlp,
     mlp_norm: Norm,
+}
+
+impl Layer {
+    /// Layer `{p}`: `self_attn`, its norm, the MLP and `final_layer_norm`.
+    fn read(r: &Reader, p: &str, d: usize, ffn: usize) -> Result<Layer> {
+        Ok(Layer {
+            attn: attn(r, &format!("{p}.self_attn"), d)?,
+            attn_norm: r.norm(&format!("{p}.self_attn_layer_norm"), d, EPS)?,
+            mlp: mlp(r, p, d, ffn)?,
+            mlp_norm: r.norm(&format!("{p}.final_layer_norm"), d, EPS)?,
+        })
+    }
 }
 
 struct DecoderLayer {
-    attn: Attn,
-    attn_norm: Norm,
+    own: Layer,
     cross: Attn,
     cross_norm: Norm,
-    mlp: Mlp,
-    mlp_norm: Norm,
 }
 
-/// Reads tensors by name, checks their shapes and uploads them.
-struct Reader<'a> {
-    ckpt: &'a Checkpoint,
-    path: &'a Path,
-    prefix: &'static str,
-    device: &'a Device,
-    dtype: DType,
+/// The attention layers `{p}.{q,k,v,out}_proj` (no bias on k).
+fn attn(r: &Reader, p: &str, d: usize) -> Result<Attn> {
+    Ok(Attn {
+        q: r.linear(&format!("{p}.q_proj"), d, d, true)?,
+        k: r.linear(&format!("{p}.k_proj"), d, d, false)?,
+        v: r.linear(&format!("{p}.v_proj"), d, d, true)?,
+        o: r.linear(&format!("{p}.out_proj"), d, d, true)?,
+    })
 }
 
-impl Reader<'_> {
-    fn host(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let full = format!("{}{name}", self.prefix);
-        let t = self.ckpt.load(&full, Some(dtype))?.ok_or_else(|| {
-            format_error(self.path, format!("the checkpoint has no tensor {full:?}"))
-        })?;
-        if !t.dtype().is_float() || t.shape() != shape {
-            let message = format!(
-                "tensor {full:?} is {} {:?}, but config.json implies a float tensor {shape:?}",
-                t.dtype(),
-                t.shape()
-            );
-            return Err(format_error(self.path, message));
-        }
-        Ok(t)
-    }
-
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        self.host(name, shape, DType::F32)?.to(self.device)
-    }
-
-    fn linear(&self, name: &str, rows: usize, cols: usize, bias: bool) -> Result<Linear> {
-        let w = self.host(&format!("{name}.weight"), &[rows, cols], self.dtype)?;
-        let b = match bias {
-            true => Some(self.f32(&format!("{name}.bias"), &[rows])?),
-            false => None,
-        };
-        Ok(Linear {
-            w: Weight::Dense(w.to(self.device)?),
-            b,
-        })
-    }
-
-    fn norm(&self, name: &str, len: usize) -> Result<Norm> {
-        Ok(Norm {
-            w: self.f32(&format!("{name}.weight"), &[len])?,
-            b: self.f32(&format!("{name}.bias"), &[len])?,
-        })
-    }
-
-    fn attn(&self, p: &str, d: usize) -> Result<Attn> {
-        Ok(Attn {
-            q: self.linear(&format!("{p}.q_proj"), d, d, true)?,
-            k: self.linear(&format!("{p}.k_proj"), d, d, false)?,
-            v: self.linear(&format!("{p}.v_proj"), d, d, true)?,
-            o: self.linear(&format!("{p}.out_proj"), d, d, true)?,
-        })
-    }
-
-    fn mlp(&self, p: &str, d: usize, ffn: usize) -> Result<Mlp> {
-        Ok(Mlp {
-            fc1: self.linear(&format!("{p}.fc1"), ffn, d, true)?,
-            fc2: self.linear(&format!("{p}.fc2"), d, ffn, true)?,
-        })
-    }
+fn mlp(r: &Reader, p: &str, d: usize, ffn: usize) -> Result<Mlp> {
+    Ok(Mlp {
+        fc1: r.linear(&format!("{p}.fc1"), ffn, d, true)?,
+        fc2: r.linear(&format!("{p}.fc2"), d, ffn, true)?,
+    })
 }
 
 /// What [`Whisper::transcribe`] returns.
@@ -268,7 +202,7 @@ pub struct Whisper {
     conv1: (Tensor, Tensor),
     conv2: (Tensor, Tensor),
     enc_positions: Tensor,
-    encoder: Vec<EncoderLayer>,
+    encoder: Vec<Layer>,
     enc_norm: Norm,
     tokens: Weight,
     dec_positions: Tensor,
@@ -307,12 +241,7 @@ impl Whisper {
     /// [`Error::InvalidArgument`] for another dtype; allocation errors.
     pub fn load(path: impl AsRef<Path>, device: &Device, dtype: DType) -> Result<Whisper> {
         let dir = path.as_ref();
-        if !matches!(dtype, DType::F32 | DType::F16) {
-            return Err(Error::InvalidArgument {
-                op: OP,
-                message: format!("dtype must be F32 or F16, got {dtype}"),
-            });
-        }
+        check_dtype(OP, dtype)?;
         let cpath = dir.join("config.json");
         let cv = read_json(&cpath)?;
         let c = Config::read(&cpath, &cv)?;
@@ -340,16 +269,12 @@ impl Whisper {
             false => None,
         };
         let file = dir.join("model.safetensors");
-        let ckpt = Checkpoint::open(&file)?;
-        super::fit::check(OP, device, super::fit::hf_bytes(&ckpt, dtype))?;
-        let prefix = ["model.", ""]
-            .into_iter()
-            .find(|p| ckpt.shape(&format!("{p}encoder.conv1.weight")).is_some())
-            .unwrap_or("model.");
+        let ckpt = super::hf_reader::open(OP, &file, device, dtype)?;
         let r = Reader {
             ckpt: &ckpt,
+            op: OP,
             path: &file,
-            prefix,
+            prefix: Reader::find_prefix(&ckpt, &["model.", ""], "encoder.conv1.weight"),
             device,
             dtype,
         };
@@ -361,33 +286,19 @@ impl Whisper {
             ))
         };
         let encoder = (0..c.enc_layers)
-            .map(|i| {
-                let p = format!("encoder.layers.{i}");
-                Ok(EncoderLayer {
-                    attn: r.attn(&format!("{p}.self_attn"), d)?,
-                    attn_norm: r.norm(&format!("{p}.self_attn_layer_norm"), d)?,
-                    mlp: r.mlp(&p, d, c.enc_ffn)?,
-                    mlp_norm: r.norm(&format!("{p}.final_layer_norm"), d)?,
-                })
-            })
+            .map(|i| Layer::read(&r, &format!("encoder.layers.{i}"), d, c.enc_ffn))
             .collect::<Result<Vec<_>>>()?;
         let decoder = (0..c.dec_layers)
             .map(|i| {
                 let p = format!("decoder.layers.{i}");
                 Ok(DecoderLayer {
-                    attn: r.attn(&format!("{p}.self_attn"), d)?,
-                    attn_norm: r.norm(&format!("{p}.self_attn_layer_norm"), d)?,
-                    cross: r.attn(&format!("{p}.encoder_attn"), d)?,
-                    cross_norm: r.norm(&format!("{p}.encoder_attn_layer_norm"), d)?,
-                    mlp: r.mlp(&p, d, c.dec_ffn)?,
-                    mlp_norm: r.norm(&format!("{p}.final_layer_norm"), d)?,
+                    own: Layer::read(&r, &p, d, c.dec_ffn)?,
+                    cross: attn(&r, &format!("{p}.encoder_attn"), d)?,
+                    cross_norm: r.norm(&format!("{p}.encoder_attn_layer_norm"), d, EPS)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let tokens = Weight::Dense(
-            r.host("decoder.embed_tokens.weight", &[c.vocab, d], dtype)?
-                .to(device)?,
-        );
+        let tokens = r.matrix("decoder.embed_tokens.weight", c.vocab, d)?;
         // The output projection is tied to the token table unless the file holds its own.
         let head = match ckpt.shape("proj_out.weight") {
             Some(_) => {
@@ -401,11 +312,11 @@ impl Whisper {
             conv2: conv("conv2", d)?,
             enc_positions: r.f32("encoder.embed_positions.weight", &[c.source_positions, d])?,
             encoder,
-            enc_norm: r.norm("encoder.layer_norm", d)?,
+            enc_norm: r.norm("encoder.layer_norm", d, EPS)?,
             tokens,
             dec_positions: r.f32("decoder.embed_positions.weight", &[c.target_positions, d])?,
             decoder,
-            dec_norm: r.norm("decoder.layer_norm", d)?,
+            dec_norm: r.norm("decoder.layer_norm", d, EPS)?,
             head,
             c,
             mel,
@@ -497,23 +408,23 @@ impl Whisper {
             .add(&self.dec_positions.narrow(0, s.len, 1)?)?;
         let n = self.c.source_positions;
         for (i, l) in self.decoder.iter().enumerate() {
-            let h = l.attn_norm.apply(&x)?;
-            let q = l.attn.q.apply(&h)?.reshape(&[heads, hd])?;
-            let k = l.attn.k.apply(&h)?.reshape(&[1, heads, hd])?;
-            let v = l.attn.v.apply(&h)?.reshape(&[1, heads, hd])?;
+            let h = l.own.attn_norm.apply(&x)?;
+            let q = l.own.attn.q.apply(&h)?.reshape(&[heads, hd])?;
+            let k = l.own.attn.k.apply(&h)?.reshape(&[1, heads, hd])?;
+            let v = l.own.attn.v.apply(&h)?.reshape(&[1, heads, hd])?;
             let (k, v) = match s.self_kv[i].take() {
                 Some((kc, vc)) => (Tensor::cat(&[&kc, &k], 0)?, Tensor::cat(&[&vc, &v], 0)?),
                 None => (k, v),
             };
             let a = Tensor::attention_decode(&q, &k, &v, s.len + 1, scale)?;
             s.self_kv[i] = Some((k, v));
-            x = x.add(&l.attn.o.apply(&a.reshape(&[1, d])?)?)?;
+            x = x.add(&l.own.attn.o.apply(&a.reshape(&[1, d])?)?)?;
             let h = l.cross_norm.apply(&x)?;
             let q = l.cross.q.apply(&h)?.reshape(&[heads, hd])?;
             let (kc, vc) = &s.cross_kv[i];
             let a = Tensor::attention_decode(&q, kc, vc, n, scale)?;
             x = x.add(&l.cross.o.apply(&a.reshape(&[1, d])?)?)?;
-            x = x.add(&l.mlp.apply(&l.mlp_norm.apply(&x)?)?)?;
+            x = x.add(&l.own.mlp.apply(&l.own.mlp_norm.apply(&x)?)?)?;
         }
         s.len += 1;
         let logits = self.head.matmul_t(&self.dec_norm.apply(&x)?)?;
