@@ -293,6 +293,9 @@ fn tojson(
     Ok(out)
 }
 
+/// Writes one item of a map or list for [`dump`].
+type Item<'a> = dyn FnMut(&mut String, &Value) -> std::result::Result<(), minijinja::Error> + 'a;
+
 fn dump(
     v: &Value,
     indent: Option<usize>,
@@ -306,6 +309,29 @@ fn dump(
         }
     };
     let sep = if indent.is_some() { "," } else { ", " };
+    // A map's keys or a list's items between `open` and `close`, each written by `item` on a
+    // line of its own when indented; `{}` or `[]` when there are none.
+    let container = |out: &mut String,
+                     [open, close]: [char; 2],
+                     items: Vec<Value>,
+                     item: &mut Item|
+     -> std::result::Result<(), minijinja::Error> {
+        out.push(open);
+        if items.is_empty() {
+            out.push(close);
+            return Ok(());
+        }
+        for (i, x) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(sep);
+            }
+            newline(out, depth + 1);
+            item(out, x)?;
+        }
+        newline(out, depth);
+        out.push(close);
+        Ok(())
+    };
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -329,42 +355,16 @@ fn dump(
             let s = v.as_str().unwrap_or_default();
             out.push_str(&serde_json::to_string(s).unwrap_or_default());
         }
-        ValueKind::Map => {
-            let keys: Vec<Value> = v.try_iter()?.collect();
-            if keys.is_empty() {
-                out.push_str("{}");
-                return Ok(());
-            }
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                let key = k.as_str().map_or_else(|| k.to_string(), str::to_string);
-                out.push_str(&serde_json::to_string(&key).unwrap_or_default());
-                out.push_str(": ");
-                dump(&v.get_item(k)?, indent, depth + 1, out)?;
-            }
-            newline(out, depth);
-            out.push('}');
-        }
+        ValueKind::Map => container(out, ['{', '}'], v.try_iter()?.collect(), &mut |out, k| {
+            let key = k.as_str().map_or_else(|| k.to_string(), str::to_string);
+            out.push_str(&serde_json::to_string(&key).unwrap_or_default());
+            out.push_str(": ");
+            dump(&v.get_item(k)?, indent, depth + 1, out)
+        })?,
         ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<Value> = v.try_iter()?.collect();
-            if items.is_empty() {
-                out.push_str("[]");
-                return Ok(());
-            }
-            out.push('[');
-            for (i, x) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                newline(out, depth + 1);
-                dump(x, indent, depth + 1, out)?;
-            }
-            newline(out, depth);
-            out.push(']');
+            container(out, ['[', ']'], v.try_iter()?.collect(), &mut |out, x| {
+                dump(x, indent, depth + 1, out)
+            })?
         }
         _ => out.push_str(&serde_json::to_string(&v.to_string()).unwrap_or_default()),
     }
