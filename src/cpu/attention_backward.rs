@@ -99,6 +99,9 @@ fn same_tiles(spec: &Spec<'_>) -> bool {
     BQ == BK && (!spec.causal || spec.s <= spec.l || spec.l.is_multiple_of(BQ))
 }
 
+/// One tile of scores: batch `b`, query rows `(i0, rows)` (`i0..i0 + rows`), keys `(j0, cols)`.
+type Tile = (usize, (usize, usize), (usize, usize));
+
 /// Per-task scratch: the score block and its gradient.
 #[derive(Default)]
 struct Work {
@@ -122,17 +125,15 @@ multiversion! {
     /// forward's polynomial one (`fast_exp::exp_le0`, no libm call), so the loop vectorises; on
     /// x86-64 it is also compiled for AVX2 and picked at run time (explicit operations, no FMA
     /// contraction: the same bits either way).
-    fn scores_grad(spec: &Spec<'_>, t: &Saved<'_>, b: usize, rows: (usize, usize),
-        cols: (usize, usize), p: &mut [f32], dp: &mut [f32]) => scores_grad_rows, ["avx2"]
+    fn scores_grad(spec: &Spec<'_>, t: &Saved<'_>, at: Tile, p: &mut [f32], dp: &mut [f32])
+        => scores_grad_rows, ["avx2"]
 }
 
 #[inline(always)]
 fn scores_grad_rows(
     spec: &Spec<'_>,
     t: &Saved<'_>,
-    b: usize,
-    (i0, rows): (usize, usize),
-    (j0, cols): (usize, usize),
+    (b, (i0, rows), (j0, cols)): Tile,
     p: &mut [f32],
     dp: &mut [f32],
 ) {
@@ -196,14 +197,8 @@ impl Pass<'_> {
     /// One `rows × cols` tile (query rows `i0..` and keys `j0..` of batch `b`):
     /// `p = Q_blk · K_blkᵀ` and `dp = dO_blk · V_blkᵀ`, which `scores_grad` turns into the
     /// probabilities and dS.
-    fn tile(
-        &self,
-        b: usize,
-        (i0, rows): (usize, usize),
-        (j0, cols): (usize, usize),
-        p: &mut [f32],
-        dp: &mut [f32],
-    ) {
+    fn tile(&self, at: Tile, p: &mut [f32], dp: &mut [f32]) {
+        let (b, (i0, rows), (j0, cols)) = at;
         let (spec, t) = (self.spec, self.t);
         let (e, ev) = (spec.e, spec.ev);
         let q = (&t.q[spec.q_at.row(b, i0)..], spec.q_at.rs, 1);
@@ -212,17 +207,11 @@ impl Pass<'_> {
         let g = (&t.g[t.g_at.row(b, i0)..], t.g_at.rs, 1);
         let v_t = (&t.v[spec.v_at.row(b, j0)..], 1, spec.v_at.rs);
         mm((rows, cols, ev), dp, cols, false, 1.0, g, v_t);
-        scores_grad(spec, t, b, (i0, rows), (j0, cols), p, dp);
+        scores_grad(spec, t, at, p, dp);
     }
 
     /// Copies the tile's dS into the packed `ds` (a float mask's gradient), when asked for.
-    fn keep_ds(
-        &self,
-        b: usize,
-        (i0, rows): (usize, usize),
-        (j0, cols): (usize, usize),
-        dp: &[f32],
-    ) {
+    fn keep_ds(&self, (b, (i0, rows), (j0, cols)): Tile, dp: &[f32]) {
         let Some(ds) = self.out.ds else {
             return;
         };
@@ -235,7 +224,7 @@ impl Pass<'_> {
     }
 
     /// `dQ_blk (+)= scale · dS · K_blk` (the first key block overwrites).
-    fn add_dq(&self, b: usize, (i0, rows): (usize, usize), (j0, cols): (usize, usize), dp: &[f32]) {
+    fn add_dq(&self, (b, (i0, rows), (j0, cols)): Tile, dp: &[f32]) {
         let (spec, t) = (self.spec, self.t);
         let k_blk = (&t.k[spec.k_at.row(b, j0)..], spec.k_at.rs, 1);
         let at = (t.dq_at.row(b, i0), t.dq_at.rs);
@@ -250,15 +239,7 @@ impl Pass<'_> {
 
     /// `dV_blk (+)= Pdᵀ · dO_blk` and `dK_blk (+)= scale · dSᵀ · Q_blk` (overwriting unless
     /// `acc`).
-    #[allow(clippy::too_many_arguments)]
-    fn add_dkv(
-        &self,
-        b: usize,
-        (i0, rows): (usize, usize),
-        (j0, cols): (usize, usize),
-        (p, dp): (&[f32], &[f32]),
-        acc: bool,
-    ) {
+    fn add_dkv(&self, (b, (i0, rows), (j0, cols)): Tile, (p, dp): (&[f32], &[f32]), acc: bool) {
         let (spec, t) = (self.spec, self.t);
         let g = (&t.g[t.g_at.row(b, i0)..], t.g_at.rs, 1);
         let q = (&t.q[spec.q_at.row(b, i0)..], spec.q_at.rs, 1);
@@ -291,7 +272,7 @@ impl Pass<'_> {
             let rows = BQ.min(l - i0);
             self.query_tiles(b, i0, w, |(j0, cols), p, dp| {
                 let acc = std::mem::replace(&mut touched[j0 / BK], true);
-                self.add_dkv(b, (i0, rows), (j0, cols), (p, dp), acc);
+                self.add_dkv((b, (i0, rows), (j0, cols)), (p, dp), acc);
             });
         }
     }
@@ -316,9 +297,10 @@ impl Pass<'_> {
         while j0 < kend {
             let cols = BK.min(kend - j0);
             let (p, dp) = w.blocks(rows * cols);
-            self.tile(b, (i0, rows), (j0, cols), p, dp);
-            self.keep_ds(b, (i0, rows), (j0, cols), dp);
-            self.add_dq(b, (i0, rows), (j0, cols), dp);
+            let at = (b, (i0, rows), (j0, cols));
+            self.tile(at, p, dp);
+            self.keep_ds(at, dp);
+            self.add_dq(at, dp);
             then((j0, cols), p, dp);
             j0 += cols;
         }
@@ -335,8 +317,9 @@ impl Pass<'_> {
         while i0 < l {
             let rows = BQ.min(l - i0);
             let (p, dp) = w.blocks(rows * cols);
-            self.tile(b, (i0, rows), (j0, cols), p, dp);
-            self.add_dkv(b, (i0, rows), (j0, cols), (p, dp), i0 > start);
+            let at = (b, (i0, rows), (j0, cols));
+            self.tile(at, p, dp);
+            self.add_dkv(at, (p, dp), i0 > start);
             i0 += rows;
         }
     }

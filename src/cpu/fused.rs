@@ -317,8 +317,7 @@ fn gather(s: &CpuStorage, l: &Layout, out: &mut Col, start: usize, m: usize) -> 
                 &l.shape,
                 [&l.strides],
                 [l.offset],
-                start,
-                start + m,
+                start..start + m,
                 |[p]| {
                     out.push(f(v[p]));
                 },

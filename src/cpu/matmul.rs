@@ -93,8 +93,7 @@ pub(crate) fn matmul_bias(
         batch_shape,
         [&la.strides[..nd - 2], &lb.strides[..nd - 2]],
         [la.offset, lb.offset],
-        0,
-        batches,
+        0..batches,
         |[p, q]| starts.push((p, q)),
     );
     let mat = Mat {
@@ -142,7 +141,7 @@ pub(crate) fn matmul_bias(
             ..mat
         };
         let (p, q) = starts[0];
-        mat.run(a, p, b, q, spare, mat.m * n * k >= SMALL_PRODUCT);
+        mat.run((a, p), (b, q), spare, mat.m * n * k >= SMALL_PRODUCT);
         // SAFETY: `Mat::run` wrote all `batches · m · n` slots.
         unsafe { out.set_len(total) };
         return Ok(out);
@@ -152,10 +151,10 @@ pub(crate) fn matmul_bias(
         spare
             .par_chunks_mut(m * n)
             .zip(starts)
-            .for_each(|(c, (p, q))| mat.run(a, p, b, q, c, false));
+            .for_each(|(c, (p, q))| mat.run((a, p), (b, q), c, false));
     } else {
         for (c, (p, q)) in spare.chunks_mut(m * n).zip(starts) {
-            mat.run(a, p, b, q, c, !small);
+            mat.run((a, p), (b, q), c, !small);
         }
     }
     // SAFETY: every m×n block of the first `total` slots was written by `Mat::run`.
@@ -210,10 +209,8 @@ impl Mat<'_> {
     /// and fully written (its previous contents are never read).
     fn run(
         &self,
-        a: &[f32],
-        p: usize,
-        b: &[f32],
-        q: usize,
+        (a, p): (&[f32], usize),
+        (b, q): (&[f32], usize),
         c: &mut [MaybeUninit<f32>],
         threads: bool,
     ) {
@@ -236,7 +233,7 @@ impl Mat<'_> {
         if threads {
             let (rows, parts) = split(m, n, k);
             if parts > 1 {
-                return self.run_split(a, p, b, q, c, rows, parts);
+                return self.run_split((a, p), (b, q), c, (rows, parts));
             }
         }
         // SAFETY: bounds asserted above; `c` is exclusively borrowed and does not alias `a`/`b`.
@@ -330,16 +327,12 @@ impl Mat<'_> {
     /// smaller one takes K up to 512), so the bits of an element depend on the part that holds
     /// it. The parts therefore follow the shape alone, never the thread count: a 7-core machine
     /// gives the bits of a 2-core one.
-    #[allow(clippy::too_many_arguments)]
     fn run_split(
         &self,
-        a: &[f32],
-        p: usize,
-        b: &[f32],
-        q: usize,
+        (a, p): (&[f32], usize),
+        (b, q): (&[f32], usize),
         c: &mut [MaybeUninit<f32>],
-        rows: bool,
-        parts: usize,
+        (rows, parts): (bool, usize),
     ) {
         let Mat { m, n, .. } = *self;
         if rows {
@@ -349,7 +342,7 @@ impl Mat<'_> {
                     m: part.len() / n,
                     ..*self
                 };
-                sub.run(a, p + i * per * self.a_rs, b, q, part, false);
+                sub.run((a, p + i * per * self.a_rs), (b, q), part, false);
             });
         } else {
             let cols = n.div_ceil(parts);

@@ -14,18 +14,17 @@ pub(crate) const PAR_THRESHOLD: usize = 1 << 15;
 /// Elements per rayon task: large enough to amortise scheduling, small enough to balance.
 const PAR_CHUNK: usize = 1 << 14;
 
-/// Calls `f(offsets)` for the linear indices `start..end` of a row-major walk over `shape`, where
+/// Calls `f(offsets)` for the linear indices `range` of a row-major walk over `shape`, where
 /// `offsets[k] = base[k] + Σ idx[d] * strides[k][d]` is operand `k`'s storage index.
 pub(crate) fn walk<const K: usize>(
     shape: &[usize],
     strides: [&[usize]; K],
     base: [usize; K],
-    start: usize,
-    end: usize,
+    range: std::ops::Range<usize>,
     mut f: impl FnMut([usize; K]),
 ) {
     let inner: [usize; K] = std::array::from_fn(|k| strides[k].last().copied().unwrap_or(0));
-    walk_runs(shape, strides, base, start, end, |mut pos, run| {
+    walk_runs(shape, strides, base, range, |mut pos, run| {
         for _ in 0..run {
             f(pos);
             for k in 0..K {
@@ -42,10 +41,10 @@ pub(crate) fn walk_runs<const K: usize>(
     shape: &[usize],
     strides: [&[usize]; K],
     base: [usize; K],
-    start: usize,
-    end: usize,
+    range: std::ops::Range<usize>,
     mut f: impl FnMut([usize; K], usize),
 ) {
+    let (start, end) = (range.start, range.end);
     if start >= end {
         return;
     }
@@ -208,8 +207,7 @@ fn map_strided<T: Copy + Sync, U: Send>(
             &l.shape,
             [&l.strides],
             [l.offset],
-            off,
-            off + out.len(),
+            off..off + out.len(),
             |[p], run| {
                 let o = &mut out[at..at + run];
                 at += run;
@@ -257,8 +255,7 @@ pub(crate) fn map2<T: Copy + Sync, U: Send>(
             &la.shape,
             strides,
             [la.offset, lb.offset],
-            off,
-            end,
+            off..end,
             |[p, q], run| {
                 let o = &mut out[at..at + run];
                 at += run;
@@ -304,7 +301,7 @@ mod tests {
         for start in 0..24 {
             for end in start..=24 {
                 let mut got = vec![];
-                walk(&shape, [&sa, &sb], [5, 7], start, end, |p| got.push(p));
+                walk(&shape, [&sa, &sb], [5, 7], start..end, |p| got.push(p));
                 let want: Vec<[usize; 2]> = (start..end)
                     .map(|i| {
                         let (a, b, c) = (i / 12, (i / 4) % 3, i % 4);
@@ -341,7 +338,7 @@ mod tests {
         for la in &views {
             let want1: Vec<f32> = {
                 let mut v = vec![];
-                walk(&shape, [&la.strides], [la.offset], 0, 60, |[p]| {
+                walk(&shape, [&la.strides], [la.offset], 0..60, |[p]| {
                     v.push(a[p] * 3.0)
                 });
                 v
@@ -350,7 +347,7 @@ mod tests {
             for lb in &views {
                 let mut want = vec![];
                 let st = [&la.strides[..], &lb.strides[..]];
-                walk(&shape, st, [la.offset, lb.offset], 0, 60, |[p, q]| {
+                walk(&shape, st, [la.offset, lb.offset], 0..60, |[p, q]| {
                     want.push(a[p] - b[q])
                 });
                 assert_eq!(map2("t", &a, la, &b, lb, |x, y| x - y).unwrap(), want);

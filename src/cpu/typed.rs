@@ -174,8 +174,7 @@ pub(crate) fn where_cond(
             &lm.shape,
             [&lm.strides, &lt.strides, &lf.strides],
             [lm.offset, lt.offset, lf.offset],
-            0,
-            n,
+            0..n,
             |[m, p, q]| out.push(if mask[m] != 0 { t[p] } else { f[q] }),
         );
         Ok(out)

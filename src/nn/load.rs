@@ -96,19 +96,6 @@ fn target(src: Dtype, want: Option<DType>) -> Option<DType> {
     }
 }
 
-/// Converts one tensor view to a host tensor of the dtype [`target`] gives.
-fn convert(
-    op: &'static str,
-    mapped: &Mapped,
-    name: &str,
-    view: &TensorView<'_>,
-    want: Option<DType>,
-) -> Result<Tensor> {
-    let t = convert_view(op, mapped, name, view, want)?;
-    release_pages(&mapped.map, view.data());
-    Ok(t)
-}
-
 /// Bytes copied between two [`release_pages`] calls while a plain tensor is read: a few MiB, so
 /// a large tensor's file pages leave the resident set as it is copied, not after (otherwise the
 /// peak is every tensor loaded so far plus the whole of the largest one twice).
@@ -136,8 +123,9 @@ fn copy_plain<T: crate::WithDType + bytemuck::Pod>(
     Tensor::from_vec(v, shape, &Device::cpu())
 }
 
-/// [`convert`] before the release of the tensor's pages.
-fn convert_view(
+/// Converts one tensor view to a host tensor of the dtype [`target`] gives, then releases the
+/// view's pages.
+fn convert(
     op: &'static str,
     mapped: &Mapped,
     name: &str,
@@ -169,7 +157,7 @@ fn convert_view(
             Tensor::from_vec(v, shape, &cpu)
         }
     };
-    match view.dtype() {
+    let t = match view.dtype() {
         Dtype::F32 => convert_float(copy_plain::<f32>(op, mapped, data, shape)?, to),
         Dtype::F16 => convert_float(copy_plain::<half::f16>(op, mapped, data, shape)?, to),
         Dtype::I32 | Dtype::U32 | Dtype::U8 => host(to, data),
@@ -218,7 +206,9 @@ fn convert_view(
             path: path.to_string(),
             message: format!("tensor {name:?} has unsupported dtype {other}"),
         }),
-    }
+    }?;
+    release_pages(&mapped.map, data);
+    Ok(t)
 }
 
 fn check_dtype_arg(op: &'static str, dtype: Option<DType>) -> Result<()> {
