@@ -28,6 +28,10 @@
 //! of the whole batch, from the time of the generation less that of a run stopping after the
 //! prefills and first ids.
 
+#[path = "common/args.rs"]
+mod cli;
+
+use cli::{device, dtype, num, read_flags, text, Cli};
 use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -55,22 +59,8 @@ const USAGE: &str = "usage: generate --model PATH [--tokenizer FILE] --prompt TE
 [--temperature T] [--top-k K] [--top-p P] [--seed S] [--repetition-penalty R] [--device D] [--dtype f32|f16] [--ids] [--chat] [--batch N]
 without --prompt: a chat, one user turn per line of stdin";
 
-/// What the command line asks for.
-enum Cli {
-    Run(Args),
-    /// `-h` / `--help`: the usage on stdout, exit 0.
-    Help,
-}
-
-/// `v` as text, or the error naming `what` (arguments are read as `OsString`, so a non-UTF-8
-/// one is a message and exit code 2, not a panic).
-fn text(what: &str, v: OsString) -> Result<String, String> {
-    v.into_string()
-        .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
-}
-
 /// Parses the arguments after the program name; a usage error is the message to print.
-fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli<Args>, String> {
     let mut a = Args {
         model: PathBuf::new(),
         tokenizer: None,
@@ -87,40 +77,29 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
         batch: 0,
     };
     let (mut model, mut prompt) = (false, false);
-    let mut it = args.into_iter();
-    while let Some(flag) = it.next() {
-        let flag = text("argument", flag)?;
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        fn num<T: std::str::FromStr>(flag: &str, v: OsString) -> Result<T, String> {
-            let v = text(flag, v)?;
-            v.parse()
-                .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
-        }
-        match flag.as_str() {
+    let cli = read_flags(args, |flag, value| {
+        match flag {
             // Paths are taken as the OS gives them: they need not be UTF-8.
             "--model" => (a.model, model) = (PathBuf::from(value()?), true),
             "--tokenizer" => a.tokenizer = Some(PathBuf::from(value()?)),
-            "--prompt" => (a.prompt, prompt) = (text(&flag, value()?)?, true),
-            "--max-new-tokens" => a.options.max_new_tokens = num(&flag, value()?)?,
-            "--temperature" => a.options.temperature = num(&flag, value()?)?,
-            "--top-k" => a.options.top_k = num(&flag, value()?)?,
-            "--top-p" => a.options.top_p = num(&flag, value()?)?,
-            "--seed" => a.options.seed = Some(num(&flag, value()?)?),
-            "--repetition-penalty" => a.options.repetition_penalty = num(&flag, value()?)?,
-            "--device" => a.device = Some(text(&flag, value()?)?),
-            "--dtype" => {
-                a.dtype = match text(&flag, value()?)?.as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    other => return Err(format!("--dtype: {other:?} is not f32 or f16")),
-                }
-            }
+            "--prompt" => (a.prompt, prompt) = (text(flag, value()?)?, true),
+            "--max-new-tokens" => a.options.max_new_tokens = num(flag, value()?)?,
+            "--temperature" => a.options.temperature = num(flag, value()?)?,
+            "--top-k" => a.options.top_k = num(flag, value()?)?,
+            "--top-p" => a.options.top_p = num(flag, value()?)?,
+            "--seed" => a.options.seed = Some(num(flag, value()?)?),
+            "--repetition-penalty" => a.options.repetition_penalty = num(flag, value()?)?,
+            "--device" => a.device = Some(text(flag, value()?)?),
+            "--dtype" => a.dtype = dtype(flag, value()?)?,
             "--ids" => a.ids = true,
             "--chat" => a.chat = true,
-            "--batch" => a.batch = num(&flag, value()?)?,
-            "-h" | "--help" => return Ok(Cli::Help),
-            other => return Err(format!("unknown argument {other:?}")),
+            "--batch" => a.batch = num(flag, value()?)?,
+            _ => return Ok(false),
         }
+        Ok(true)
+    })?;
+    if let Cli::Help = cli {
+        return Ok(Cli::Help);
     }
     if !model {
         return Err("--model is required".into());
@@ -173,10 +152,7 @@ fn peak_rss_mb() -> Option<f64> {
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let device: Device = match &args.device {
-        Some(d) => d.parse().map_err(|e: wgtensor::Error| e.to_string())?,
-        None => Device::best(),
-    };
+    let device = device(args.device.as_deref())?;
     if !args.model.exists() {
         return Err(format!(
             "{}: no such file or directory",
@@ -407,29 +383,5 @@ fn chat(args: &Args, tok: &Tokenizer, model: &CausalLM, device: &Device) -> Resu
 }
 
 fn main() -> ExitCode {
-    // Mesa's device-select layer complains on machines without a display; keep the output clean.
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none()
-        && std::env::var_os("NODEVICE_SELECT").is_none()
-    {
-        // SAFETY: first statement of `main`, before any other thread exists.
-        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
-    }
-    let args = match parse(std::env::args_os().skip(1)) {
-        Ok(Cli::Run(args)) => args,
-        Ok(Cli::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("error: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::main(USAGE, parse, run)
 }

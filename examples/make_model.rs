@@ -16,9 +16,12 @@
 //! usage on stdout (exit code 0); a bad command line is a message and the usage on stderr, exit
 //! code 2; a failure to write is exit code 1.
 
+#[path = "common/args.rs"]
+mod cli;
 #[path = "common/random_llama.rs"]
 mod random_llama;
 
+use cli::{read_flags, text, Cli};
 use random_llama::Preset;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -29,60 +32,55 @@ const USAGE: &str =
     "usage: make_model --out DIR [--preset tiny|125m|1b] [--gguf q8_0|q4_0|f32]... [--seed S]";
 
 /// What the command line asks for.
-enum Cli {
-    Run {
-        out: PathBuf,
-        preset: String,
-        ggufs: Vec<Option<QType>>,
-        seed: u64,
-    },
-    /// `-h` / `--help`: the usage on stdout, exit 0.
-    Help,
-}
-
-/// `v` as text, or the error naming `what` (arguments are read as `OsString`, so a non-UTF-8
-/// one is a message and exit code 2, not a panic).
-fn text(what: &str, v: OsString) -> Result<String, String> {
-    v.into_string()
-        .map_err(|v| format!("{what}: {v:?} is not valid UTF-8"))
+struct Args {
+    out: PathBuf,
+    preset: String,
+    ggufs: Vec<Option<QType>>,
+    seed: u64,
 }
 
 /// Parses the arguments after the program name; a usage error is the message to print.
-fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, String> {
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli<Args>, String> {
     let (mut out, mut preset, mut ggufs, mut seed) = (None, "tiny".to_string(), Vec::new(), 0u64);
-    let mut it = args.into_iter();
-    while let Some(flag) = it.next() {
-        let flag = text("argument", flag)?;
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
+    let cli = read_flags(args, |flag, value| {
+        match flag {
             // The directory is taken as the OS gives it: it need not be UTF-8.
             "--out" => out = Some(PathBuf::from(value()?)),
-            "--preset" => preset = text(&flag, value()?)?,
-            "--gguf" => ggufs.push(match text(&flag, value()?)?.as_str() {
+            "--preset" => preset = text(flag, value()?)?,
+            "--gguf" => ggufs.push(match text(flag, value()?)?.as_str() {
                 "f32" => None,
                 "q8_0" => Some(QType::Q8_0),
                 "q4_0" => Some(QType::Q4_0),
                 other => return Err(format!("--gguf: {other:?} is not q8_0, q4_0 or f32")),
             }),
             "--seed" => {
-                seed = text(&flag, value()?)?
+                seed = text(flag, value()?)?
                     .parse()
                     .map_err(|_| "--seed takes an integer".to_string())?
             }
-            "-h" | "--help" => return Ok(Cli::Help),
-            other => return Err(format!("unknown argument {other:?}")),
+            _ => return Ok(false),
         }
+        Ok(true)
+    })?;
+    if let Cli::Help = cli {
+        return Ok(Cli::Help);
     }
     let out = out.ok_or("--out DIR is required")?;
-    Ok(Cli::Run {
+    Ok(Cli::Run(Args {
         out,
         preset,
         ggufs,
         seed,
-    })
+    }))
 }
 
-fn run(out: PathBuf, preset: String, ggufs: Vec<Option<QType>>, seed: u64) -> Result<(), String> {
+fn run(args: Args) -> Result<(), String> {
+    let Args {
+        out,
+        preset,
+        ggufs,
+        seed,
+    } = args;
     let p = Preset::named(&preset)
         .ok_or_else(|| format!("--preset: {preset:?} is not tiny, 125m or 1b"))?;
     random_llama::write(&out, &p, &ggufs, seed)?;
@@ -97,27 +95,5 @@ fn run(out: PathBuf, preset: String, ggufs: Vec<Option<QType>>, seed: u64) -> Re
 }
 
 fn main() -> ExitCode {
-    let result = match parse(std::env::args_os().skip(1)) {
-        Ok(Cli::Run {
-            out,
-            preset,
-            ggufs,
-            seed,
-        }) => run(out, preset, ggufs, seed),
-        Ok(Cli::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("error: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::main(USAGE, parse, run)
 }
