@@ -172,6 +172,26 @@ pub fn run_child(name: &str, envs: &[(&str, &str)]) -> String {
     stdout
 }
 
+/// Runs test `name` of this binary (`--exact`) in a child process under
+/// `RAYON_NUM_THREADS=threads`, with `marker` set (the child's body runs only then): rayon sizes
+/// its pool once per process, so each thread count needs a process of its own. Fails unless
+/// the child passed; returns its stdout.
+pub fn run_at_threads(name: &str, marker: &str, threads: usize) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(marker, "1")
+        .env("RAYON_NUM_THREADS", threads.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "child at {threads} threads failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// The GL views of the adapters (`gl:N`): separate wgpu devices whose shaders go through another
 /// compiler. Skipped loudly when there are none.
 pub fn gl_views() -> Vec<Device> {

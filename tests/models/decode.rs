@@ -270,18 +270,8 @@ fn tiny_llama_logits_are_the_same_bits_at_any_thread_count() {
         return;
     }
     let run = |threads: usize| {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "decode::tiny_llama_logits_child", "--nocapture"])
-            .env(LOGITS_CHILD, "1")
-            .env("RAYON_NUM_THREADS", threads.to_string())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "child at {threads} threads failed:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text =
+            crate::common::run_at_threads("decode::tiny_llama_logits_child", LOGITS_CHILD, threads);
         let lines: Vec<String> = text
             .lines()
             .filter_map(|l| Some(l[l.find("LOGITS ")?..].to_string()))

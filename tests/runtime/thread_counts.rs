@@ -5,7 +5,6 @@
 //! A user's machine has whatever core count it has, so 7 and 12 matter as much as 1 and 2.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use wgtensor::nn::{cross_entropy_with, CrossEntropyOptions, Reduction};
 use wgtensor::{Conv2dOptions, Device, Result, Tensor};
 
@@ -231,23 +230,7 @@ fn child() {
 
 /// Runs the `child` test of this binary under `RAYON_NUM_THREADS=threads`: name -> hash.
 fn bits_at(threads: usize) -> BTreeMap<String, String> {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "thread_counts::child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .env("RAYON_NUM_THREADS", threads.to_string())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "child at {threads} threads failed:\n{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::common::run_at_threads("thread_counts::child", CHILD, threads);
     assert!(
         text.contains(&format!("THREADS {threads}\n")),
         "the child did not run {threads} threads:\n{text}"
