@@ -10,7 +10,7 @@
 use super::config::{format_err, positive_f32, rope_scaling_of, ModelConfig};
 use super::family::{set_window, sliding_pattern};
 use super::family::{Family, Gguf};
-use super::gemma2::{
+use super::gemma::{
     build, hf_scale, llama_cpp_scale, query_pre_attn_scalar, softcap, spec, Names, GGUF, HF,
 };
 use super::layers::Source;

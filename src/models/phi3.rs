@@ -5,7 +5,8 @@
 //! up, `attention.sliding_window`; 0 there means none, as for Phi-4).
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::family::{decoder, Family, Gguf, Outer};
+use super::decoder::{decoder, Outer};
+use super::family::{Family, Gguf};
 use super::layers::{Act, Attention, Mlp, Norm, PreNormBlock, Qkv, Source};
 use super::model::CausalLM;
 use crate::{DType, Device, Result};
@@ -55,7 +56,7 @@ struct Names {
 }
 
 const HF: Names = Names {
-    outer: super::family::HF,
+    outer: super::decoder::HF,
     attn_norm: "input_layernorm",
     qkv: "self_attn.qkv_proj",
     o: "self_attn.o_proj",
@@ -66,7 +67,7 @@ const HF: Names = Names {
 
 /// llama.cpp's names (convert_hf_to_gguf.py keeps the fused layers fused).
 const GGUF: Names = Names {
-    outer: super::family::GGUF,
+    outer: super::decoder::GGUF,
     attn_norm: "attn_norm",
     qkv: "attn_qkv",
     o: "attn_output",

@@ -3,14 +3,14 @@
 //! llama.cpp's `qwen3` GGUF files.
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
+use super::decoder::llama::{build, qwen2_sliding, GGUF, HF};
 use super::family::{Family, Gguf};
-use super::llama::{build, GGUF, HF};
 use crate::Result;
 use serde_json::Value;
 
 pub(crate) const QWEN3: Family = Family {
     model_type: "qwen3",
-    config: ConfigSpec::hidden_act(&["silu"], super::llama::qwen2_sliding, require_head_dim),
+    config: ConfigSpec::hidden_act(&["silu"], qwen2_sliding, require_head_dim),
     load: |src, c, device, dtype| {
         let qk_norm = ["self_attn.q_norm", "self_attn.k_norm"];
         build(src, &HF, c, (device, dtype), Some(qk_norm))
