@@ -2,11 +2,11 @@
 //! SwiGLU, pre-norm blocks. The families differ only in config defaults (Qwen2's q/k/v
 //! biases, Mistral's and Qwen2's sliding windows). The Hugging Face and GGUF loaders differ
 //! only in tensor names and in how a tensor is read, so each feeds its source and its names
-//! ([`HF`], [`GGUF`]) to the shared Llama-shaped [`build`] (`decoder::llama`).
+//! ([`HF`], [`GGUF`]) to the shared Llama-shaped [`build`] (`llama_like.rs`).
 
 use super::config::{no_sliding, ConfigSpec, ModelConfig};
-use super::decoder::llama::{build, qwen2_sliding, GGUF, HF};
 use super::family::{Family, Gguf};
+use super::llama_like::{build, qwen2_sliding, GGUF, HF};
 use crate::Result;
 use serde_json::Value;
 

@@ -29,6 +29,7 @@ mod gpt2;
 mod hf_reader;
 mod layers;
 mod llama;
+mod llama_like;
 mod load;
 mod model;
 mod phi3;

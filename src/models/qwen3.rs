@@ -3,8 +3,8 @@
 //! llama.cpp's `qwen3` GGUF files.
 
 use super::config::{format_err, ConfigSpec, ModelConfig};
-use super::decoder::llama::{build, qwen2_sliding, GGUF, HF};
 use super::family::{Family, Gguf};
+use super::llama_like::{build, qwen2_sliding, GGUF, HF};
 use crate::Result;
 use serde_json::Value;
 
