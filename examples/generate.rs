@@ -36,7 +36,9 @@ use std::ffi::OsString;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use wgtensor::models::{AutoModel, CausalLM, ChatMessage, GenerateOptions, KvCache, Tokenizer};
+use wgtensor::models::{
+    AutoModel, CausalLM, ChatMessage, GenerateOptions, KvCache, TextStream, TokenStream, Tokenizer,
+};
 use wgtensor::{DType, Device};
 
 struct Args {
@@ -206,19 +208,32 @@ fn run(args: Args) -> Result<(), String> {
     let mut stream = model
         .stream(&prompt, &args.options)
         .map_err(|e| e.to_string())?;
-    let mut text = tok.stream();
     let mut out = std::io::stdout().lock();
-    let mut generated = Vec::new();
     let _ = write!(out, "{}", args.prompt);
+    let (ids, device) = (args.ids, &device);
+    print_stream(&mut out, &mut stream, tok.stream(), ids, (&model, device)).map(|_| ())
+}
+
+/// Prints `stream`'s text as it comes, then a line with its rates and, with `ids`, one with the
+/// generated ids, which it returns.
+fn print_stream(
+    out: &mut dyn Write,
+    stream: &mut TokenStream<'_>,
+    mut text: TextStream<'_>,
+    ids: bool,
+    (model, device): (&CausalLM, &Device),
+) -> Result<Vec<u32>, String> {
+    let err = |e: wgtensor::Error| e.to_string();
+    let mut generated = Vec::new();
     for id in stream.by_ref() {
-        let id = id.map_err(|e| e.to_string())?;
+        let id = id.map_err(err)?;
         generated.push(id);
-        if let Some(piece) = text.push(id).map_err(|e| e.to_string())? {
+        if let Some(piece) = text.push(id).map_err(err)? {
             let _ = write!(out, "{piece}");
             let _ = out.flush();
         }
     }
-    if let Some(rest) = text.finish().map_err(|e| e.to_string())? {
+    if let Some(rest) = text.finish().map_err(err)? {
         let _ = write!(out, "{rest}");
     }
     let _ = writeln!(out);
@@ -229,11 +244,11 @@ fn run(args: Args) -> Result<(), String> {
         stream.decode_tokens_per_second(),
         model.weight_type()
     );
-    if args.ids {
+    if ids {
         let list: Vec<String> = generated.iter().map(u32::to_string).collect();
         let _ = writeln!(out, "ids: [{}]", list.join(", "));
     }
-    Ok(())
+    Ok(generated)
 }
 
 /// `--batch N`: N ragged prompts through `generate_batch`, and the batch's decode rate.
@@ -343,31 +358,13 @@ fn chat(args: &Args, tok: &Tokenizer, model: &CausalLM, device: &Device) -> Resu
         let mut stream = model
             .stream_with_cache(c, &ids[keep..], &options)
             .map_err(err)?;
-        let mut text = tok.stream();
-        let mut generated = Vec::new();
-        for id in stream.by_ref() {
-            let id = id.map_err(err)?;
-            generated.push(id);
-            if let Some(piece) = text.push(id).map_err(err)? {
-                let _ = write!(out, "{piece}");
-                let _ = out.flush();
-            }
-        }
-        if let Some(rest) = text.finish().map_err(err)? {
-            let _ = write!(out, "{rest}");
-        }
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "prefill: {:.1} tok/s, decode: {:.1} tok/s on {device} ({})",
-            stream.prefill_tokens_per_second(),
-            stream.decode_tokens_per_second(),
-            model.weight_type()
-        );
-        if args.ids {
-            let list: Vec<String> = generated.iter().map(u32::to_string).collect();
-            let _ = writeln!(out, "ids: [{}]", list.join(", "));
-        }
+        let generated = print_stream(
+            &mut out,
+            &mut stream,
+            tok.stream(),
+            args.ids,
+            (model, device),
+        )?;
         let c = stream.into_cache();
         held = ids
             .iter()
