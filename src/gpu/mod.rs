@@ -74,6 +74,7 @@
 pub(crate) mod attention;
 pub(crate) mod attention_decode;
 pub(crate) mod autotune;
+pub(crate) mod backend;
 pub(crate) mod bindings;
 pub(crate) mod buffer;
 pub(crate) mod codegen;

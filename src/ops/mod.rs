@@ -57,6 +57,7 @@ macro_rules! op_enum {
     };
 }
 
+pub(crate) mod backend;
 mod compare;
 pub(crate) mod geometry;
 mod host;

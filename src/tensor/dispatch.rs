@@ -6,8 +6,9 @@
 use super::Tensor;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::ops::backend::{BackendStorage, MatmulSpec};
 use crate::storage::{CpuStorage, Storage};
-use crate::{Device, Result};
+use crate::{DType, Device, Result};
 use std::sync::Arc;
 
 /// A tensor's data as the backend that holds it sees it.
@@ -177,4 +178,74 @@ impl Tensor {
     pub(crate) fn derived(&self, storage: impl Into<Storage>, shape: &[usize]) -> Tensor {
         Tensor::from_parts(storage, shape, self.dtype(), self.device().clone())
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backend interface: each op below asks the operands' backend once, through
+// `crate::ops::backend::BackendStorage`, and wraps what it returns in a `Storage`. The tensor
+// layer validates and plans; which kernel runs is the backend's choice.
+
+/// The product `spec` describes of `a` and `b` (one device), with the dtype the result holds;
+/// `None` when the backend has no kernel for the dtype (see `BackendStorage::matmul`).
+pub(crate) fn matmul(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    spec: &MatmulSpec,
+) -> Result<Option<(Storage, DType)>> {
+    Ok(match data_n(op, [a, b])? {
+        DataN::Cpu([x, y]) => x.matmul(y, spec)?.map(|(s, d)| (s.into(), d)),
+        DataN::Gpu([x, y]) => x.matmul(y, spec)?.map(|(s, d)| (s.into(), d)),
+    })
+}
+
+/// `a · b + bias` in one pass where the backend has a fused kernel (see
+/// `BackendStorage::matmul_bias`); `None` when it has none or the operands live on different
+/// devices (the caller's general path then reports that).
+pub(crate) fn matmul_bias(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    spec: &MatmulSpec,
+    bias: &Tensor,
+) -> Result<Option<Storage>> {
+    if a.device() != b.device() || a.device() != bias.device() {
+        return Ok(None);
+    }
+    let offset = bias.layout().offset;
+    Ok(match data_n(op, [a, b, bias])? {
+        DataN::Cpu([x, y, c]) => x.matmul_bias(y, spec, c, offset)?.map(Storage::from),
+        DataN::Gpu([x, y, c]) => x.matmul_bias(y, spec, c, offset)?.map(Storage::from),
+    })
+}
+
+/// `x · wᵀ` for f32 rows and an f16 weight (see `BackendStorage::matmul_t_f16_weight`); `None`
+/// when the backend has no such kernel or the operands live on different devices.
+#[cfg_attr(not(feature = "models"), allow(dead_code))]
+pub(crate) fn matmul_t_f16_weight(
+    x: &Tensor,
+    wt: &Tensor,
+    spec: &MatmulSpec,
+) -> Result<Option<Storage>> {
+    if x.device() != wt.device() {
+        return Ok(None);
+    }
+    Ok(match data_n("matmul", [x, wt])? {
+        DataN::Cpu([a, w]) => a.matmul_t_f16_weight(w, spec)?.map(Storage::from),
+        DataN::Gpu([a, w]) => a.matmul_t_f16_weight(w, spec)?.map(Storage::from),
+    })
+}
+
+/// The kernel `matmul` would run for `spec` on `a`'s backend.
+pub(crate) fn matmul_kernel_name(a: &Tensor, spec: &MatmulSpec) -> Result<&'static str> {
+    Ok(match a.data()? {
+        Data::Cpu(s) => s.matmul_kernel_name(spec),
+        Data::Gpu(b) => b.matmul_kernel_name(spec),
+    })
+}
+
+/// The matmul kernel names a caller may ask for by name (the GPU's; the CPU has one kernel and
+/// ignores the name once it is validated).
+pub(crate) fn matmul_kernel_names() -> Vec<&'static str> {
+    crate::gpu::backend::matmul_kernel_names()
 }

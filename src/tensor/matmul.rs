@@ -1,12 +1,13 @@
-//! Matrix products with `torch.matmul` semantics: validate shapes once, then dispatch to
-//! `cpu/matmul.rs` (gemm) or `gpu/matmul.rs` (WGSL kernels).
+//! Matrix products with `torch.matmul` semantics: validate shapes once, then ask the operands'
+//! backend once (`dispatch::matmul`); which kernel runs (gemm, a matrix-vector kernel for f16
+//! weights, a WGSL kernel and its precision) is the backend's choice, behind
+//! `crate::ops::backend::BackendStorage`.
 
+use super::dispatch;
 use super::Tensor;
-use super::{data_n, Data, DataN};
-use crate::gpu::matmul::{MatmulKernel, Precision};
+use crate::ops::backend::MatmulSpec;
 use crate::shape::{broadcast_shapes, numel_checked, Layout};
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 /// What the operands' shapes mean for the product: both views brought to `[..batch, M, K]` and
 /// `[..batch, K, N]` with identical batch dims, and the shape the result is reported with.
@@ -60,6 +61,19 @@ pub fn f16_accumulation() -> bool {
     match F16_ACCUMULATION.load(std::sync::atomic::Ordering::Relaxed) {
         0 => std::env::var("WGTENSOR_F16_ACCUMULATE").is_ok_and(|v| v == "1"),
         v => v == 2,
+    }
+}
+
+impl Plan {
+    /// What the backend is asked for: this plan's views of operands of `dtype`.
+    fn spec(&self, dtype: DType, kernel: Option<&'static str>) -> MatmulSpec<'_> {
+        MatmulSpec {
+            la: &self.la,
+            lb: &self.lb,
+            dtype,
+            kernel,
+            f16_accumulate: dtype == DType::F16 && f16_accumulation(),
+        }
     }
 }
 
@@ -195,36 +209,33 @@ impl Tensor {
         let Some(bias) = bias else {
             return self.matmul(&wt);
         };
-        if let Some(out) = self.cpu_matmul_bias(&wt, bias)? {
+        if let Some(out) = self.fused_matmul_bias(&wt, bias)? {
             return Ok(crate::autograd::linalg::matmul_bias(self, &wt, bias, out));
         }
         self.matmul(&wt)?.add(bias)
     }
 
-    /// `self · wt + bias` in one CPU pass, when every operand is f32 CPU data of at least 2-D
-    /// `self`, and `bias` a packed row of `wt`'s columns; `None` otherwise (the caller then
-    /// runs the product and the add).
-    fn cpu_matmul_bias(&self, wt: &Tensor, bias: &Tensor) -> Result<Option<Tensor>> {
+    /// `self · wt + bias` in one pass where the backend has a fused kernel, when every operand
+    /// is f32 of at least 2-D `self`, and `bias` a packed row of `wt`'s columns; `None`
+    /// otherwise (the caller then runs the product and the add).
+    fn fused_matmul_bias(&self, wt: &Tensor, bias: &Tensor) -> Result<Option<Tensor>> {
         let op = "linear";
         let n = wt.shape()[1];
-        let cpu_f32 = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
-        if !(cpu_f32(self) && cpu_f32(wt) && cpu_f32(bias))
+        let f32 = |t: &Tensor| t.dtype() == DType::F32;
+        if !(f32(self) && f32(wt) && f32(bias))
             || self.ndim() < 2
             || bias.shape() != [n]
             || !bias.is_contiguous()
+            || self.device() != wt.device()
+            || self.device() != bias.device()
         {
             return Ok(None);
         }
         self.check_pair(op, wt)?;
         let p = plan(self, wt)?;
-        let at = bias.layout().offset;
-        let b = &bias.host_f32(op)?[at..at + n];
-        let out =
-            cpu::matmul::matmul_bias(self.host_f32(op)?, &p.la, wt.host_f32(op)?, &p.lb, Some(b))?;
-        Ok(Some(self.derived(
-            Storage::from(CpuStorage::F32(out)),
-            &p.out_shape,
-        )))
+        let spec = p.spec(DType::F32, None);
+        Ok(dispatch::matmul_bias(op, self, wt, &spec, bias)?
+            .map(|out| self.derived(out, &p.out_shape)))
     }
 
     /// [`Tensor::matmul`] with a named GPU kernel instead of the adapter's choice, for
@@ -266,7 +277,9 @@ impl Tensor {
     /// ```
     #[doc(hidden)]
     pub fn matmul_with_kernel(&self, rhs: &Tensor, kernel: &str) -> Result<Tensor> {
-        let k = MatmulKernel::from_name(kernel).ok_or_else(|| Error::InvalidArgument {
+        let names = Tensor::matmul_kernels();
+        let k = names.iter().copied().find(|n| *n == kernel);
+        let k = k.ok_or_else(|| Error::InvalidArgument {
             op: "matmul",
             message: format!(
                 "unknown matmul kernel {kernel:?}; known: {:?}",
@@ -284,7 +297,7 @@ impl Tensor {
     /// ```
     #[doc(hidden)]
     pub fn matmul_kernels() -> Vec<&'static str> {
-        MatmulKernel::ALL.iter().map(|k| k.name()).collect()
+        dispatch::matmul_kernel_names()
     }
 
     /// The kernel [`Tensor::matmul`] would run for these operands (`gemm` on the CPU).
@@ -299,47 +312,22 @@ impl Tensor {
     pub fn matmul_kernel_choice(&self, rhs: &Tensor) -> Result<&'static str> {
         self.check_pair("matmul", rhs)?;
         let p = plan(self, rhs)?;
-        Ok(match self.data()? {
-            Data::Cpu(_) => "gemm",
-            Data::Gpu(a) => a
-                .device
-                .matmul_kernel(&p.la, &p.lb, self.dtype() == DType::F16)
-                .name(),
-        })
+        dispatch::matmul_kernel_name(self, &p.spec(self.dtype(), None))
     }
 
-    fn matmul_impl(&self, rhs: &Tensor, kernel: Option<MatmulKernel>) -> Result<Tensor> {
+    fn matmul_impl(&self, rhs: &Tensor, kernel: Option<&'static str>) -> Result<Tensor> {
         let op = "matmul";
         self.check_pair(op, rhs)?;
-        if self.dtype() == DType::F16 {
-            if self.is_gpu() && super::chunked::blocks_needed(&[self], 0).is_none() {
-                // A GPU reads the f16 operands in place (packed pairs), accumulates in f32 and
-                // the product is rounded once: no f32 copies of the operands.
-                let p = plan(self, rhs)?;
-                if let DataN::Gpu([a, b]) = data_n(op, [self, rhs])? {
-                    if f16_accumulation() && a.device.native_f16() {
-                        let out = a
-                            .device
-                            .matmul(a, &p.la, b, &p.lb, kernel, Precision::F16Acc)?;
-                        return Ok(Tensor::from_parts(
-                            out,
-                            &p.out_shape,
-                            DType::F16,
-                            self.device().clone(),
-                        ));
-                    }
-                    let out = a
-                        .device
-                        .matmul(a, &p.la, b, &p.lb, kernel, Precision::F16)?;
-                    let f32_out =
-                        Tensor::from_parts(out, &p.out_shape, DType::F32, self.device().clone());
-                    return f32_out.to_dtype(DType::F16);
+        let dtype = self.dtype();
+        if dtype == DType::F16 {
+            // An f16 operand past one GPU binding is multiplied through f32 in row blocks.
+            if super::chunked::blocks_needed(&[self], 0).is_none() {
+                if let Some(out) = self.backend_matmul(rhs, kernel)? {
+                    return Ok(out);
                 }
             }
-            if let Some(out) = cpu_f16_matmul_t(self, rhs)? {
-                return Ok(out);
-            }
-            // Elsewhere both operands are converted to f32 and the product rounded once.
+            // A backend without an f16 kernel for these operands: both are converted to f32
+            // and the product rounded once.
             let rhs = rhs.to_dtype(DType::F32)?;
             return self.via_f32(true, |a| a.matmul_impl(&rhs, kernel));
         }
@@ -362,117 +350,27 @@ impl Tensor {
         {
             return rhs.t()?.matmul_impl(&self.t()?, kernel)?.t()?.contiguous();
         }
-        let p = plan(self, rhs)?;
-        let storage = match data_n(op, [self, rhs])? {
-            DataN::Cpu(_) => Storage::from(CpuStorage::F32(cpu::matmul::matmul(
-                self.host_f32(op)?,
-                &p.la,
-                rhs.host_f32(op)?,
-                &p.lb,
-            )?)),
-            DataN::Gpu([a, b]) => {
-                Storage::from(
-                    a.device
-                        .matmul(a, &p.la, b, &p.lb, kernel, Precision::F32)?,
-                )
-            }
-        };
-        Ok(self.derived(storage, &p.out_shape))
-    }
-}
-
-/// `x · Wᵀ` for f16 rows `x` and an f16 `W` with contiguous rows on the CPU (a layer with f16
-/// weights): see [`f16_weight_product`]. The product is rounded to f16 once, as the general
-/// path does. `None` when the operands have another shape or live elsewhere.
-fn cpu_f16_matmul_t(lhs: &Tensor, rhs: &Tensor) -> Result<Option<Tensor>> {
-    let Some((p, (m, k, n))) = f16_weight_plan(lhs, rhs)? else {
-        return Ok(None);
-    };
-    let (Some(CpuStorage::F16(a)), Some(CpuStorage::F16(b))) = (lhs.host_data()?, rhs.host_data()?)
-    else {
-        return Ok(None);
-    };
-    let mut x = vec![0f32; m * k];
-    // Slice conversions run F16C where the CPU has it (an element at a time they do not).
-    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&a[p.la.offset..][..m * k], &mut x);
-    let out = f16_weight_product(&x, b, &p, m, k, n)?;
-    let mut h = vec![half::f16::ZERO; out.len()];
-    half::slice::HalfFloatSliceExt::convert_from_f32_slice(&mut h[..], &out);
-    Ok(Some(lhs.derived(CpuStorage::F16(h), &p.out_shape)))
-}
-
-/// `(m, k, n)` of a product `[m, k] · [k, n]`.
-type Mkn = (usize, usize, usize);
-
-/// The plan and `(m, k, n)` of `lhs · rhs` when it is one CPU product of packed rows of `lhs`
-/// with the transpose of a row-major matrix (`rhs = Wᵀ`), `lhs` one row or at least
-/// `PANEL_MIN_ROWS`; `None` otherwise.
-fn f16_weight_plan(lhs: &Tensor, rhs: &Tensor) -> Result<Option<(Plan, Mkn)>> {
-    // Below this many rows gemm on the whole widened matrix is as fast.
-    const PANEL_MIN_ROWS: usize = 16;
-    if lhs.is_gpu() || rhs.is_gpu() {
-        return Ok(None);
-    }
-    let p = plan(lhs, rhs)?;
-    let nd = p.la.shape.len();
-    let (m, k, n) = (p.la.shape[nd - 2], p.la.shape[nd - 1], p.lb.shape[nd - 1]);
-    let batches: usize = p.la.shape[..nd - 2].iter().product();
-    let rows_packed = m == 1 || p.la.strides[nd - 2] == k;
-    if batches != 1
-        || !(m == 1 || m >= PANEL_MIN_ROWS)
-        || k == 0
-        || p.la.strides[nd - 1] != 1
-        || !rows_packed
-        || p.lb.strides[nd - 2] != 1
-    {
-        return Ok(None);
-    }
-    Ok(Some((p, (m, k, n))))
-}
-
-/// `x · Wᵀ` in f32 for `x` `[m, k]` and the f16 `W` that `p.lb` views as `Wᵀ`: one row
-/// (decode) reads the weights in place; from `PANEL_MIN_ROWS` rows (prefill) `W` is widened 64
-/// rows at a time for gemm, never all of it at once.
-fn f16_weight_product(
-    x: &[f32],
-    b: &[half::f16],
-    p: &Plan,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> Result<Vec<f32>> {
-    let nd = p.lb.shape.len();
-    let (w0, ws) = (p.lb.offset, p.lb.strides[nd - 1]);
-    if m == 1 {
-        let mut out = vec![0f32; n];
-        cpu::matvec::matvec_t(x, b, w0, n, ws, &mut out);
-        return Ok(out);
-    }
-    if m <= 16 {
-        // A batched decode step: each weight row read once for all `m` rows.
-        let mut out = vec![0f32; m * n];
-        cpu::matvec::matvec_t_rows(x, m, b, w0, n, ws, &mut out);
-        return Ok(out);
-    }
-    // Every row r of W is b[w0 + r * ws..][..k] (the view was checked against its storage).
-    cpu::panels::matmul_t_panels("matmul", n, k, x, m, |r0, np, buf| {
-        for (i, row) in buf.chunks_exact_mut(k).take(np).enumerate() {
-            half::slice::HalfFloatSliceExt::convert_to_f32_slice(
-                &b[w0 + (r0 + i) * ws..][..k],
-                row,
-            );
+        match self.backend_matmul(rhs, kernel)? {
+            Some(out) => Ok(out),
+            None => Err(self.unsupported(op)),
         }
-    })
-}
+    }
 
-/// Rounds every value to the nearest f16 and back, in place (vectorized slice conversions).
-#[cfg_attr(not(feature = "models"), allow(dead_code))]
-fn round_through_f16(v: &mut [f32]) {
-    let mut h = vec![half::f16::ZERO; v.len().min(4096)];
-    for c in v.chunks_mut(4096) {
-        let h = &mut h[..c.len()];
-        half::slice::HalfFloatSliceExt::convert_from_f32_slice(h, c);
-        half::slice::HalfFloatSliceExt::convert_to_f32_slice(&*h, c);
+    /// The product as the operands' backend computes it, rounded once to the operands' dtype
+    /// when the backend left it wider; `None` when the backend has no kernel for the dtype.
+    fn backend_matmul(&self, rhs: &Tensor, kernel: Option<&'static str>) -> Result<Option<Tensor>> {
+        let p = plan(self, rhs)?;
+        let dtype = self.dtype();
+        let Some((out, out_dtype)) = dispatch::matmul("matmul", self, rhs, &p.spec(dtype, kernel))?
+        else {
+            return Ok(None);
+        };
+        let t = Tensor::from_parts(out, &p.out_shape, out_dtype, self.device().clone());
+        Ok(Some(if out_dtype == dtype {
+            t
+        } else {
+            t.to_dtype(dtype)?
+        }))
     }
 }
 
@@ -494,18 +392,12 @@ impl Tensor {
             return Ok(None);
         }
         let wt = w.t()?;
-        let Some((p, (m, k, n))) = f16_weight_plan(self, &wt)? else {
+        if self.device() != wt.device() {
             return Ok(None);
-        };
-        let (Some(CpuStorage::F32(a)), Some(CpuStorage::F16(b))) =
-            (self.host_data()?, wt.host_data()?)
-        else {
-            return Ok(None);
-        };
-        let mut x = a[p.la.offset..][..m * k].to_vec();
-        round_through_f16(&mut x);
-        let mut out = f16_weight_product(&x, b, &p, m, k, n)?;
-        round_through_f16(&mut out);
-        Ok(Some(self.derived(CpuStorage::F32(out), &p.out_shape)))
+        }
+        let p = plan(self, &wt)?;
+        let spec = p.spec(DType::F32, None);
+        Ok(dispatch::matmul_t_f16_weight(self, &wt, &spec)?
+            .map(|out| self.derived(out, &p.out_shape)))
     }
 }

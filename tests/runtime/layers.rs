@@ -59,6 +59,9 @@ mod parse;
 // Autograd and the API layers reach no backend file.
 #[path = "layers/api.rs"]
 mod api;
+// The tensor layer asks the backend interface instead of choosing a backend itself.
+#[path = "layers/tensor_backend.rs"]
+mod tensor_backend;
 use parse::*;
 
 /// One import edge: `from` uses `to` through `via` at `line`.

@@ -1,0 +1,60 @@
+//! The backend interface: every op the tensor layer asks of a device, listed once, as
+//! candle's `BackendStorage` does. The CPU implements it for its host data
+//! (`src/cpu/backend.rs`), the GPU for its buffers (`src/gpu/backend.rs`), and the tensor
+//! layer's dispatch point (`src/tensor/dispatch.rs`) is the only code that matches on where a
+//! tensor's data lives: it picks the implementation and calls it. Algorithm choices that depend
+//! on the device (a matrix-vector kernel or gemm, which GPU kernel, the precision of an f16
+//! product) are made behind the trait, so a kernel change touches only its backend.
+//!
+//! Here, in the base layer below both backends, so that neither backend names the other nor
+//! anything above it; the descriptors the ops take (layouts, `geometry`) live at this level too.
+//! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
+//! are listed by `tests/runtime/layers/tensor_backend.rs`.
+
+use crate::shape::Layout;
+use crate::{DType, Result};
+
+/// A matrix product as the tensor layer validated it: the operands' views brought to
+/// `[..batch, M, K]` and `[..batch, K, N]` with identical (broadcast) batch dims.
+pub(crate) struct MatmulSpec<'a> {
+    pub la: &'a Layout,
+    pub lb: &'a Layout,
+    /// The operands' dtype (f32 or f16; the tensor layer refuses the others).
+    pub dtype: DType,
+    /// A kernel named by `Tensor::matmul_with_kernel` (validated against
+    /// the GPU's kernel names; a backend with one kernel ignores it); `None` for the backend's own choice.
+    pub kernel: Option<&'static str>,
+    /// Whether f16 products may accumulate in f16 (`set_f16_accumulation`).
+    pub f16_accumulate: bool,
+}
+
+/// The ops a backend runs on its own storage type. Every method takes the operands' storage
+/// and backend-neutral descriptors and returns new storage of the same backend.
+pub(crate) trait BackendStorage: Sized {
+    /// The product `spec` describes, with the dtype the result holds: the operands' dtype, or
+    /// f32 when the backend accumulated an f16 product in f32 and leaves the one rounding to f16
+    /// to the caller. `None` when the backend has no kernel for the operands' dtype: the caller
+    /// then multiplies f32 copies and rounds the product once.
+    fn matmul(&self, rhs: &Self, spec: &MatmulSpec) -> Result<Option<(Self, DType)>>;
+
+    /// `self · rhs + bias` for f32 operands in one pass (a linear layer), `bias` the `N` values
+    /// of one output row starting at `bias_offset`; `None` when the backend has no fused
+    /// kernel (the caller then runs the product and the add, with the same bits).
+    fn matmul_bias(
+        &self,
+        rhs: &Self,
+        spec: &MatmulSpec,
+        bias: &Self,
+        bias_offset: usize,
+    ) -> Result<Option<Self>>;
+
+    /// `x · wᵀ` for f32 rows `x` (`self`) and an f16 weight `w` seen through `spec.lb` as `wᵀ`,
+    /// with the bits of rounding the rows to f16, multiplying in f16 and rounding the product
+    /// back to f32 (a layer with f16 weights on f32 activations), without the f16 tensors in
+    /// between; `None` when the backend has no such kernel for these layouts.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    fn matmul_t_f16_weight(&self, w: &Self, spec: &MatmulSpec) -> Result<Option<Self>>;
+
+    /// The name of the kernel [`BackendStorage::matmul`] would run for `spec`.
+    fn matmul_kernel_name(&self, spec: &MatmulSpec) -> &'static str;
+}
