@@ -4,9 +4,20 @@
 //! so the tensor layer never names a CPU function.
 
 use super::storage::CpuStorage;
-use super::{f16_weight, matmul};
+use super::{conv, conv_direct, f16_weight, matmul, pool, softmax};
 use crate::ops::backend::{BackendStorage, MatmulSpec};
+use crate::ops::geometry::{Geom, PoolGeom};
+use crate::ops::RowOp;
+use crate::shape::Layout;
 use crate::{DType, Result};
+
+/// The f32 data of `s`, or `None` for another dtype (the CPU's conv kernels are f32 only).
+fn f32s(s: &CpuStorage) -> Option<&[f32]> {
+    match s {
+        CpuStorage::F32(v) => Some(v),
+        _ => None,
+    }
+}
 
 impl BackendStorage for CpuStorage {
     fn matmul(&self, rhs: &Self, spec: &MatmulSpec) -> Result<Option<(Self, DType)>> {
@@ -50,5 +61,77 @@ impl BackendStorage for CpuStorage {
 
     fn matmul_kernel_name(&self, _spec: &MatmulSpec) -> &'static str {
         "gemm"
+    }
+
+    fn softmax(&self, op: RowOp, layout: &Layout, d: usize) -> Result<Option<Self>> {
+        let CpuStorage::F32(v) = self else {
+            return Ok(None);
+        };
+        Ok(Some(CpuStorage::F32(softmax::softmax(op, v, layout, d))))
+    }
+
+    fn conv2d(&self, weight: &Self, bias: Option<&Self>, geo: &Geom) -> Result<Option<Self>> {
+        let (Some(x), Some(w)) = (f32s(self), f32s(weight)) else {
+            return Ok(None);
+        };
+        let b = match bias {
+            Some(b) => match f32s(b) {
+                Some(b) => Some(b),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        // Stride-1 shapes the direct kernels cover run them; the rest unfold blocks for gemm.
+        let y = if conv_direct::fits(geo) {
+            conv_direct::conv2d(x, w, b, geo)?
+        } else {
+            conv::conv2d(x, w, b, geo)?
+        };
+        Ok(Some(CpuStorage::F32(y)))
+    }
+
+    fn conv2d_input_grad(&self, weight: &Self, geo: &Geom) -> Result<Option<Self>> {
+        let (Some(g), Some(w)) = (f32s(self), f32s(weight)) else {
+            return Ok(None);
+        };
+        let v = if conv_direct::input_grad_fits(geo) {
+            conv_direct::conv2d_input_grad(g, w, geo)?
+        } else {
+            conv::conv2d_input_grad(g, w, geo)?
+        };
+        Ok(Some(CpuStorage::F32(v)))
+    }
+
+    fn conv2d_weight_grad(&self, x: &Self, geo: &Geom) -> Result<Option<Self>> {
+        let (Some(g), Some(x)) = (f32s(self), f32s(x)) else {
+            return Ok(None);
+        };
+        let v = if conv_direct::fits(geo) {
+            conv_direct::conv2d_weight_grad(x, g, geo)?
+        } else {
+            conv::conv2d_weight_grad(x, g, geo)?
+        };
+        Ok(Some(CpuStorage::F32(v)))
+    }
+
+    fn conv2d_bias_grad(&self, geo: &Geom) -> Result<Option<Self>> {
+        Ok(f32s(self).map(|g| CpuStorage::F32(conv::conv2d_bias_grad(g, geo))))
+    }
+
+    fn max_pool2d(&self, geo: &PoolGeom) -> Result<Option<(Self, Vec<u32>)>> {
+        let Some(x) = f32s(self) else {
+            return Ok(None);
+        };
+        let (v, idx) = pool::max_pool2d(x, geo)?;
+        Ok(Some((CpuStorage::F32(v), idx)))
+    }
+
+    fn max_pool2d_backward(&self, idx: &[u32], geo: &PoolGeom) -> Result<Option<Self>> {
+        let Some(g) = f32s(self) else {
+            return Ok(None);
+        };
+        Ok(Some(CpuStorage::F32(pool::max_pool2d_backward(
+            g, idx, geo,
+        )?)))
     }
 }

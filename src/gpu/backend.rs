@@ -7,6 +7,9 @@
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
 use crate::ops::backend::{BackendStorage, MatmulSpec};
+use crate::ops::geometry::{Geom, PoolGeom};
+use crate::ops::RowOp;
+use crate::shape::Layout;
 use crate::{DType, Result};
 
 /// Every matmul kernel's name, for `Tensor::matmul_with_kernel` to validate a name against.
@@ -54,5 +57,39 @@ impl BackendStorage for GpuBuffer {
         self.device
             .matmul_kernel(spec.la, spec.lb, spec.dtype == DType::F16)
             .name()
+    }
+
+    fn softmax(&self, op: RowOp, layout: &Layout, d: usize) -> Result<Option<Self>> {
+        self.device.softmax(op, self, layout, d).map(Some)
+    }
+
+    fn conv2d(&self, weight: &Self, bias: Option<&Self>, geo: &Geom) -> Result<Option<Self>> {
+        // The implicit GEMM reads the input's windows in place, where its grid fits.
+        if !super::conv::conv2d_fits(geo, self.device.max_workgroups_per_dim()) {
+            return Ok(None);
+        }
+        self.device.conv2d(self, weight, bias, geo).map(Some)
+    }
+
+    // The backward passes and max pooling are compositions of other ops on a GPU (the caller's
+    // gather + matmul and windowed maxima): no kernels of their own.
+    fn conv2d_input_grad(&self, _weight: &Self, _geo: &Geom) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn conv2d_weight_grad(&self, _x: &Self, _geo: &Geom) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn conv2d_bias_grad(&self, _geo: &Geom) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn max_pool2d(&self, _geo: &PoolGeom) -> Result<Option<(Self, Vec<u32>)>> {
+        Ok(None)
+    }
+
+    fn max_pool2d_backward(&self, _idx: &[u32], _geo: &PoolGeom) -> Result<Option<Self>> {
+        Ok(None)
     }
 }

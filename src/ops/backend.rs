@@ -11,6 +11,8 @@
 //! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
+use super::geometry::{Geom, PoolGeom};
+use super::RowOp;
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -57,4 +59,34 @@ pub(crate) trait BackendStorage: Sized {
 
     /// The name of the kernel [`BackendStorage::matmul`] would run for `spec`.
     fn matmul_kernel_name(&self, spec: &MatmulSpec) -> &'static str;
+
+    /// The softmax-family row op `op` over dim `d` of the f32 view `layout`, into a packed
+    /// tensor of its shape; `None` for another dtype.
+    fn softmax(&self, op: RowOp, layout: &Layout, d: usize) -> Result<Option<Self>>;
+
+    /// `conv2d` of the packed f32 `self` `[n, c, h, w]` by the packed `weight` plus the packed
+    /// `bias`, into a packed `[n, o, oh, ow]` output, by the backend's own algorithm for `geo`
+    /// (the CPU: direct or unfolded + gemm; a GPU: the implicit GEMM); `None` when it has none
+    /// for this geometry (the caller composes a gather and a matmul).
+    fn conv2d(&self, weight: &Self, bias: Option<&Self>, geo: &Geom) -> Result<Option<Self>>;
+
+    /// The input gradient of [`BackendStorage::conv2d`] from the packed output gradient `self`;
+    /// `None` when the backend has no kernel for it.
+    fn conv2d_input_grad(&self, weight: &Self, geo: &Geom) -> Result<Option<Self>>;
+
+    /// The weight gradient of [`BackendStorage::conv2d`] from the packed output gradient `self`
+    /// and the packed input `x`; `None` when the backend has no kernel for it.
+    fn conv2d_weight_grad(&self, x: &Self, geo: &Geom) -> Result<Option<Self>>;
+
+    /// The bias gradient (the output gradient `self` summed per channel); `None` when the
+    /// backend has no kernel for it.
+    fn conv2d_bias_grad(&self, geo: &Geom) -> Result<Option<Self>>;
+
+    /// Max pooling of the packed f32 `self`: the maxima and their plane offsets; `None` when the
+    /// backend has no kernel (the caller takes the maxima of gathered windows).
+    fn max_pool2d(&self, geo: &PoolGeom) -> Result<Option<(Self, Vec<u32>)>>;
+
+    /// The input gradient of [`BackendStorage::max_pool2d`] from the packed output gradient
+    /// `self` and the offsets it returned.
+    fn max_pool2d_backward(&self, idx: &[u32], geo: &PoolGeom) -> Result<Option<Self>>;
 }

@@ -1,12 +1,10 @@
-//! The CPU's own convolution (`cpu/conv.rs`): blocked unfold + gemm forward and backward, in
-//! place of the index-map gather the other devices take; stride 1, forward and gradients, by the
-//! direct kernels (`cpu/conv_direct.rs`) where they fit. Only f32 tensors on the CPU come here.
+//! The CPU's own convolution, recorded with its own backward: the backend chooses the kernels
+//! (`cpu/backend.rs`: blocked unfold + gemm, or the direct kernels where they fit), in place of
+//! the index-map gather the other devices take. Only f32 tensors on the CPU come here.
 
-use super::Tensor;
+use super::{dispatch, Tensor};
 use crate::cpu::batch_norm::{self, BnGeom};
-use crate::cpu::conv::{self, Geom};
-use crate::cpu::conv_direct;
-use crate::cpu::pool::{self, PoolGeom};
+use crate::ops::geometry::{Geom, PoolGeom};
 use crate::storage::CpuStorage;
 use crate::{DType, Result};
 use std::sync::Arc;
@@ -38,14 +36,9 @@ impl Tensor {
         let op = "conv2d";
         let (x, w) = (self.contiguous()?, weight.contiguous()?);
         let b = bias.map(|b| b.contiguous()).transpose()?;
-        let bv = b.as_ref().map(|b| b.host_f32(op)).transpose()?;
-        let (xv, wv) = (x.host_f32(op)?, w.host_f32(op)?);
-        let y = if conv_direct::fits(&geo) {
-            conv_direct::conv2d(xv, wv, bv, &geo)?
-        } else {
-            conv::conv2d(xv, wv, bv, &geo)?
-        };
-        let out = self.derived(CpuStorage::F32(y), &[geo.n, geo.o, geo.out[0], geo.out[1]]);
+        // The backend chooses the algorithm (direct or unfolded + gemm).
+        let y = dispatch::conv2d(&x, &w, b.as_ref(), &geo)?.ok_or_else(|| x.unsupported(op))?;
+        let out = self.derived(y, &[geo.n, geo.o, geo.out[0], geo.out[1]]);
         Ok(crate::autograd::conv::conv2d_cpu(
             self, weight, bias, geo, out,
         ))
@@ -62,30 +55,24 @@ impl Tensor {
     ) -> Result<[Option<Tensor>; 3]> {
         let op = "conv2d backward";
         let g = g.contiguous()?;
-        let gy = g.host_f32(op)?;
-        let db = need[2].then(|| {
-            let v = conv::conv2d_bias_grad(gy, geo);
-            weight.derived(CpuStorage::F32(v), &[geo.o])
-        });
+        let none = || g.unsupported(op);
+        let db = if need[2] {
+            let v = dispatch::conv2d_bias_grad(&g, geo)?.ok_or_else(none)?;
+            Some(weight.derived(v, &[geo.o]))
+        } else {
+            None
+        };
         let dx = if need[0] {
             let w = weight.contiguous()?;
-            let v = if conv_direct::input_grad_fits(geo) {
-                conv_direct::conv2d_input_grad(gy, w.host_f32(op)?, geo)?
-            } else {
-                conv::conv2d_input_grad(gy, w.host_f32(op)?, geo)?
-            };
-            Some(x.derived(CpuStorage::F32(v), x.shape()))
+            let v = dispatch::conv2d_input_grad(&g, &w, geo)?.ok_or_else(none)?;
+            Some(x.derived(v, x.shape()))
         } else {
             None
         };
         let dw = if need[1] {
             let xc = x.contiguous()?;
-            let v = if conv_direct::fits(geo) {
-                conv_direct::conv2d_weight_grad(xc.host_f32(op)?, gy, geo)?
-            } else {
-                conv::conv2d_weight_grad(xc.host_f32(op)?, gy, geo)?
-            };
-            Some(weight.derived(CpuStorage::F32(v), weight.shape()))
+            let v = dispatch::conv2d_weight_grad(&g, &xc, geo)?.ok_or_else(none)?;
+            Some(weight.derived(v, weight.shape()))
         } else {
             None
         };
@@ -100,9 +87,10 @@ impl Tensor {
         want_indices: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let x = self.contiguous()?;
-        let (v, idx) = pool::max_pool2d(x.host_f32("max_pool2d")?, &geo)?;
+        let (v, idx) =
+            dispatch::max_pool2d(&x, &geo)?.ok_or_else(|| x.unsupported("max_pool2d"))?;
         let shape = [self.shape()[0], self.shape()[1], geo.out[0], geo.out[1]];
-        let values = self.derived(CpuStorage::F32(v), &shape);
+        let values = self.derived(v, &shape);
         let idx = Arc::new(idx);
         let indices = want_indices.then(|| {
             Tensor::from_parts(
@@ -124,8 +112,9 @@ impl Tensor {
         geo: &PoolGeom,
     ) -> Result<Tensor> {
         let g = g.contiguous()?;
-        let dx = pool::max_pool2d_backward(g.host_f32("max_pool2d backward")?, idx, geo)?;
-        Ok(x.derived(CpuStorage::F32(dx), x.shape()))
+        let dx = dispatch::max_pool2d_backward(&g, idx, geo)?
+            .ok_or_else(|| g.unsupported("max_pool2d backward"))?;
+        Ok(x.derived(dx, x.shape()))
     }
 
     /// Whether batch norm of `self` with these parameters and statistics runs the CPU kernel:

@@ -3,9 +3,8 @@
 //! that other shapes and dtypes take, and that a weight needing its gradient takes too. Its
 //! backward is the gather + matmul composition's (the same ops and order as that path's).
 
-use super::{data_n, DataN, Tensor};
+use super::{dispatch, Tensor};
 use crate::ops::geometry::Geom;
-use crate::storage::Storage;
 use crate::{DType, Result};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -27,9 +26,10 @@ pub(crate) fn set_implicit(on: bool) -> bool {
 pub(super) type MapFn = Arc<dyn Fn() -> Result<Tensor> + Send + Sync>;
 
 impl Tensor {
-    /// `conv2d` of the 4-d `self` by the implicit-GEMM kernel when it applies (f32 tensors on
-    /// one GPU device, a shape [`crate::gpu::conv::conv2d_fits`] accepts), recorded for
-    /// autograd as one node; `None` otherwise.
+    /// `conv2d` of the 4-d `self` by the backend's own kernel (the implicit GEMM of a GPU, for
+    /// the shapes its grid fits) when the operands are f32 tensors of one device, recorded for
+    /// autograd as one node with the gather + matmul composition's gradients; `None` otherwise.
+    /// The CPU's f32 convolutions never come here (`conv2d_cpu` records its own backward).
     pub(super) fn conv2d_implicit(
         &self,
         weight: &Tensor,
@@ -37,7 +37,6 @@ impl Tensor {
         geo: Geom,
         map: MapFn,
     ) -> Result<Option<Tensor>> {
-        let op = "conv2d";
         let f32s = [Some(self), Some(weight), bias]
             .into_iter()
             .flatten()
@@ -47,27 +46,21 @@ impl Tensor {
         // beats this kernel plus a gather in the backward. Input and bias gradients need no
         // im2col matrix, so they come through here.
         let weight_grad = crate::is_grad_enabled() && crate::autograd::tracked(weight);
-        if !IMPLICIT.with(Cell::get) || weight_grad || self.is_cpu() || !f32s || self.numel() == 0 {
+        if !IMPLICIT.with(Cell::get)
+            || weight_grad
+            || !f32s
+            || self.numel() == 0
+            || weight.numel() == 0
+        {
             return Ok(None);
         }
         let out = {
             let _guard = crate::no_grad();
             let (x, w) = (self.contiguous()?, weight.contiguous()?);
             let b = bias.map(Tensor::contiguous).transpose()?;
-            let DataN::Gpu([xb, wb]) = data_n(op, [&x, &w])? else {
+            let Some(storage) = dispatch::conv2d(&x, &w, b.as_ref(), &geo)? else {
                 return Ok(None);
             };
-            if !crate::gpu::conv::conv2d_fits(&geo, xb.device.max_workgroups_per_dim()) {
-                return Ok(None);
-            }
-            let bb = match &b {
-                Some(b) => match b.gpu_data()? {
-                    Some(bb) => Some(bb),
-                    None => return Ok(None),
-                },
-                None => None,
-            };
-            let storage = Storage::from(xb.device.conv2d(xb, wb, bb, &geo)?);
             x.derived(storage, &[geo.n, geo.o, geo.out[0], geo.out[1]])
         };
         Ok(Some(record(self, weight, bias, geo, map, out)))

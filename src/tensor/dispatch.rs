@@ -7,6 +7,7 @@ use super::Tensor;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
 use crate::ops::backend::{BackendStorage, MatmulSpec};
+use crate::ops::geometry::{Geom, PoolGeom};
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result};
 use std::sync::Arc;
@@ -248,4 +249,75 @@ pub(crate) fn matmul_kernel_name(a: &Tensor, spec: &MatmulSpec) -> Result<&'stat
 /// ignores the name once it is validated).
 pub(crate) fn matmul_kernel_names() -> Vec<&'static str> {
     crate::gpu::backend::matmul_kernel_names()
+}
+
+/// The softmax-family row op `op` over dim `d` of `t` (f32), packed in `t`'s shape; `None` for
+/// a dtype the backend has no kernel for.
+pub(crate) fn softmax(t: &Tensor, op: crate::ops::RowOp, d: usize) -> Result<Option<Storage>> {
+    Ok(match t.data()? {
+        Data::Cpu(s) => s.softmax(op, t.layout(), d)?.map(Storage::from),
+        Data::Gpu(b) => b.softmax(op, t.layout(), d)?.map(Storage::from),
+    })
+}
+
+/// Runs `$call` on the backend data of `$t` (one tensor) or of `[$ts]` (one device), wrapping
+/// the returned backend storage (`Option<S>`) in a `Storage`.
+macro_rules! ask {
+    ($op:expr, [$($t:expr),+], |[$($x:ident),+]| $call:expr) => {
+        match data_n($op, [$($t),+])? {
+            DataN::Cpu([$($x),+]) => $call.map(Storage::from),
+            DataN::Gpu([$($x),+]) => $call.map(Storage::from),
+        }
+    };
+}
+
+/// `conv2d` of the packed `x`, `w` and `bias` (one device) by the backend's own algorithm; `None`
+/// when it has none for `geo` (see `BackendStorage::conv2d`).
+pub(crate) fn conv2d(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+) -> Result<Option<Storage>> {
+    let op = "conv2d";
+    Ok(match bias {
+        Some(b) => ask!(op, [x, w, b], |[x, w, b]| x.conv2d(w, Some(b), geo)?),
+        None => ask!(op, [x, w], |[x, w]| x.conv2d(w, None, geo)?),
+    })
+}
+
+/// The input gradient of `conv2d` from the packed output gradient `g` and weight `w`.
+pub(crate) fn conv2d_input_grad(g: &Tensor, w: &Tensor, geo: &Geom) -> Result<Option<Storage>> {
+    Ok(ask!("conv2d backward", [g, w], |[g, w]| g
+        .conv2d_input_grad(w, geo)?))
+}
+
+/// The weight gradient of `conv2d` from the packed output gradient `g` and input `x`.
+pub(crate) fn conv2d_weight_grad(g: &Tensor, x: &Tensor, geo: &Geom) -> Result<Option<Storage>> {
+    Ok(ask!("conv2d backward", [g, x], |[g, x]| g
+        .conv2d_weight_grad(x, geo)?))
+}
+
+/// The bias gradient of `conv2d` from the packed output gradient `g`.
+pub(crate) fn conv2d_bias_grad(g: &Tensor, geo: &Geom) -> Result<Option<Storage>> {
+    Ok(ask!("conv2d backward", [g], |[g]| g.conv2d_bias_grad(geo)?))
+}
+
+/// Max pooling of the packed `x`: the maxima and their plane offsets, or `None` where the
+/// backend has no kernel.
+pub(crate) fn max_pool2d(x: &Tensor, geo: &PoolGeom) -> Result<Option<(Storage, Vec<u32>)>> {
+    Ok(match x.data()? {
+        Data::Cpu(s) => s.max_pool2d(geo)?.map(|(v, i)| (v.into(), i)),
+        Data::Gpu(b) => b.max_pool2d(geo)?.map(|(v, i)| (v.into(), i)),
+    })
+}
+
+/// The input gradient of max pooling from the packed output gradient `g`.
+pub(crate) fn max_pool2d_backward(
+    g: &Tensor,
+    idx: &[u32],
+    geo: &PoolGeom,
+) -> Result<Option<Storage>> {
+    Ok(ask!("max_pool2d backward", [g], |[g]| g
+        .max_pool2d_backward(idx, geo)?))
 }

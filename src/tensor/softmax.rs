@@ -1,13 +1,12 @@
 //! The softmax family of the row-op table (`src/ops/rows.rs`: softmax, log_softmax): validate,
-//! then dispatch to `cpu/softmax.rs` or `gpu/rows.rs`.
+//! then ask the tensor's backend (`dispatch::softmax`: `cpu/softmax.rs` or `gpu/rows.rs`).
 
-use super::Data;
+use super::dispatch;
 use super::Tensor;
 use crate::autograd::reduce::RowGrad;
 use crate::ops::RowOp;
 use crate::shape::normalize_dim;
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, Result};
+use crate::Result;
 
 impl Tensor {
     /// The softmax-family row op `op` (softmax or log_softmax) over `dim`, untracked.
@@ -36,15 +35,7 @@ impl Tensor {
                 });
             }
         }
-        let storage = match self.data()? {
-            Data::Cpu(_) => Storage::from(CpuStorage::F32(cpu::softmax::softmax(
-                op,
-                self.host_f32(name)?,
-                self.layout(),
-                d,
-            ))),
-            Data::Gpu(b) => Storage::from(b.device.softmax(op, b, self.layout(), d)?),
-        };
+        let storage = dispatch::softmax(self, op, d)?.ok_or_else(|| self.unsupported(name))?;
         Ok(self.derived(storage, self.shape()))
     }
 

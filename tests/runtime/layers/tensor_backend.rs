@@ -22,7 +22,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/chunked.rs",
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
-    "tensor/conv_gpu.rs",
     "tensor/convert.rs",
     "tensor/create.rs",
     "tensor/cross_entropy.rs",
@@ -37,7 +36,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/quant.rs",
     "tensor/reduce.rs",
     "tensor/scatter.rs",
-    "tensor/softmax.rs",
     "tensor/transfer.rs",
 ];
 
