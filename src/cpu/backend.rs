@@ -4,10 +4,10 @@
 //! so the tensor layer never names a CPU function.
 
 use super::storage::CpuStorage;
-use super::{conv, conv_direct, f16_weight, matmul, pool, softmax};
-use crate::ops::backend::{BackendStorage, MatmulSpec};
+use super::{conv, conv_direct, elementwise, f16_weight, matmul, pool, softmax};
+use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom};
-use crate::ops::RowOp;
+use crate::ops::{BinaryOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -133,5 +133,45 @@ impl BackendStorage for CpuStorage {
         Ok(Some(CpuStorage::F32(pool::max_pool2d_backward(
             g, idx, geo,
         )?)))
+    }
+
+    fn unary(&self, op: UnaryOp, layout: &Layout) -> Result<Option<Self>> {
+        elementwise::unary(op, self, layout).map(Some)
+    }
+
+    fn binary(&self, op: BinaryOp, la: &Layout, rhs: &Self, lb: &Layout) -> Result<Option<Self>> {
+        elementwise::binary(op, self, la, rhs, lb).map(Some)
+    }
+
+    fn scalar(
+        &self,
+        op: BinaryOp,
+        layout: &Layout,
+        s: Scalar,
+        first: bool,
+    ) -> Result<Option<Self>> {
+        elementwise::scalar(op, self, layout, s, first).map(Some)
+    }
+
+    fn gelu_backward(&self, lx: &Layout, g: &Self, lg: &Layout) -> Result<Option<Self>> {
+        if !(matches!(self, CpuStorage::F32(_)) && matches!(g, CpuStorage::F32(_))) {
+            return Ok(None);
+        }
+        // Packed views are read in place (from offset 0), others are packed first.
+        let packed = |s: &CpuStorage, l: &Layout| -> Result<Option<CpuStorage>> {
+            Ok(if l.is_contiguous() && l.offset == 0 {
+                None
+            } else {
+                Some(s.contiguous(l)?)
+            })
+        };
+        let (px, pg) = (packed(self, lx)?, packed(g, lg)?);
+        let (Some(x), Some(g)) = (
+            f32s(px.as_ref().unwrap_or(self)),
+            f32s(pg.as_ref().unwrap_or(g)),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(CpuStorage::F32(elementwise::gelu_backward(x, g)?)))
     }
 }

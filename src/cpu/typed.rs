@@ -11,24 +11,7 @@ use crate::shape::Layout;
 use crate::{DType, Result};
 use half::f16;
 
-/// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Scalar {
-    F(f32),
-    I(i32),
-    U(u32),
-}
-
-impl Scalar {
-    /// The canonical bits `shaders/typed.wgsl` expects for this scalar.
-    pub(crate) fn bits(self) -> u32 {
-        match self {
-            Scalar::F(x) => x.to_bits(),
-            Scalar::I(x) => x as u32,
-            Scalar::U(x) => x,
-        }
-    }
-}
+pub(crate) use crate::ops::backend::Scalar;
 
 fn h(x: f32) -> f16 {
     f16::from_f32(x)

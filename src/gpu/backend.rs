@@ -6,9 +6,9 @@
 
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
-use crate::ops::backend::{BackendStorage, MatmulSpec};
+use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom};
-use crate::ops::RowOp;
+use crate::ops::{BinaryOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -90,6 +90,37 @@ impl BackendStorage for GpuBuffer {
     }
 
     fn max_pool2d_backward(&self, _idx: &[u32], _geo: &PoolGeom) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    // Every elementwise op on a GPU runs as a generated program (the tensor layer's fuser
+    // queues it, `elementwise.rs` runs it): there is no kernel per op to ask for here.
+    fn unary(&self, _op: UnaryOp, _layout: &Layout) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn binary(
+        &self,
+        _op: BinaryOp,
+        _la: &Layout,
+        _rhs: &Self,
+        _lb: &Layout,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn scalar(
+        &self,
+        _op: BinaryOp,
+        _layout: &Layout,
+        _s: Scalar,
+        _first: bool,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn gelu_backward(&self, _lx: &Layout, _g: &Self, _lg: &Layout) -> Result<Option<Self>> {
+        // Composed from other ops, which fuse into one generated kernel.
         Ok(None)
     }
 }

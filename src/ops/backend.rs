@@ -12,7 +12,7 @@
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
 use super::geometry::{Geom, PoolGeom};
-use super::RowOp;
+use super::{BinaryOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -28,6 +28,25 @@ pub(crate) struct MatmulSpec<'a> {
     pub kernel: Option<&'static str>,
     /// Whether f16 products may accumulate in f16 (`set_f16_accumulation`).
     pub f16_accumulate: bool,
+}
+
+/// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Scalar {
+    F(f32),
+    I(i32),
+    U(u32),
+}
+
+impl Scalar {
+    /// The canonical bits `shaders/typed.wgsl` expects for this scalar.
+    pub(crate) fn bits(self) -> u32 {
+        match self {
+            Scalar::F(x) => x.to_bits(),
+            Scalar::I(x) => x as u32,
+            Scalar::U(x) => x,
+        }
+    }
 }
 
 /// The ops a backend runs on its own storage type. Every method takes the operands' storage
@@ -89,4 +108,21 @@ pub(crate) trait BackendStorage: Sized {
     /// The input gradient of [`BackendStorage::max_pool2d`] from the packed output gradient
     /// `self` and the offsets it returned.
     fn max_pool2d_backward(&self, idx: &[u32], geo: &PoolGeom) -> Result<Option<Self>>;
+
+    /// `op(self)` over the view `layout` into a packed tensor of its shape (any dtype the op
+    /// takes); `None` where the backend runs elementwise ops only as generated programs.
+    fn unary(&self, op: UnaryOp, layout: &Layout) -> Result<Option<Self>>;
+
+    /// `op(self, rhs)` over the views `la` and `lb` of one (broadcast) shape; `None` as for
+    /// [`BackendStorage::unary`].
+    fn binary(&self, op: BinaryOp, la: &Layout, rhs: &Self, lb: &Layout) -> Result<Option<Self>>;
+
+    /// `op(self, s)` (or `op(s, self)` when `first`) over the view `layout`; `None` as for
+    /// [`BackendStorage::unary`].
+    fn scalar(&self, op: BinaryOp, layout: &Layout, s: Scalar, first: bool)
+        -> Result<Option<Self>>;
+
+    /// GELU's input gradient `g · gelu'(x)` in one pass for f32 `self` (`x`) and `g`, views of
+    /// one shape, into a packed tensor; `None` where the backend composes it from other ops.
+    fn gelu_backward(&self, lx: &Layout, g: &Self, lg: &Layout) -> Result<Option<Self>>;
 }

@@ -6,7 +6,7 @@ use super::chunked::{blocks_needed, map_row_blocks};
 use super::fuse::Fuser;
 use super::Tensor;
 use super::{data_n, Data, DataN};
-use crate::cpu::typed::Scalar;
+use crate::ops::backend::Scalar;
 use crate::ops::program::Expr;
 use crate::ops::CmpOp;
 use crate::shape::Layout;

@@ -321,3 +321,48 @@ pub(crate) fn max_pool2d_backward(
     Ok(ask!("max_pool2d backward", [g], |[g]| g
         .max_pool2d_backward(idx, geo)?))
 }
+
+/// `op(t)` by the backend's own kernel, or `None` where it runs elementwise ops only as
+/// generated programs.
+pub(crate) fn unary(t: &Tensor, op: crate::ops::UnaryOp) -> Result<Option<Storage>> {
+    Ok(ask!(op.name(), [t], |[s]| s.unary(op, t.layout())?))
+}
+
+/// `op(a, b)` over the views `la` and `lb` (one device), as [`unary`].
+pub(crate) fn binary(
+    a: &Tensor,
+    b: &Tensor,
+    op: crate::ops::BinaryOp,
+    la: &crate::shape::Layout,
+    lb: &crate::shape::Layout,
+) -> Result<Option<Storage>> {
+    Ok(ask!(op.name(), [a, b], |[x, y]| x.binary(op, la, y, lb)?))
+}
+
+/// `op(t, s)` (or `op(s, t)` when `first`), as [`unary`].
+pub(crate) fn scalar(
+    t: &Tensor,
+    op: crate::ops::BinaryOp,
+    s: crate::ops::backend::Scalar,
+    first: bool,
+) -> Result<Option<Storage>> {
+    Ok(ask!(op.scalar_name(), [t], |[x]| x.scalar(
+        op,
+        t.layout(),
+        s,
+        first
+    )?))
+}
+
+/// GELU's input gradient in one pass where the backend has the kernel (see
+/// `BackendStorage::gelu_backward`); `None` otherwise, or for operands on different devices.
+pub(crate) fn gelu_backward(x: &Tensor, g: &Tensor) -> Result<Option<Storage>> {
+    if x.device() != g.device() {
+        return Ok(None);
+    }
+    Ok(ask!("gelu backward", [x, g], |[a, b]| a.gelu_backward(
+        x.layout(),
+        b,
+        g.layout()
+    )?))
+}

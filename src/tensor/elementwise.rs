@@ -1,16 +1,16 @@
-//! Elementwise ops with numpy/PyTorch broadcasting, for every dtype: validate, dispatch to
-//! `cpu/elementwise.rs` or a generated GPU kernel, record the gradient. The public methods
+//! Elementwise ops with numpy/PyTorch broadcasting, for every dtype: validate, build a generated
+//! program where the device fuses (every GPU; the CPU when fusion is on) or ask the backend's
+//! own kernel (`dispatch::unary` and friends), record the gradient. The public methods
 //! (`exp`, `add`, `add_scalar`, ...) are generated from the op table in `src/ops/mod.rs`.
 
 use super::chunked::{blocks_needed, broadcast_pair, map_row_blocks, Broadcast};
 use super::convert::scalar_dtype;
+use super::dispatch;
 use super::fuse::Fuser;
 use super::Tensor;
-use super::{data_n, Data, DataN};
 use crate::ops::program::Expr;
 use crate::ops::{BinaryOp, UnaryOp};
-use crate::storage::Storage;
-use crate::{cpu, Result};
+use crate::Result;
 
 impl Tensor {
     /// `op(self)`, recorded for autograd.
@@ -45,10 +45,7 @@ impl Tensor {
             let out = f.push(Expr::Unary(op, x), self.dtype());
             return f.finish(op.name(), out, self.device());
         }
-        let storage = match self.data()? {
-            Data::Cpu(s) => Storage::from(cpu::elementwise::unary(op, s, self.layout())?),
-            Data::Gpu(_) => return Err(self.unsupported(op.name())),
-        };
+        let storage = dispatch::unary(self, op)?.ok_or_else(|| self.unsupported(op.name()))?;
         Ok(self.derived(storage, self.shape()))
     }
 
@@ -66,10 +63,8 @@ impl Tensor {
             let out = f.push(Expr::Binary(op, x, y), self.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match data_n(name, [self, rhs])? {
-            DataN::Cpu([a, b]) => Storage::from(cpu::elementwise::binary(op, a, &la, b, &lb)?),
-            DataN::Gpu(_) => return Err(self.unsupported(name)),
-        };
+        let storage =
+            dispatch::binary(self, rhs, op, &la, &lb)?.ok_or_else(|| self.unsupported(name))?;
         Ok(self.derived(storage, &shape))
     }
 
@@ -89,12 +84,8 @@ impl Tensor {
             let out = f.push(Expr::Binary(op, l, r), self.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match self.data()? {
-            Data::Cpu(src) => {
-                Storage::from(cpu::elementwise::scalar(op, src, self.layout(), sv, first)?)
-            }
-            Data::Gpu(_) => return Err(self.unsupported(name)),
-        };
+        let storage =
+            dispatch::scalar(self, op, sv, first)?.ok_or_else(|| self.unsupported(name))?;
         Ok(self.derived(storage, self.shape()))
     }
 }
@@ -166,15 +157,15 @@ fn winner_grad(
     wins.where_cond(g, &half)
 }
 
-/// GELU's input gradient `g · gelu'(x)`. On the CPU (f32 operands of one shape) one pass of
-/// `cpu::elementwise::gelu_backward`; elsewhere [`gelu_grad`]'s ops (one fused kernel on a GPU).
+/// GELU's input gradient `g · gelu'(x)`. One pass of the backend's kernel where it has one (the
+/// CPU, for f32 operands of one shape); elsewhere [`gelu_grad`]'s ops (one fused kernel on a
+/// GPU).
 fn gelu_backward(x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
-    let op = "gelu backward";
-    let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == crate::DType::F32;
-    if f32_cpu(x) && f32_cpu(g) && x.shape() == g.shape() {
-        let (xc, gc) = (x.contiguous()?, g.contiguous()?);
-        let v = crate::cpu::elementwise::gelu_backward(xc.host_f32(op)?, gc.host_f32(op)?)?;
-        return Ok(g.derived(crate::storage::CpuStorage::F32(v), x.shape()));
+    let f32 = |t: &Tensor| t.dtype() == crate::DType::F32;
+    if f32(x) && f32(g) && x.shape() == g.shape() {
+        if let Some(v) = dispatch::gelu_backward(x, g)? {
+            return Ok(g.derived(v, x.shape()));
+        }
     }
     g.mul(&gelu_grad(x, y)?)
 }

@@ -26,7 +26,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/create.rs",
     "tensor/cross_entropy.rs",
     "tensor/display.rs",
-    "tensor/elementwise.rs",
     "tensor/fuse.rs",
     "tensor/gather.rs",
     "tensor/join.rs",
