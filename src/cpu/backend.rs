@@ -4,10 +4,10 @@
 //! so the tensor layer never names a CPU function.
 
 use super::storage::CpuStorage;
-use super::{conv, conv_direct, elementwise, f16_weight, matmul, pool, softmax};
+use super::{conv, conv_direct, elementwise, f16_weight, matmul, pool, softmax, typed};
 use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom};
-use crate::ops::{BinaryOp, RowOp, UnaryOp};
+use crate::ops::{BinaryOp, CmpOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -173,5 +173,35 @@ impl BackendStorage for CpuStorage {
             return Ok(None);
         };
         Ok(Some(CpuStorage::F32(elementwise::gelu_backward(x, g)?)))
+    }
+
+    fn convert(&self, layout: &Layout, dtype: DType) -> Result<Option<Self>> {
+        typed::convert(self, layout, dtype).map(Some)
+    }
+
+    fn compare(&self, op: CmpOp, la: &Layout, rhs: &Self, lb: &Layout) -> Result<Option<Self>> {
+        Ok(Some(CpuStorage::U8(typed::compare(op, self, la, rhs, lb)?)))
+    }
+
+    fn compare_scalar(&self, op: CmpOp, la: &Layout, s: Scalar) -> Result<Option<Self>> {
+        Ok(Some(CpuStorage::U8(typed::compare_scalar(
+            op, self, la, s,
+        )?)))
+    }
+
+    fn clamp(&self, layout: &Layout, lo: Scalar, hi: Scalar) -> Result<Option<Self>> {
+        typed::clamp(self, layout, lo, hi).map(Some)
+    }
+
+    fn where_cond(
+        &self,
+        lm: &Layout,
+        (t, lt): (&Self, &Layout),
+        (f, lf): (&Self, &Layout),
+    ) -> Result<Option<Self>> {
+        let CpuStorage::U8(m) = self else {
+            return Ok(None);
+        };
+        typed::where_cond(m, lm, t, lt, f, lf).map(Some)
     }
 }

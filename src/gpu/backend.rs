@@ -8,7 +8,7 @@ use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
 use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom};
-use crate::ops::{BinaryOp, RowOp, UnaryOp};
+use crate::ops::{BinaryOp, CmpOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -121,6 +121,33 @@ impl BackendStorage for GpuBuffer {
 
     fn gelu_backward(&self, _lx: &Layout, _g: &Self, _lg: &Layout) -> Result<Option<Self>> {
         // Composed from other ops, which fuse into one generated kernel.
+        Ok(None)
+    }
+
+    // Conversions, comparisons, clamps and selections run as generated programs on a GPU, as
+    // every elementwise op does.
+    fn convert(&self, _layout: &Layout, _dtype: DType) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn compare(&self, _op: CmpOp, _la: &Layout, _rhs: &Self, _lb: &Layout) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn compare_scalar(&self, _op: CmpOp, _la: &Layout, _s: Scalar) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn clamp(&self, _layout: &Layout, _lo: Scalar, _hi: Scalar) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    fn where_cond(
+        &self,
+        _lm: &Layout,
+        _on_true: (&Self, &Layout),
+        _on_false: (&Self, &Layout),
+    ) -> Result<Option<Self>> {
         Ok(None)
     }
 }

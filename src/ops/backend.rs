@@ -12,7 +12,7 @@
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
 use super::geometry::{Geom, PoolGeom};
-use super::{BinaryOp, RowOp, UnaryOp};
+use super::{BinaryOp, CmpOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -125,4 +125,29 @@ pub(crate) trait BackendStorage: Sized {
     /// GELU's input gradient `g · gelu'(x)` in one pass for f32 `self` (`x`) and `g`, views of
     /// one shape, into a packed tensor; `None` where the backend composes it from other ops.
     fn gelu_backward(&self, lx: &Layout, g: &Self, lg: &Layout) -> Result<Option<Self>>;
+
+    /// A packed copy of the view `layout` in `dtype` (the same dtype: a strided copy); `None`
+    /// where the backend converts only in generated programs.
+    fn convert(&self, layout: &Layout, dtype: DType) -> Result<Option<Self>>;
+
+    /// `self OP rhs` over the views `la` and `lb` as a packed u8 mask; `None` as for
+    /// [`BackendStorage::convert`].
+    fn compare(&self, op: CmpOp, la: &Layout, rhs: &Self, lb: &Layout) -> Result<Option<Self>>;
+
+    /// `self OP s` over the view `la` as a packed u8 mask; `None` as for
+    /// [`BackendStorage::convert`].
+    fn compare_scalar(&self, op: CmpOp, la: &Layout, s: Scalar) -> Result<Option<Self>>;
+
+    /// `self` clamped to `[lo, hi]` over the view `layout`; `None` as for
+    /// [`BackendStorage::convert`].
+    fn clamp(&self, layout: &Layout, lo: Scalar, hi: Scalar) -> Result<Option<Self>>;
+
+    /// `on_true` where the u8 mask `self` is non-zero, else `on_false`, over views of one
+    /// shape; `None` for a mask of another dtype, or as for [`BackendStorage::convert`].
+    fn where_cond(
+        &self,
+        lm: &Layout,
+        on_true: (&Self, &Layout),
+        on_false: (&Self, &Layout),
+    ) -> Result<Option<Self>>;
 }

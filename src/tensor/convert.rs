@@ -1,17 +1,17 @@
-//! `to_dtype`, scalars in a tensor's dtype, and the dispatch of comparisons, `clamp` and
-//! `where_cond` (every dtype) to `cpu/typed.rs` or a generated GPU kernel. The public ops in
+//! `to_dtype`, scalars in a tensor's dtype, and comparisons, `clamp` and `where_cond` (every
+//! dtype) as generated programs where the device fuses, else by the backend's own kernels
+//! (`dispatch::convert` and friends). The public ops in
 //! `compare.rs` validate, then call the functions here.
 
 use super::chunked::{blocks_needed, map_row_blocks};
+use super::dispatch;
 use super::fuse::Fuser;
 use super::Tensor;
-use super::{data_n, Data, DataN};
 use crate::ops::backend::Scalar;
 use crate::ops::program::Expr;
 use crate::ops::CmpOp;
 use crate::shape::Layout;
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 impl Tensor {
     /// Converts to `dtype` (PyTorch's `t.to(dtype)`), on the tensor's device; works on strided
@@ -70,10 +70,8 @@ impl Tensor {
             let out = f.push(Expr::Cast(x), dtype);
             return f.finish(name, out, self.device());
         }
-        let storage = match self.data()? {
-            Data::Cpu(s) => Storage::from(cpu::typed::convert(s, self.layout(), dtype)?),
-            Data::Gpu(_) => return Err(self.unsupported("to_dtype")),
-        };
+        let storage =
+            dispatch::convert(self, dtype)?.ok_or_else(|| self.unsupported("to_dtype"))?;
         Ok(Tensor::from_parts(
             storage,
             self.shape(),
@@ -172,18 +170,12 @@ impl Tensor {
             let out = f.push(Expr::Compare(op, x, y), DType::U8);
             return f.finish(name, out, self.device());
         }
-        let storage = match (self.data()?, rhs, scalar) {
-            (Data::Cpu(a), Ok((r, lb)), _) => match r.data()? {
-                Data::Cpu(b) => {
-                    Storage::from(CpuStorage::U8(cpu::typed::compare(op, a, la, b, lb)?))
-                }
-                Data::Gpu(_) => return Err(self.device_mismatch(op.name(), r)),
-            },
-            (Data::Cpu(a), Err(_), Some(s)) => {
-                Storage::from(CpuStorage::U8(cpu::typed::compare_scalar(op, a, la, s)?))
-            }
-            _ => return Err(self.unsupported(op.scalar_name())),
+        let storage = match (rhs, scalar) {
+            (Ok((r, lb)), _) => dispatch::compare(op, (self, la), (r, lb))?,
+            (Err(_), Some(s)) => dispatch::compare_scalar(op, self, la, s)?,
+            _ => None,
         };
+        let storage = storage.ok_or_else(|| self.unsupported(op.scalar_name()))?;
         Ok(Tensor::from_parts(
             storage,
             &shape,
@@ -202,10 +194,7 @@ impl Tensor {
             let out = f.push(Expr::Clamp(x, a, b), self.dtype());
             return f.finish("clamp", out, self.device());
         }
-        let storage = match self.data()? {
-            Data::Cpu(s) => Storage::from(cpu::typed::clamp(s, self.layout(), lo, hi)?),
-            Data::Gpu(_) => return Err(self.unsupported("clamp")),
-        };
+        let storage = dispatch::clamp(self, lo, hi)?.ok_or_else(|| self.unsupported("clamp"))?;
         Ok(self.derived(storage, self.shape()))
     }
 
@@ -224,12 +213,8 @@ impl Tensor {
             let out = f.push(Expr::Where(m, a, b), on_true.dtype());
             return f.finish(name, out, self.device());
         }
-        let storage = match data_n(name, [self, on_true, on_false])? {
-            DataN::Cpu([CpuStorage::U8(m), t, f]) => {
-                Storage::from(cpu::typed::where_cond(m, lm, t, lt, f, lf)?)
-            }
-            _ => return Err(self.device_mismatch(name, on_true)),
-        };
+        let storage = dispatch::where_cond((self, lm), (on_true, lt), (on_false, lf))?
+            .ok_or_else(|| self.device_mismatch(name, on_true))?;
         Ok(on_true.derived(storage, &lm.shape))
     }
 }

@@ -366,3 +366,50 @@ pub(crate) fn gelu_backward(x: &Tensor, g: &Tensor) -> Result<Option<Storage>> {
         g.layout()
     )?))
 }
+
+/// A packed copy of `t`'s view in `dtype` by the backend's own kernel, or `None` where it
+/// converts only in generated programs.
+pub(crate) fn convert(t: &Tensor, dtype: DType) -> Result<Option<Storage>> {
+    Ok(ask!("to_dtype", [t], |[s]| s.convert(t.layout(), dtype)?))
+}
+
+/// The u8 mask of `a OP b` over the views `la` and `lb` (one device), as [`convert`].
+pub(crate) fn compare(
+    op: crate::ops::CmpOp,
+    (a, la): (&Tensor, &crate::shape::Layout),
+    (b, lb): (&Tensor, &crate::shape::Layout),
+) -> Result<Option<Storage>> {
+    Ok(ask!(op.name(), [a, b], |[x, y]| x.compare(op, la, y, lb)?))
+}
+
+/// The u8 mask of `a OP s` over the view `la`, as [`convert`].
+pub(crate) fn compare_scalar(
+    op: crate::ops::CmpOp,
+    a: &Tensor,
+    la: &crate::shape::Layout,
+    s: crate::ops::backend::Scalar,
+) -> Result<Option<Storage>> {
+    Ok(ask!(op.scalar_name(), [a], |[x]| x.compare_scalar(op, la, s)?))
+}
+
+/// `t` clamped to `[lo, hi]`, as [`convert`].
+pub(crate) fn clamp(
+    t: &Tensor,
+    lo: crate::ops::backend::Scalar,
+    hi: crate::ops::backend::Scalar,
+) -> Result<Option<Storage>> {
+    Ok(ask!("clamp", [t], |[s]| s.clamp(t.layout(), lo, hi)?))
+}
+
+/// `where_cond` of the mask `m` over views of one shape (one device), as [`convert`].
+pub(crate) fn where_cond(
+    (m, lm): (&Tensor, &crate::shape::Layout),
+    (t, lt): (&Tensor, &crate::shape::Layout),
+    (f, lf): (&Tensor, &crate::shape::Layout),
+) -> Result<Option<Storage>> {
+    Ok(ask!("where_cond", [m, t, f], |[a, b, c]| a.where_cond(
+        lm,
+        (b, lt),
+        (c, lf)
+    )?))
+}

@@ -22,7 +22,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/chunked.rs",
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
-    "tensor/convert.rs",
     "tensor/create.rs",
     "tensor/cross_entropy.rs",
     "tensor/display.rs",
