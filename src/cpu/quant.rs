@@ -103,7 +103,7 @@ pub(crate) fn quantize_q4_0(x: &[f32], scales: &mut Vec<f16>, body: &mut Vec<u8>
 }
 
 /// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of a Q4_K block.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

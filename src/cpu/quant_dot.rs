@@ -78,7 +78,7 @@ fn quantize_rows_body(x: &[f32]) -> Q8Rows {
 
 /// The fixed final order of the 8 lanes.
 #[inline(always)]
-fn tree(a: [f32; 8]) -> f32 {
+pub(crate) fn tree(a: [f32; 8]) -> f32 {
     ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 }
 
@@ -318,7 +318,7 @@ mod avx2_rows {
 
 /// Whether the AVX2 kernels run (and `WGTENSOR_QUANT_SCALAR=1` does not force the portable
 /// loop, which the tests compare with).
-fn use_avx2() -> bool {
+pub(crate) fn use_avx2() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| super::avx2_fma_f16c("WGTENSOR_QUANT_SCALAR"))
 }
@@ -348,7 +348,8 @@ pub(crate) fn matmul_t(
     if m >= GEMM_MIN_ROWS {
         return matmul_t_panels(q, cols, one, x, m);
     }
-    let integer = integer && matches!(q, QType::Q8_0 | QType::Q4_0);
+    let kq = matches!(q, QType::Q4_K | QType::Q6_K);
+    let integer = integer && (kq || matches!(q, QType::Q8_0 | QType::Q4_0));
     if integer && m == 1 {
         return matvec_group(q, cols, &[one], x);
     }
@@ -357,7 +358,20 @@ pub(crate) fn matmul_t(
     let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
     out_t.resize(rows * m, 0.0);
     let per = rows_per_task(rows, cols, m);
-    if integer {
+    if integer && kq {
+        let act = quantize_rows(x);
+        let sx = super::quant_k::block_sums(&act);
+        let avx2 = use_avx2();
+        // Multiples of 4 rows per task, so the 4-row kernel covers all but the last rows.
+        let per = per.next_multiple_of(4);
+        let plane = |r: usize| (&scales[r * ns..(r + 1) * ns], &body[r * bb..(r + 1) * bb]);
+        out_t
+            .par_chunks_mut(per * m)
+            .enumerate()
+            .for_each(|(t, chunk)| {
+                super::quant_k::rows(q, cols / 32, &plane, &act, &sx, m, t * per, chunk, avx2)
+            });
+    } else if integer {
         let act = quantize_rows(x);
         let avx2 = use_avx2();
         out_t
@@ -420,7 +434,7 @@ pub(crate) fn matvec_group(
     let mut out = super::alloc::try_vec::<f32>("QTensor::matmul_t", total)?;
     out.resize(total, 0.0);
     assert!(
-        matches!(q, QType::Q8_0 | QType::Q4_0)
+        matches!(q, QType::Q8_0 | QType::Q4_0 | QType::Q4_K | QType::Q6_K)
             && x.len() >= cols
             && mats
                 .iter()
@@ -442,6 +456,13 @@ pub(crate) fn matvec_group(
         )
     };
     let per = rows_per_task(total, cols, 1).next_multiple_of(4);
+    if matches!(q, QType::Q4_K | QType::Q6_K) {
+        let sx = super::quant_k::block_sums(&act);
+        out.par_chunks_mut(per).enumerate().for_each(|(t, chunk)| {
+            super::quant_k::rows(q, cols / 32, &plane, &act, &sx, 1, t * per, chunk, avx2)
+        });
+        return Ok(out);
+    }
     out.par_chunks_mut(per).enumerate().for_each(|(t, chunk)| {
         let mut k = 0;
         #[cfg(target_arch = "x86_64")]

@@ -303,6 +303,50 @@ fn integer_matmul_is_within_the_activation_rounding_bound() {
     }
 }
 
+/// The K-quants' integer decode path (m < 16: the 4-row kernel and the 1-row tail, odd row
+/// counts) is within the same activation rounding bound of the dequantized f32 product.
+#[test]
+fn k_quant_integer_matmul_is_within_the_activation_rounding_bound() {
+    let _mode = mode(true);
+    for q in [QType::Q4_K, QType::Q6_K] {
+        for cols in [256, 512, 4096] {
+            for rows in [7, 13] {
+                let bytes = random_blocks(q, rows, cols, 31 + cols as u64);
+                let t = QTensor::from_ggml(q, [rows, cols], &bytes, &Device::cpu()).unwrap();
+                let wt = t.dequantize().unwrap();
+                let w = values(&wt);
+                for m in [1, 3, 5, 8] {
+                    let xs = data(m * cols, 37 + m as u64, 2.0);
+                    let x = Tensor::from_vec(xs.clone(), &[m, cols], &Device::cpu()).unwrap();
+                    let got = values(&t.matmul_t(&x).unwrap());
+                    let want = reference(&wt, &x);
+                    for i in 0..m {
+                        let xi = &xs[i * cols..(i + 1) * cols];
+                        let steps: Vec<f32> = xi
+                            .chunks(32)
+                            .map(|b| b.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0)
+                            .collect();
+                        for r in 0..rows {
+                            let mag: f32 = (0..cols).map(|k| (w[r * cols + k] * xi[k]).abs()).sum();
+                            let bound: f32 = (0..cols)
+                                .map(|k| w[r * cols + k].abs() * steps[k / 32] * 0.5)
+                                .sum::<f32>()
+                                * 1.01
+                                + 3e-5 * mag
+                                + 1e-4;
+                            let (g, e) = (got[i * rows + r], want[i * rows + r]);
+                            assert!(
+                                (g - e).abs() <= bound,
+                                "{q} [{rows}, {cols}] m={m} [{i},{r}]: {g} vs {e}, bound {bound}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn nan_activations_give_nan_rows() {
     for device in common::devices() {
@@ -460,7 +504,7 @@ fn grouped_matmul_is_the_separate_products_bit_for_bit() {
     for integer in [true, false] {
         wgtensor::set_quantized_activations(integer);
         for dev in common::devices() {
-            for q in [QType::Q8_0, QType::Q4_0, QType::Q4_K] {
+            for q in [QType::Q8_0, QType::Q4_0, QType::Q4_K, QType::Q6_K] {
                 let cols = 2 * q.block_len();
                 let ts: Vec<QTensor> = [7usize, 1, 66]
                     .iter()
@@ -565,7 +609,7 @@ fn cpu_quant_bits_child() {
     let _mode = mode(true);
     for integer in [true, false] {
         wgtensor::set_quantized_activations(integer);
-        for q in [QType::Q8_0, QType::Q4_0, QType::Q4_K] {
+        for q in [QType::Q8_0, QType::Q4_0, QType::Q4_K, QType::Q6_K] {
             // 70 rows: four-row blocks plus a tail; 2 panels of weight rows at m >= 16.
             let shape = [70, 8 * q.block_len()];
             let bytes = random_blocks(q, shape[0], shape[1], 21);
@@ -615,7 +659,7 @@ fn cpu_paths_give_the_same_bits_at_any_thread_count_and_isa() {
             .lines()
             .filter_map(|l| l.find("BITS ").map(|i| l[i..].to_string()))
             .collect();
-        assert_eq!(v.len(), 36, "{out}");
+        assert_eq!(v.len(), 48, "{out}");
         v
     };
     let one = lines(&[("RAYON_NUM_THREADS", "1")]);
