@@ -436,7 +436,7 @@ impl QTensor {
         }
         let (q, cols) = (first.0.qtype, first.0.shape[1]);
         let fused = quantized_activations()
-            && matches!(q, QType::Q8_0 | QType::Q4_0)
+            && matches!(q, QType::Q8_0 | QType::Q4_0 | QType::Q4_K | QType::Q6_K)
             && matches!(backend(&first.0.device), Backend::Cpu)
             && x.device() == &first.0.device
             && x.dtype() == DType::F32
