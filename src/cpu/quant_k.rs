@@ -1,7 +1,7 @@
 //! Integer dot products of Q4_K and Q6_K weight rows with Q8 activation rows: the decode
 //! path of the K-quants (llama.cpp's `ggml_vec_dot_q4_K_q8_K` / `..._q6_K_q8_K` approach).
 //!
-//! The activations are the same Q8 blocks as for Q8_0 and Q4_0 (`quant_dot::quantize_rows`,
+//! The activations are the same Q8 blocks as for Q8_0 and Q4_0 (`quant_act::quantize_rows`,
 //! one f32 scale per 32 values, finer than ggml's per-256 Q8_K), so one quantization of `x`
 //! serves every weight type of a group. Per 32-value activation block `j` of a 256-value
 //! super-block the weight integers (Q4_K's nibbles `u`, Q6_K's 6-bit `w - 32`) times the
@@ -13,7 +13,7 @@
 //! exactly this, so both give the same bits.
 
 use super::quant::{body_bytes, scale_halfs};
-use super::quant_dot::{tree, Q8Rows};
+use super::quant_act::{tree, Q8Rows};
 use crate::QType;
 use half::f16;
 
@@ -352,14 +352,14 @@ mod tests {
 
     #[test]
     fn avx2_and_scalar_give_the_same_bits() {
-        if !crate::cpu::quant_dot::use_avx2() {
+        if !crate::cpu::quant_act::use_avx2() {
             return;
         }
         let cols = 512;
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 131 % 97) as f32 - 48.0) / 17.0)
             .collect();
-        let act = crate::cpu::quant_dot::quantize_rows(&x);
+        let act = crate::cpu::quant_act::quantize_rows(&x);
         let sx = block_sums(&act);
         for q in [QType::Q4_K, QType::Q6_K] {
             let nb = cols / 256;
