@@ -4,10 +4,10 @@
 //! so the tensor layer never names a CPU function.
 
 use super::storage::CpuStorage;
-use super::{conv, conv_direct, elementwise, f16_weight, matmul, pool, softmax, typed};
+use super::{conv, conv_direct, elementwise, f16_weight, matmul, pool, reduce, softmax, typed};
 use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
-use crate::ops::geometry::{Geom, PoolGeom};
-use crate::ops::{BinaryOp, CmpOp, RowOp, UnaryOp};
+use crate::ops::geometry::{Geom, PoolGeom, Rows};
+use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -203,5 +203,20 @@ impl BackendStorage for CpuStorage {
             return Ok(None);
         };
         typed::where_cond(m, lm, t, lt, f, lf).map(Some)
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        _dtype: DType,
+        _layout: &Layout,
+        rows: &Rows,
+    ) -> Result<Option<Self>> {
+        // `rows` holds the view's offset and strides: the kernels index the storage directly.
+        Ok(Some(match self {
+            CpuStorage::F32(x) if op.is_arg() => CpuStorage::U32(reduce::arg_reduce(op, x, rows)),
+            CpuStorage::F32(x) => CpuStorage::F32(reduce::reduce(op, x, rows)),
+            _ => typed::reduce_int(op, self, rows)?,
+        }))
     }
 }

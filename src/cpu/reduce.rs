@@ -10,7 +10,6 @@
 //! adjacent rows at a time, so every cache line loaded serves many rows.
 
 use super::strided::PAR_THRESHOLD;
-use crate::shape::Layout;
 use rayon::prelude::*;
 
 /// Accumulators per leaf: 16 f32 lanes fill one AVX-512 register or four SSE registers, and
@@ -37,66 +36,9 @@ pub(crate) use crate::ops::ReduceOp;
 /// `OP` of `shaders/reduce.wgsl` for softmax's `Σ exp(x - rowmax)`.
 pub(crate) const SUM_EXP_CODE: u32 = 6;
 
-/// A reduction seen as independent rows: row `o` (row-major over `out_shape`) holds the `len`
-/// elements at `base(o) + r * stride`. One description serves every device.
-#[derive(Clone, Debug)]
-pub(crate) struct Rows {
-    /// The dims that remain, in output order.
-    pub out_shape: Vec<usize>,
-    /// The input strides of those dims.
-    pub out_strides: Vec<usize>,
-    pub offset: usize,
-    /// Elements reduced per row.
-    pub len: usize,
-    /// Storage stride between consecutive elements of a row.
-    pub stride: usize,
-}
-
-impl Rows {
-    /// Reduce dim `d` of a view.
-    pub(crate) fn along(l: &Layout, d: usize) -> Rows {
-        let mut out_shape = l.shape.clone();
-        let mut out_strides = l.strides.clone();
-        let len = out_shape.remove(d);
-        let stride = out_strides.remove(d);
-        Rows {
-            out_shape,
-            out_strides,
-            offset: l.offset,
-            len,
-            stride,
-        }
-    }
-
-    /// Reduce every element of a contiguous layout as one row (row-major order, so an arg
-    /// reduction returns the flat index).
-    pub(crate) fn all(l: &Layout) -> Rows {
-        debug_assert!(l.is_contiguous());
-        Rows {
-            out_shape: Vec::new(),
-            out_strides: Vec::new(),
-            offset: l.offset,
-            len: l.numel(),
-            stride: 1,
-        }
-    }
-
-    /// Number of rows (output elements).
-    pub(crate) fn outputs(&self) -> usize {
-        self.out_shape.iter().product()
-    }
-
-    /// Storage index of row `o`'s first element.
-    pub(crate) fn base(&self, o: usize) -> usize {
-        let mut rem = o;
-        let mut at = self.offset;
-        for (&size, &stride) in self.out_shape.iter().zip(&self.out_strides).rev() {
-            at += (rem % size) * stride;
-            rem /= size;
-        }
-        at
-    }
-}
+// A reduction's rows: a backend-neutral descriptor the tensor layer builds and both backends
+// read (here for the CPU kernels and `gpu/reduce.rs`).
+pub(crate) use crate::ops::geometry::Rows;
 
 /// `max` that propagates NaN (either operand) as PyTorch does.
 #[inline(always)]
@@ -523,6 +465,7 @@ pub(crate) fn arg_reduce(op: ReduceOp, src: &[f32], rows: &Rows) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shape::Layout;
 
     #[test]
     fn pairwise_sum_is_accurate_and_layout_independent() {

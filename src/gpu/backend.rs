@@ -7,8 +7,8 @@
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
 use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
-use crate::ops::geometry::{Geom, PoolGeom};
-use crate::ops::{BinaryOp, CmpOp, RowOp, UnaryOp};
+use crate::ops::geometry::{Geom, PoolGeom, Rows};
+use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -149,5 +149,18 @@ impl BackendStorage for GpuBuffer {
         _on_false: (&Self, &Layout),
     ) -> Result<Option<Self>> {
         Ok(None)
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        layout: &Layout,
+        rows: &Rows,
+    ) -> Result<Option<Self>> {
+        // One kernel for every dtype the op takes (the shader's value kind is a parameter).
+        self.device
+            .reduce_typed(op.name(), op, dtype, self, layout, rows)
+            .map(Some)
     }
 }

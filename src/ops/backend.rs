@@ -11,8 +11,8 @@
 //! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
-use super::geometry::{Geom, PoolGeom};
-use super::{BinaryOp, CmpOp, RowOp, UnaryOp};
+use super::geometry::{Geom, PoolGeom, Rows};
+use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -149,5 +149,17 @@ pub(crate) trait BackendStorage: Sized {
         lm: &Layout,
         on_true: (&Self, &Layout),
         on_false: (&Self, &Layout),
+    ) -> Result<Option<Self>>;
+
+    /// The reduction `op` of each row of `rows` (read from `self` through `layout`, the view
+    /// `rows` was built from) into a packed tensor of one value per row: `dtype` for value
+    /// reductions, U32 positions for argmax/argmin. `dtype` is f32, or i32/u32 for the ops that
+    /// take integers (sums and products wrap); `None` for a dtype the backend has no kernel for.
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        layout: &Layout,
+        rows: &Rows,
     ) -> Result<Option<Self>>;
 }

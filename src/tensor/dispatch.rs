@@ -413,3 +413,18 @@ pub(crate) fn where_cond(
         (c, lf)
     )?))
 }
+
+/// The reduction `op` of each row of `rows`, a description of `t`'s view (see
+/// `BackendStorage::reduce`); `None` for a dtype the backend has no kernel for.
+pub(crate) fn reduce(
+    t: &Tensor,
+    op: crate::ops::ReduceOp,
+    rows: &crate::ops::geometry::Rows,
+) -> Result<Option<Storage>> {
+    Ok(ask!(op.name(), [t], |[s]| s.reduce(
+        op,
+        t.dtype(),
+        t.layout(),
+        rows
+    )?))
+}

@@ -1,5 +1,5 @@
-//! Reductions (their methods come from the table in `src/ops/reduce.rs`): validate, then
-//! dispatch to `cpu/reduce.rs` or `gpu/reduce.rs`.
+//! Reductions (their methods come from the table in `src/ops/reduce.rs`): validate, describe
+//! the rows to reduce, then ask the backend (`BackendStorage::reduce`).
 //!
 //! The API follows PyTorch with one method per form: `sum_all()` reduces every element to a
 //! 0-d tensor (`torch.sum(t)`), `sum(dim, keepdim)` reduces one dim (`t.sum(dim, keepdim)`;
@@ -8,28 +8,29 @@
 //! index with 32 bits, and an index is never negative).
 
 use super::chunked::{blocks_needed, map_dim0_blocks};
-use super::Data;
+use super::dispatch;
 use super::Tensor;
 use crate::autograd::reduce::{self as autograd, extreme_grad, ReduceGrad};
-use crate::cpu::reduce::Rows;
-use crate::gpu::GpuDevice;
+use crate::ops::geometry::Rows;
 use crate::ops::{Empty, ReduceOp};
 use crate::shape::normalize_dim;
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 impl Tensor {
     /// Reductions of a tensor past one GPU binding, by blocks of rows: whole-tensor sum, prod,
     /// max, min and mean reduce each block, then the partials; per-dim reductions over a dim
     /// other than 0 reduce each block of rows. `None` when no block plan applies (the kernel
-    /// launch then refuses the oversized binding with a typed error).
+    /// launch then refuses the oversized binding with a typed error), or when `self` fits one
+    /// binding.
     fn reduce_in_blocks(
         &self,
-        g: &GpuDevice,
         op: ReduceOp,
         dim: Option<isize>,
         keepdim: bool,
     ) -> Result<Option<Tensor>> {
+        let Some(g) = blocks_needed(&[self], 0) else {
+            return Ok(None);
+        };
         let name = op.name();
         match dim {
             None if self.ndim() > 0 && op.is_arg() => {
@@ -112,10 +113,8 @@ impl Tensor {
             DType::I32 | DType::U32 if op.ints() => {}
             _ => return Err(self.unsupported(name)),
         }
-        if let Some(g) = blocks_needed(&[self], 0) {
-            if let Some(t) = self.reduce_in_blocks(g, op, dim, keepdim)? {
-                return Ok(t);
-            }
+        if let Some(t) = self.reduce_in_blocks(op, dim, keepdim)? {
+            return Ok(t);
         }
         let (src, rows, out_shape) = match dim {
             Some(d) if self.ndim() > 0 => {
@@ -174,27 +173,7 @@ impl Tensor {
         if rows.outputs() == 0 {
             return Tensor::zeros(&out_shape, dtype, self.device());
         }
-        let storage = match src.data()? {
-            Data::Cpu(s) if src.dtype() != DType::F32 => {
-                Storage::from(cpu::typed::reduce_int(op, s, &rows)?)
-            }
-            Data::Cpu(_) => {
-                let x = src.host_f32(name)?;
-                Storage::from(if op.is_arg() {
-                    CpuStorage::U32(cpu::reduce::arg_reduce(op, x, &rows))
-                } else {
-                    CpuStorage::F32(cpu::reduce::reduce(op, x, &rows))
-                })
-            }
-            Data::Gpu(b) => Storage::from(b.device.reduce_typed(
-                name,
-                op,
-                src.dtype(),
-                b,
-                src.layout(),
-                &rows,
-            )?),
-        };
+        let storage = dispatch::reduce(&src, op, &rows)?.ok_or_else(|| self.unsupported(name))?;
         Ok(Tensor::from_parts(
             storage,
             &out_shape,
