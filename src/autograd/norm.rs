@@ -1,7 +1,8 @@
 //! Backward of the norms (`Tensor::layer_norm`, `Tensor::rms_norm`: the norm family of the
-//! row-op table), by the CPU kernel on f32 CPU tensors, else composed of existing ops (each a
-//! kernel of its own; the forward is the fused one). With `x̂ = (x - mean) * rstd` and
-//! `ĝ = g * weight`: `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))`, `dweight = Σ_rows g * x̂`,
+//! row-op table), by the backend's own kernel where it has one (the CPU's, for f32 tensors),
+//! else composed of existing ops (each a kernel of its own; the forward is the fused one).
+//! With `x̂ = (x - mean) * rstd` and `ĝ = g * weight`:
+//! `dx = rstd * (ĝ - mean(ĝ) - x̂ * mean(ĝ * x̂))`, `dweight = Σ_rows g * x̂`,
 //! `dbias = Σ_rows g` (PyTorch's formulas). A norm that is not centred (rms_norm) has mean 0
 //! and no `mean(ĝ)` term.
 
@@ -23,9 +24,9 @@ pub(crate) fn norm(
     let (xs, w) = (x.clone(), weight.cloned());
     let has_bias = bias.is_some();
     record(row.name(), out, &inputs, move |g, _| {
-        // On the CPU one kernel computes every gradient (two passes over each row).
+        // Where the backend has a kernel (the CPU), it computes every gradient in one call.
         let want_wb = w.is_some() || has_bias;
-        if let Some((dx, wb)) = Tensor::norm_cpu_grads(row, &xs, w.as_ref(), g, eps, want_wb)? {
+        if let Some((dx, wb)) = Tensor::norm_kernel_grads(row, &xs, w.as_ref(), g, eps, want_wb)? {
             let mut grads = vec![Some(dx)];
             if let Some((dw, db)) = wb {
                 if w.is_some() {

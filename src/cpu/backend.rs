@@ -4,8 +4,10 @@
 //! so the tensor layer never names a CPU function.
 
 use super::storage::CpuStorage;
-use super::{conv, conv_direct, elementwise, f16_weight, matmul, pool, reduce, softmax, typed};
-use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
+use super::{
+    conv, conv_direct, elementwise, f16_weight, matmul, norm, pool, reduce, softmax, typed,
+};
+use crate::ops::backend::{BackendStorage, MatmulSpec, NormGrads, NormSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
@@ -17,6 +19,24 @@ fn f32s(s: &CpuStorage) -> Option<&[f32]> {
         CpuStorage::F32(v) => Some(v),
         _ => None,
     }
+}
+
+/// The data of the view `l` of `s` packed from offset 0: `s` itself when it already is (read in
+/// place), else a packed copy held by the caller in `keep`.
+fn packed<'a>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    keep: &'a mut Option<CpuStorage>,
+) -> Result<&'a CpuStorage> {
+    if l.is_contiguous() && l.offset == 0 {
+        return Ok(s);
+    }
+    Ok(keep.insert(s.contiguous(l)?))
+}
+
+/// The first `n` elements of `v` (the view's, when the storage holds more), or all of `v`.
+fn head(v: &[f32], n: usize) -> &[f32] {
+    v.get(..n).unwrap_or(v)
 }
 
 impl BackendStorage for CpuStorage {
@@ -218,5 +238,64 @@ impl BackendStorage for CpuStorage {
             CpuStorage::F32(x) => CpuStorage::F32(reduce::reduce(op, x, rows)),
             _ => typed::reduce_int(op, self, rows)?,
         }))
+    }
+
+    fn norm(
+        &self,
+        spec: &NormSpec,
+        weight: Option<&Self>,
+        bias: Option<&Self>,
+    ) -> Result<Option<Self>> {
+        // An affine parameter of another dtype is no f32 kernel's input.
+        fn param(p: Option<&CpuStorage>) -> Option<Option<&[f32]>> {
+            match p {
+                Some(p) => f32s(p).map(Some),
+                None => Some(None),
+            }
+        }
+        let (Some(x), Some(w), Some(b)) = (f32s(self), param(weight), param(bias)) else {
+            return Ok(None);
+        };
+        let x = head(x, spec.nrows * spec.len);
+        Ok(Some(CpuStorage::F32(norm::norm(
+            spec.row, x, spec.len, w, b, spec.eps,
+        )?)))
+    }
+
+    fn norm_backward(
+        &self,
+        lx: &Layout,
+        (g, lg): (&Self, &Layout),
+        weight: Option<(&Self, &Layout)>,
+        spec: &NormSpec,
+        want_wb: bool,
+    ) -> Result<Option<NormGrads<Self>>> {
+        // One kernel computes every gradient (two passes over each row), on packed operands.
+        let (mut kx, mut kg, mut kw) = (None, None, None);
+        let (x, g) = (packed(self, lx, &mut kx)?, packed(g, lg, &mut kg)?);
+        let w = match weight {
+            Some((w, lw)) => match f32s(packed(w, lw, &mut kw)?) {
+                Some(w) => Some(w),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        let (Some(x), Some(g)) = (f32s(x), f32s(g)) else {
+            return Ok(None);
+        };
+        let n = spec.nrows * spec.len;
+        let (dx, wb) = norm::norm_backward(
+            spec.row,
+            head(x, n),
+            head(g, n),
+            spec.len,
+            w,
+            spec.eps,
+            want_wb,
+        )?;
+        Ok(Some((
+            CpuStorage::F32(dx),
+            wb.map(|(dw, db)| (CpuStorage::F32(dw), CpuStorage::F32(db))),
+        )))
     }
 }

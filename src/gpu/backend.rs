@@ -6,7 +6,7 @@
 
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
-use crate::ops::backend::{BackendStorage, MatmulSpec, Scalar};
+use crate::ops::backend::{BackendStorage, MatmulSpec, NormGrads, NormSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
@@ -162,5 +162,30 @@ impl BackendStorage for GpuBuffer {
         self.device
             .reduce_typed(op.name(), op, dtype, self, layout, rows)
             .map(Some)
+    }
+
+    fn norm(
+        &self,
+        spec: &NormSpec,
+        weight: Option<&Self>,
+        bias: Option<&Self>,
+    ) -> Result<Option<Self>> {
+        // One row kernel per call (`gpu/rows.rs`), the affine parameters bound when given.
+        self.device
+            .norm(spec.row, self, spec.nrows, spec.len, weight, bias, spec.eps)
+            .map(Some)
+    }
+
+    fn norm_backward(
+        &self,
+        _lx: &Layout,
+        _g: (&Self, &Layout),
+        _weight: Option<(&Self, &Layout)>,
+        _spec: &NormSpec,
+        _want_wb: bool,
+    ) -> Result<Option<NormGrads<Self>>> {
+        // Composed from other ops (the forward kernel for x̂, reductions and elementwise
+        // programs): no kernel of its own.
+        Ok(None)
     }
 }

@@ -30,6 +30,19 @@ pub(crate) struct MatmulSpec<'a> {
     pub f16_accumulate: bool,
 }
 
+/// One norm of the row-op table (layer_norm or rms_norm) over `nrows` rows of `len > 0`
+/// elements, as the tensor layer validated it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NormSpec {
+    pub row: RowOp,
+    pub nrows: usize,
+    pub len: usize,
+    pub eps: f32,
+}
+
+/// A norm's gradients: `dx`, and the weight and bias gradients `[len]` when asked for.
+pub(crate) type NormGrads<S> = (S, Option<(S, S)>);
+
 /// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Scalar {
@@ -162,4 +175,27 @@ pub(crate) trait BackendStorage: Sized {
         layout: &Layout,
         rows: &Rows,
     ) -> Result<Option<Self>>;
+
+    /// The norm `spec.row` of the packed f32 `[nrows, len]` data `self`, scaled by `weight` and
+    /// shifted by `bias` (packed, `len` f32 each) when given, into a packed tensor of the same
+    /// shape; `None` for another dtype.
+    fn norm(
+        &self,
+        spec: &NormSpec,
+        weight: Option<&Self>,
+        bias: Option<&Self>,
+    ) -> Result<Option<Self>>;
+
+    /// The gradients of [`BackendStorage::norm`] for the f32 input `self` (seen through `lx`)
+    /// from the output gradient `g` (same shape), with the weight the forward pass used: packed
+    /// `dx`, and with `want_wb` the weight and bias gradients. `None` where the backend has no
+    /// kernel for them (the caller composes them from other ops).
+    fn norm_backward(
+        &self,
+        lx: &Layout,
+        g: (&Self, &Layout),
+        weight: Option<(&Self, &Layout)>,
+        spec: &NormSpec,
+        want_wb: bool,
+    ) -> Result<Option<NormGrads<Self>>>;
 }

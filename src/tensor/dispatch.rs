@@ -6,7 +6,7 @@
 use super::Tensor;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
-use crate::ops::backend::{BackendStorage, MatmulSpec};
+use crate::ops::backend::{BackendStorage, MatmulSpec, NormGrads, NormSpec};
 use crate::ops::geometry::{Geom, PoolGeom};
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result};
@@ -427,4 +427,61 @@ pub(crate) fn reduce(
         t.layout(),
         rows
     )?))
+}
+
+/// The norm `spec` of the packed `x`, with the packed affine parameters when given (one device);
+/// `None` for a dtype the backend has no kernel for.
+pub(crate) fn norm(
+    x: &Tensor,
+    spec: &NormSpec,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<Option<Storage>> {
+    let op = spec.row.name();
+    Ok(match (weight, bias) {
+        (Some(w), Some(b)) => ask!(op, [x, w, b], |[x, w, b]| x.norm(spec, Some(w), Some(b))?),
+        (Some(w), None) => ask!(op, [x, w], |[x, w]| x.norm(spec, Some(w), None)?),
+        (None, Some(b)) => ask!(op, [x, b], |[x, b]| x.norm(spec, None, Some(b))?),
+        (None, None) => ask!(op, [x], |[x]| x.norm(spec, None, None)?),
+    })
+}
+
+/// The norm's gradients by the backend's own kernel (see `BackendStorage::norm_backward`):
+/// packed `dx`, and with `want_wb` the weight and bias gradients; `None` where it has none or
+/// the operands live on different devices.
+pub(crate) fn norm_backward(
+    x: &Tensor,
+    g: &Tensor,
+    weight: Option<&Tensor>,
+    spec: &NormSpec,
+    want_wb: bool,
+) -> Result<Option<NormGrads<Storage>>> {
+    if x.device() != g.device() || weight.is_some_and(|w| w.device() != x.device()) {
+        return Ok(None);
+    }
+    let op = spec.row.name();
+    let (lx, lg) = (x.layout(), g.layout());
+    Ok(match weight {
+        Some(w) => match data_n(op, [x, g, w])? {
+            DataN::Cpu([a, b, c]) => a
+                .norm_backward(lx, (b, lg), Some((c, w.layout())), spec, want_wb)?
+                .map(wrap_grads),
+            DataN::Gpu([a, b, c]) => a
+                .norm_backward(lx, (b, lg), Some((c, w.layout())), spec, want_wb)?
+                .map(wrap_grads),
+        },
+        None => match data_n(op, [x, g])? {
+            DataN::Cpu([a, b]) => a
+                .norm_backward(lx, (b, lg), None, spec, want_wb)?
+                .map(wrap_grads),
+            DataN::Gpu([a, b]) => a
+                .norm_backward(lx, (b, lg), None, spec, want_wb)?
+                .map(wrap_grads),
+        },
+    })
+}
+
+/// A backend's norm gradients as `Storage`.
+fn wrap_grads<S: Into<Storage>>((dx, wb): NormGrads<S>) -> NormGrads<Storage> {
+    (dx.into(), wb.map(|(dw, db)| (dw.into(), db.into())))
 }

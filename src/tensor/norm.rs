@@ -1,11 +1,12 @@
 //! The norm family of the row-op table (`src/ops/rows.rs`: layer_norm, rms_norm): validate,
-//! then dispatch to `cpu/norm.rs` or `gpu/rows.rs` (one kernel per call).
+//! then ask the backend (`BackendStorage::norm`, one kernel per call; its gradients by
+//! `BackendStorage::norm_backward` where the backend has a kernel for them).
 
-use super::Data;
+use super::dispatch;
 use super::Tensor;
+use crate::ops::backend::NormSpec;
 use crate::ops::RowOp;
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 /// `dx`, and the weight and bias gradients when asked for.
 pub(crate) type LayerNormGrads = (Tensor, Option<(Tensor, Tensor)>);
@@ -77,7 +78,7 @@ impl Tensor {
         ))
     }
 
-    /// The kernel call, untracked: packed copies of the operands, one CPU or GPU kernel.
+    /// The kernel call, untracked: packed copies of the operands, one backend kernel.
     fn norm_forward(
         &self,
         row: RowOp,
@@ -90,44 +91,21 @@ impl Tensor {
         let x = self.contiguous()?;
         let weight = weight.map(Tensor::contiguous).transpose()?;
         let bias = bias.map(Tensor::contiguous).transpose()?;
-        let nrows = x.numel() / len;
-        let storage = match x.data()? {
-            Data::Cpu(_) => {
-                let slice = |p: &Option<Tensor>| -> Result<Option<Vec<f32>>> {
-                    p.as_ref()
-                        .map(|p| Ok(p.host_f32(row.name())?.to_vec()))
-                        .transpose()
-                };
-                let (w, b) = (slice(&weight)?, slice(&bias)?);
-                Storage::from(CpuStorage::F32(cpu::norm::norm(
-                    row,
-                    x.host_f32(row.name())?,
-                    len,
-                    w.as_deref(),
-                    b.as_deref(),
-                    eps,
-                )?))
-            }
-            Data::Gpu(buf) => {
-                fn gpu<'a>(
-                    p: &'a Option<Tensor>,
-                    op: &'static str,
-                ) -> Result<Option<&'a crate::gpu::buffer::GpuBuffer>> {
-                    p.as_ref()
-                        .map(|p| p.gpu_data()?.ok_or_else(|| p.unsupported(op)))
-                        .transpose()
-                }
-                let (w, b) = (gpu(&weight, row.name())?, gpu(&bias, row.name())?);
-                Storage::from(buf.device.norm(row, buf, nrows, len, w, b, eps)?)
-            }
+        let spec = NormSpec {
+            row,
+            nrows: x.numel() / len,
+            len,
+            eps,
         };
+        let storage = dispatch::norm(&x, &spec, weight.as_ref(), bias.as_ref())?
+            .ok_or_else(|| x.unsupported(row.name()))?;
         Ok(self.derived(storage, self.shape()))
     }
 
-    /// The norm `row`'s gradients by the CPU kernel when `x` is an f32 CPU tensor (else
-    /// `None`, and the caller composes them from ops): `dx`, and with `want_wb` the weight and
-    /// bias gradients `[len]`.
-    pub(crate) fn norm_cpu_grads(
+    /// The norm `row`'s gradients by the backend's own kernel (the CPU has one) when `x`, `g`
+    /// and `weight` are f32 on one device (else `None`, and the caller composes them from ops):
+    /// `dx`, and with `want_wb` the weight and bias gradients `[len]`.
+    pub(crate) fn norm_kernel_grads(
         row: RowOp,
         x: &Tensor,
         weight: Option<&Tensor>,
@@ -135,28 +113,23 @@ impl Tensor {
         eps: f32,
         want_wb: bool,
     ) -> Result<Option<LayerNormGrads>> {
-        let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
-        if !f32_cpu(x) || !f32_cpu(g) || !weight.is_none_or(f32_cpu) || x.numel() == 0 {
+        let f32_here = |t: &Tensor| t.dtype() == DType::F32 && t.device() == x.device();
+        if !f32_here(x) || !f32_here(g) || !weight.is_none_or(f32_here) || x.numel() == 0 {
             return Ok(None);
         }
-        let op = row.name();
         let len = *x.shape().last().unwrap_or(&1);
-        let (xc, gc) = (x.contiguous()?, g.contiguous()?);
-        let wc = weight.map(Tensor::contiguous).transpose()?;
-        let w = wc.as_ref().map(|w| w.host_f32(op)).transpose()?;
-        let (dx, wb) = cpu::norm::norm_backward(
+        let spec = NormSpec {
             row,
-            xc.host_f32(op)?,
-            gc.host_f32(op)?,
+            nrows: x.numel() / len,
             len,
-            w,
             eps,
-            want_wb,
-        )?;
-        let cpu = |v: Vec<f32>, shape: &[usize]| x.derived(CpuStorage::F32(v), shape);
+        };
+        let Some((dx, wb)) = dispatch::norm_backward(x, g, weight, &spec, want_wb)? else {
+            return Ok(None);
+        };
         Ok(Some((
-            cpu(dx, x.shape()),
-            wb.map(|(dw, db)| (cpu(dw, &[len]), cpu(db, &[len]))),
+            x.derived(dx, x.shape()),
+            wb.map(|(dw, db)| (x.derived(dw, &[len]), x.derived(db, &[len]))),
         )))
     }
 }

@@ -441,11 +441,6 @@ const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[
         "ids handed to the GPU gather kernel",
     ),
     (
-        "tensor/norm.rs",
-        "GpuBuffer",
-        "optional affine parameters of the GPU row kernels",
-    ),
-    (
         "tensor/transfer.rs",
         "GpuDevice",
         "readbacks are grouped into one submit per GPU",

@@ -28,7 +28,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/fuse.rs",
     "tensor/gather.rs",
     "tensor/join.rs",
-    "tensor/norm.rs",
     "tensor/optim_step.rs",
     "tensor/pad.rs",
     "tensor/quant.rs",
