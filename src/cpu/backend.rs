@@ -5,9 +5,9 @@
 
 use super::storage::CpuStorage;
 use super::{
-    conv, conv_direct, elementwise, f16_weight, matmul, norm, pool, reduce, softmax, typed,
+    conv, conv_direct, elementwise, f16_weight, gather, matmul, norm, pool, reduce, softmax, typed,
 };
-use crate::ops::backend::{BackendStorage, MatmulSpec, NormGrads, NormSpec, Scalar};
+use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
@@ -297,5 +297,28 @@ impl BackendStorage for CpuStorage {
             CpuStorage::F32(dx),
             wb.map(|(dw, db)| (CpuStorage::F32(dw), CpuStorage::F32(db))),
         )))
+    }
+
+    fn check_ids(&self, op: &'static str, view: &IdsView, bound: usize) -> Result<()> {
+        gather::host_ids(op, self, view, bound).map(drop)
+    }
+
+    fn gather(
+        &self,
+        op: &'static str,
+        layout: &Layout,
+        d: usize,
+        (ids, view): (&Self, &IdsView),
+        index_shape: Option<&[usize]>,
+    ) -> Result<Option<Self>> {
+        let Some(src) = f32s(self) else {
+            return Ok(None);
+        };
+        // Every id is checked before anything runs.
+        let host = gather::host_ids(op, ids, view, layout.shape[d])?;
+        Ok(Some(CpuStorage::F32(match index_shape {
+            None => gather::index_select(src, layout, d, &host)?,
+            Some(shape) => gather::gather_dim(src, layout, d, &host, shape)?,
+        })))
     }
 }

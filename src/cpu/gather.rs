@@ -1,8 +1,50 @@
 //! CPU `index_select`, `gather` and `scatter_add`/`index_add`: the fallback device and the
 //! oracle for `shaders/gather.wgsl` and `shaders/scatter.wgsl`.
 
+use super::storage::CpuStorage;
+use crate::ops::backend::IdsView;
 use crate::shape::Layout;
-use crate::Result;
+use crate::{Error, Result};
+
+/// The ids `view` of `s` as u32, each checked against `bound` (`Error::IndexOutOfRange` naming
+/// `op` for the first negative id, else the first one `>= bound`): what every CPU kernel that
+/// takes ids reads, validated before anything runs.
+pub(crate) fn host_ids(
+    op: &'static str,
+    s: &CpuStorage,
+    view: &IdsView,
+    bound: usize,
+) -> Result<Vec<u32>> {
+    let bad = |id: i64| Error::IndexOutOfRange {
+        op,
+        index: id,
+        bound,
+    };
+    let range = view.offset..view.offset + view.count;
+    let short = || Error::InvalidArgument {
+        op,
+        message: format!("ids {range:?} past their storage"),
+    };
+    let host: Vec<u32> = match (s, view.signed) {
+        (CpuStorage::I32(v), true) => v
+            .get(range.clone())
+            .ok_or_else(short)?
+            .iter()
+            .map(|&id| u32::try_from(id).map_err(|_| bad(i64::from(id))))
+            .collect::<Result<_>>()?,
+        (CpuStorage::U32(v), false) => v.get(range.clone()).ok_or_else(short)?.to_vec(),
+        _ => {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "ids must be U32 or I32".into(),
+            })
+        }
+    };
+    if let Some(&id) = host.iter().find(|&&id| id as usize >= bound) {
+        return Err(bad(i64::from(id)));
+    }
+    Ok(host)
+}
 
 /// Rows `ids` (already validated `< layout.shape[d]`) of dim `d` of the view `layout` of `src`,
 /// packed row-major with `shape[d]` replaced by `ids.len()`.

@@ -6,7 +6,7 @@
 
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
-use crate::ops::backend::{BackendStorage, MatmulSpec, NormGrads, NormSpec, Scalar};
+use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar};
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
@@ -187,5 +187,25 @@ impl BackendStorage for GpuBuffer {
         // Composed from other ops (the forward kernel for x̂, reductions and elementwise
         // programs): no kernel of its own.
         Ok(None)
+    }
+
+    fn check_ids(&self, _op: &'static str, _view: &IdsView, _bound: usize) -> Result<()> {
+        // Ids are never read back: the kernels check them as they run (`gpu/ids.rs`).
+        Ok(())
+    }
+
+    fn gather(
+        &self,
+        op: &'static str,
+        layout: &Layout,
+        d: usize,
+        (ids, view): (&Self, &IdsView),
+        index_shape: Option<&[usize]>,
+    ) -> Result<Option<Self>> {
+        // One thread per output element; a bad id writes zero and sets the error word.
+        let ids = (ids, view.offset, view.count, view.signed);
+        self.device
+            .gather(op, self, layout, d, ids, index_shape)
+            .map(Some)
     }
 }

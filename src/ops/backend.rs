@@ -43,6 +43,15 @@ pub(crate) struct NormSpec {
 /// A norm's gradients: `dx`, and the weight and bias gradients `[len]` when asked for.
 pub(crate) type NormGrads<S> = (S, Option<(S, S)>);
 
+/// Ids a kernel reads (`index_select`, `gather`, `scatter_add`): `count` packed ids from element
+/// `offset` of their storage, i32 when `signed`, else u32.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IdsView {
+    pub offset: usize,
+    pub count: usize,
+    pub signed: bool,
+}
+
 /// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Scalar {
@@ -198,4 +207,25 @@ pub(crate) trait BackendStorage: Sized {
         spec: &NormSpec,
         want_wb: bool,
     ) -> Result<Option<NormGrads<Self>>>;
+
+    /// Checks the ids `view` of `self` against `bound` where the backend can read them without
+    /// waiting (the CPU: `Error::IndexOutOfRange` naming `op`); a backend whose kernels check
+    /// ids as they run (a GPU, reporting a bad id at the next synchronizing call) answers
+    /// `Ok(())`. For an op whose output is empty, so that no kernel runs.
+    fn check_ids(&self, op: &'static str, view: &IdsView, bound: usize) -> Result<()>;
+
+    /// Elements of the f32 view `layout` of `self` picked along dim `d` by the packed ids
+    /// `ids`, into a packed tensor: without `index_shape` whole rows of dim `d`
+    /// (`index_select`, dim `d` of the output the ids' count), with it `torch.gather` (element
+    /// `i` of the output, of that shape, is the view's element at `i`'s coordinates with the
+    /// one of dim `d` replaced by `ids[i]`). Ids are checked against `layout.shape[d]` as for
+    /// [`BackendStorage::check_ids`]; `None` for a dtype the backend has no kernel for.
+    fn gather(
+        &self,
+        op: &'static str,
+        layout: &Layout,
+        d: usize,
+        ids: (&Self, &IdsView),
+        index_shape: Option<&[usize]>,
+    ) -> Result<Option<Self>>;
 }

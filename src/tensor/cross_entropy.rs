@@ -3,7 +3,7 @@
 //! (`gpu/rows.rs`). Targets stay on their device: the CPU checks them as it goes, a
 //! GPU kernel reports a bad one at the next synchronizing call.
 
-use super::gather::device_ids;
+use super::dispatch::device_ids;
 use super::Data;
 use super::Tensor;
 use crate::cpu::cross_entropy::{self as ce, CeSpec};

@@ -6,7 +6,7 @@
 use super::Tensor;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
-use crate::ops::backend::{BackendStorage, MatmulSpec, NormGrads, NormSpec};
+use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec};
 use crate::ops::geometry::{Geom, PoolGeom};
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result};
@@ -28,6 +28,46 @@ pub(crate) enum DataN<'a, const N: usize> {
 pub(crate) enum DataMut<'a> {
     Cpu(&'a mut CpuStorage),
     Gpu(&'a mut GpuBuffer),
+}
+
+/// Ids packed for a kernel: the tensor that owns them (kept alive by the caller) and the
+/// kernels' view of them.
+pub(crate) struct DeviceIds {
+    pub tensor: Tensor,
+    pub signed: bool,
+}
+
+impl DeviceIds {
+    /// The kernels' view of the ids.
+    pub(crate) fn view(&self) -> IdsView {
+        IdsView {
+            offset: self.tensor.layout().offset,
+            count: self.tensor.numel(),
+            signed: self.signed,
+        }
+    }
+
+    /// The GPU buffer and view of the ids, for the GPU kernels the families not yet behind the
+    /// backend interface call (cross-entropy, quantized row gathers).
+    pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
+        let b = self
+            .tensor
+            .gpu_data()?
+            .ok_or_else(|| crate::Error::InvalidArgument {
+                op: "ids",
+                message: "ids on the CPU handed to a GPU kernel".into(),
+            })?;
+        let v = self.view();
+        Ok((b, v.offset, v.count, v.signed))
+    }
+}
+
+/// Ids packed for a kernel (a copy kernel only for strided ids).
+pub(crate) fn device_ids(ids: &Tensor) -> Result<DeviceIds> {
+    Ok(DeviceIds {
+        tensor: ids.contiguous()?,
+        signed: ids.dtype() == DType::I32,
+    })
 }
 
 /// Which backend a device dispatches to (for ops that create data rather than read it).
@@ -484,4 +524,35 @@ pub(crate) fn norm_backward(
 /// A backend's norm gradients as `Storage`.
 fn wrap_grads<S: Into<Storage>>((dx, wb): NormGrads<S>) -> NormGrads<Storage> {
     (dx.into(), wb.map(|(dw, db)| (dw.into(), db.into())))
+}
+
+/// Checks `ids` against `bound` where the backend reads them without waiting (see
+/// `BackendStorage::check_ids`): for an op whose output is empty.
+pub(crate) fn check_ids(op: &'static str, ids: &Tensor, bound: usize) -> Result<()> {
+    let packed = device_ids(ids)?;
+    let view = packed.view();
+    match packed.tensor.data()? {
+        Data::Cpu(s) => s.check_ids(op, &view, bound),
+        Data::Gpu(b) => b.check_ids(op, &view, bound),
+    }
+}
+
+/// `index_select` (without `index_shape`) or `gather` of `t` along `d` by `ids` (one device; see
+/// `BackendStorage::gather`).
+pub(crate) fn gather(
+    op: &'static str,
+    t: &Tensor,
+    d: usize,
+    ids: &Tensor,
+    index_shape: Option<&[usize]>,
+) -> Result<Option<Storage>> {
+    let packed = device_ids(ids)?;
+    let view = packed.view();
+    Ok(ask!(op, [t, &packed.tensor], |[s, i]| s.gather(
+        op,
+        t.layout(),
+        d,
+        (i, &view),
+        index_shape
+    )?))
 }

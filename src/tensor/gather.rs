@@ -1,38 +1,15 @@
 //! index_select (the gather behind `nn::Embedding`) and gather along a dim: validate shapes
-//! and dtypes, then dispatch to `cpu/gather.rs` or `gpu/gather.rs`. Ids are checked against
-//! their bound on the CPU before anything runs; on a GPU the kernel checks them and reports a
-//! bad id at the next synchronizing call (`Error::IndexOutOfRange`), so nothing waits for them.
+//! and dtypes, then ask the backend (`BackendStorage::gather`). Ids are checked against their
+//! bound on the CPU before anything runs; on a GPU the kernel checks them and reports a bad id
+//! at the next synchronizing call (`Error::IndexOutOfRange`), so nothing waits for them.
 
-use super::Data;
+use super::dispatch;
 use super::Tensor;
 use crate::error::check_rank;
-use crate::gpu::buffer::GpuBuffer;
 use crate::shape::normalize_dim;
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 const OP: &str = "index_select";
-
-/// Ids on a GPU, packed: the tensor that owns them (kept alive by the caller) and the kernel's
-/// view of them.
-pub(crate) struct DeviceIds {
-    pub tensor: Tensor,
-    pub signed: bool,
-}
-
-impl DeviceIds {
-    pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
-        let b = self
-            .tensor
-            .gpu_data()?
-            .ok_or_else(|| Error::InvalidArgument {
-                op: "ids",
-                message: "ids on the CPU handed to a GPU kernel".into(),
-            })?;
-        let t = &self.tensor;
-        Ok((b, t.layout().offset, t.numel(), self.signed))
-    }
-}
 
 impl Tensor {
     /// The entries of `self` at positions `ids` along `dim` (PyTorch's `index_select`): the
@@ -88,30 +65,13 @@ impl Tensor {
         let d = normalize_dim(OP, dim, self.ndim())?;
         let mut shape = self.shape().to_vec();
         shape[d] = ids.numel();
-        let storage = match self.data()? {
-            Data::Cpu(_) => {
-                let host = host_ids(OP, ids, self.shape()[d])?;
-                if shape.contains(&0) {
-                    return Tensor::zeros(&shape, self.dtype(), self.device());
-                }
-                Storage::from(CpuStorage::F32(cpu::gather::index_select(
-                    self.host_f32(OP)?,
-                    self.layout(),
-                    d,
-                    &host,
-                )?))
-            }
-            Data::Gpu(b) => {
-                if shape.contains(&0) {
-                    return Tensor::zeros(&shape, self.dtype(), self.device());
-                }
-                let ids = device_ids(ids)?;
-                Storage::from(
-                    b.device
-                        .gather(OP, b, self.layout(), d, ids.parts()?, None)?,
-                )
-            }
-        };
+        if shape.contains(&0) {
+            // No kernel runs: the ids are still checked where that costs no wait (the CPU).
+            dispatch::check_ids(OP, ids, self.shape()[d])?;
+            return Tensor::zeros(&shape, self.dtype(), self.device());
+        }
+        let storage =
+            dispatch::gather(OP, self, d, ids, None)?.ok_or_else(|| self.unsupported(OP))?;
         Ok(self.derived(storage, &shape))
     }
 
@@ -153,29 +113,9 @@ impl Tensor {
         } else {
             self.clone()
         };
-        let storage = match this.data()? {
-            Data::Cpu(_) => {
-                let host = host_ids(G, index, this.shape()[d])?;
-                Storage::from(CpuStorage::F32(cpu::gather::gather_dim(
-                    this.host_f32(G)?,
-                    this.layout(),
-                    d,
-                    &host,
-                    &shape_or_one(&shape),
-                )?))
-            }
-            Data::Gpu(b) => {
-                let ids = device_ids(index)?;
-                Storage::from(b.device.gather(
-                    G,
-                    b,
-                    this.layout(),
-                    d,
-                    ids.parts()?,
-                    Some(&shape_or_one(&shape)),
-                )?)
-            }
-        };
+        let index_shape = shape_or_one(&shape);
+        let storage = dispatch::gather(G, &this, d, index, Some(&index_shape))?
+            .ok_or_else(|| self.unsupported(G))?;
         Ok(self.derived(storage, &shape))
     }
 
@@ -255,12 +195,4 @@ pub(crate) fn host_ids(op: &'static str, ids: &Tensor, bound: usize) -> Result<V
         return Err(bad(i64::from(id)));
     }
     Ok(host)
-}
-
-/// Ids on a GPU, packed (a copy kernel only for strided ids).
-pub(crate) fn device_ids(ids: &Tensor) -> Result<DeviceIds> {
-    Ok(DeviceIds {
-        tensor: ids.contiguous()?,
-        signed: ids.dtype() == DType::I32,
-    })
 }

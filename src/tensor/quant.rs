@@ -535,7 +535,7 @@ impl QTensor {
                 Storage::from(CpuStorage::F32(out))
             }
             Backend::Gpu(g) => {
-                let ids = super::gather::device_ids(ids)?;
+                let ids = super::dispatch::device_ids(ids)?;
                 Storage::from(g.quant_gather_rows(OP, &self.gpu_matrix()?, ids.parts()?)?)
             }
         };

@@ -3,7 +3,8 @@
 //! deterministic: each target sums its contributions in position order on every device (no
 //! float atomics), so the CPU and every GPU give the same bits.
 
-use super::gather::{device_ids, host_ids, same_dims_within};
+use super::dispatch::device_ids;
+use super::gather::{host_ids, same_dims_within};
 use super::Data;
 use super::Tensor;
 use crate::shape::{normalize_dim, Layout};

@@ -436,11 +436,6 @@ const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[
         "row blocks are sized by the GPU's binding limit",
     ),
     (
-        "tensor/gather.rs",
-        "GpuBuffer",
-        "ids handed to the GPU gather kernel",
-    ),
-    (
         "tensor/transfer.rs",
         "GpuDevice",
         "readbacks are grouped into one submit per GPU",

@@ -26,7 +26,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/cross_entropy.rs",
     "tensor/display.rs",
     "tensor/fuse.rs",
-    "tensor/gather.rs",
     "tensor/join.rs",
     "tensor/optim_step.rs",
     "tensor/pad.rs",
