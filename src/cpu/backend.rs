@@ -7,11 +7,13 @@ use super::storage::CpuStorage;
 use super::{
     conv, conv_direct, elementwise, f16_weight, gather, matmul, norm, pool, reduce, softmax, typed,
 };
-use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar};
+use crate::ops::backend::{
+    BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
+};
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
-use crate::{DType, Result};
+use crate::{DType, Error, Result};
 
 /// The f32 data of `s`, or `None` for another dtype (the CPU's conv kernels are f32 only).
 fn f32s(s: &CpuStorage) -> Option<&[f32]> {
@@ -320,5 +322,39 @@ impl BackendStorage for CpuStorage {
             None => gather::index_select(src, layout, d, &host)?,
             Some(shape) => gather::gather_dim(src, layout, d, &host, shape)?,
         })))
+    }
+
+    fn scatter_add(
+        &self,
+        op: &'static str,
+        lb: &Layout,
+        (ids, view): (&Self, &IdsView),
+        (vals, lv): (&Self, &Layout),
+        spec: &ScatterSpec,
+    ) -> Result<Option<Self>> {
+        let (Some(base), Some(v)) = (f32s(self), f32s(vals)) else {
+            return Ok(None);
+        };
+        // Every id is checked before anything runs.
+        let host = gather::host_ids(op, ids, view, spec.bound)?;
+        let past = || Error::InvalidArgument {
+            op,
+            message: "a packed view past its storage".into(),
+        };
+        let mut out = base
+            .get(lb.offset..lb.offset + lb.numel())
+            .ok_or_else(past)?
+            .to_vec();
+        let v = v.get(lv.offset..).ok_or_else(past)?;
+        gather::scatter_add_into(
+            &mut out,
+            &host,
+            spec.shape,
+            spec.d,
+            spec.out_strides,
+            v,
+            spec.r,
+        )?;
+        Ok(Some(CpuStorage::F32(out)))
     }
 }

@@ -6,7 +6,9 @@
 
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
-use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar};
+use crate::ops::backend::{
+    BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
+};
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
@@ -207,5 +209,32 @@ impl BackendStorage for GpuBuffer {
         self.device
             .gather(op, self, layout, d, ids, index_shape)
             .map(Some)
+    }
+
+    fn scatter_add(
+        &self,
+        op: &'static str,
+        lb: &Layout,
+        (ids, view): (&Self, &IdsView),
+        (vals, lv): (&Self, &Layout),
+        spec: &ScatterSpec,
+    ) -> Result<Option<Self>> {
+        // A copy of the base (a buffer copy), then the deterministic scatter into it in place
+        // (sort by target, sum each run in order: `gpu/scatter.rs`).
+        let bytes = lb.numel() as u64 * 4;
+        let out = self.device.extract(op, self, lb.offset as u64 * 4, bytes)?;
+        if view.count > 0 && spec.r > 0 {
+            self.device.scatter_add_into(
+                op,
+                &out,
+                (ids, view.offset, view.count, view.signed),
+                spec.shape,
+                spec.d,
+                spec.out_strides,
+                spec.bound,
+                (vals, lv.offset, spec.r),
+            )?;
+        }
+        Ok(Some(out))
     }
 }

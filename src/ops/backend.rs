@@ -52,6 +52,18 @@ pub(crate) struct IdsView {
     pub signed: bool,
 }
 
+/// Where a scatter-add sends its contributions: contribution `k` (`k` unravelled over `shape`,
+/// the index's shape) goes to the row (of `r` floats) of the base at `k`'s coordinates, strides
+/// `out_strides` counted in rows, with the one of dim `d` replaced by `ids[k]`, which must lie
+/// in `0..bound`.
+pub(crate) struct ScatterSpec<'a> {
+    pub shape: &'a [usize],
+    pub d: usize,
+    pub out_strides: &'a [usize],
+    pub bound: usize,
+    pub r: usize,
+}
+
 /// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Scalar {
@@ -227,5 +239,19 @@ pub(crate) trait BackendStorage: Sized {
         d: usize,
         ids: (&Self, &IdsView),
         index_shape: Option<&[usize]>,
+    ) -> Result<Option<Self>>;
+
+    /// A packed copy of the packed f32 view `lb` of `self` (rows of `spec.r`) with the packed
+    /// values `vals` (`ids`' count contributions of `spec.r` floats) added where `spec` sends
+    /// them, each target's contributions summed in position order first (the same bits on
+    /// every backend). Ids are checked against `spec.bound` as for
+    /// [`BackendStorage::check_ids`]; `None` for a dtype the backend has no kernel for.
+    fn scatter_add(
+        &self,
+        op: &'static str,
+        lb: &Layout,
+        ids: (&Self, &IdsView),
+        vals: (&Self, &Layout),
+        spec: &ScatterSpec,
     ) -> Result<Option<Self>>;
 }

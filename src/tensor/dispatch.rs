@@ -6,7 +6,7 @@
 use super::Tensor;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
-use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec};
+use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec};
 use crate::ops::geometry::{Geom, PoolGeom};
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result};
@@ -555,4 +555,25 @@ pub(crate) fn gather(
         (i, &view),
         index_shape
     )?))
+}
+
+/// A packed copy of the packed `base` with the packed `vals` added where `spec` sends them by
+/// `ids` (one device; see `BackendStorage::scatter_add`).
+pub(crate) fn scatter_add(
+    op: &'static str,
+    base: &Tensor,
+    ids: &Tensor,
+    vals: &Tensor,
+    spec: &ScatterSpec,
+) -> Result<Option<Storage>> {
+    let packed = device_ids(ids)?;
+    let view = packed.view();
+    Ok(ask!(op, [base, &packed.tensor, vals], |[b, i, v]| b
+        .scatter_add(
+            op,
+            base.layout(),
+            (i, &view),
+            (v, vals.layout()),
+            spec
+        )?))
 }

@@ -1,15 +1,14 @@
 //! scatter_add and index_add (the gradient of gather and index_select, and so of
-//! `nn::Embedding`): validate, then `cpu/gather.rs` or `gpu/scatter.rs`. Both are
+//! `nn::Embedding`): validate, then ask the backend (`BackendStorage::scatter_add`). Both are
 //! deterministic: each target sums its contributions in position order on every device (no
 //! float atomics), so the CPU and every GPU give the same bits.
 
-use super::dispatch::device_ids;
-use super::gather::{host_ids, same_dims_within};
-use super::Data;
+use super::dispatch;
+use super::gather::same_dims_within;
 use super::Tensor;
+use crate::ops::backend::ScatterSpec;
 use crate::shape::{normalize_dim, Layout};
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, Error, Result};
+use crate::{Error, Result};
 
 impl Tensor {
     /// `torch.scatter_add`: a copy of `self` where, for every position `p` of `index`,
@@ -52,7 +51,14 @@ impl Tensor {
         let shape = index.shape().to_vec();
         let strides = Layout::contiguous(self.shape()).strides;
         let bound = self.shape().get(d).copied().unwrap_or(1);
-        let out = self.add_rows(OP, index, &shape, d, &strides, bound, &vals, 1)?;
+        let spec = ScatterSpec {
+            shape: &shape,
+            d,
+            out_strides: &strides,
+            bound,
+            r: 1,
+        };
+        let out = self.add_rows(OP, index, &spec, &vals)?;
         let out = out.reshape(self.shape())?;
         Ok(crate::autograd::gather::scatter_add(
             self, d, index, src, out,
@@ -129,7 +135,14 @@ impl Tensor {
         };
         let bound = self.shape()[d];
         let r = self.numel().checked_div(bound).unwrap_or(0);
-        let out = base.add_rows(OP, ids, &[ids.numel()], 0, &[1], bound, &vals, r)?;
+        let spec = ScatterSpec {
+            shape: &[ids.numel()],
+            d: 0,
+            out_strides: &[1],
+            bound,
+            r,
+        };
+        let out = base.add_rows(OP, ids, &spec, &vals)?;
         let moved = out.reshape(base.shape())?;
         if d == 0 {
             Ok(moved)
@@ -138,56 +151,19 @@ impl Tensor {
         }
     }
 
-    /// A packed copy of `self` (as `[bound, r]` rows) with `vals` (packed `[ids.len(), r]`)
-    /// added at the keys the ids give (see `cpu::gather::scatter_add_into`). Untracked.
-    #[allow(clippy::too_many_arguments)]
+    /// A packed copy of `self` (as `[bound, r]` rows) with `vals` (`[ids.len(), r]`) added
+    /// where `spec` sends them by the ids (see `BackendStorage::scatter_add`). Untracked.
     fn add_rows(
         &self,
         op: &'static str,
         ids: &Tensor,
-        shape: &[usize],
-        d: usize,
-        out_strides: &[usize],
-        bound: usize,
+        spec: &ScatterSpec,
         vals: &Tensor,
-        r: usize,
     ) -> Result<Tensor> {
         let base = self.contiguous()?;
         let vals = vals.contiguous()?;
-        let storage = match base.data()? {
-            Data::Cpu(_) => {
-                let host = host_ids(op, ids, bound)?;
-                let mut out = base.to_vec::<f32>()?;
-                let v = vals.host_f32(op)?;
-                cpu::gather::scatter_add_into(&mut out, &host, shape, d, out_strides, v, r)?;
-                Storage::from(CpuStorage::F32(out))
-            }
-            Data::Gpu(b) => {
-                let dev = &b.device;
-                let bytes = base.numel() as u64 * 4;
-                let out = dev.extract(op, b, base.layout().offset as u64 * 4, bytes)?;
-                if ids.numel() > 0 && r > 0 {
-                    let ids = device_ids(ids)?;
-                    let Some(v) = vals.gpu_data()? else {
-                        return Err(Error::InvalidArgument {
-                            op,
-                            message: "values on the CPU for a GPU tensor".into(),
-                        });
-                    };
-                    dev.scatter_add_into(
-                        op,
-                        &out,
-                        ids.parts()?,
-                        shape,
-                        d,
-                        out_strides,
-                        bound,
-                        (v, vals.layout().offset, r),
-                    )?;
-                }
-                Storage::from(out)
-            }
-        };
+        let storage = dispatch::scatter_add(op, &base, ids, &vals, spec)?
+            .ok_or_else(|| base.unsupported(op))?;
         Ok(base.derived(storage, base.shape()))
     }
 }

@@ -30,7 +30,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/optim_step.rs",
     "tensor/pad.rs",
     "tensor/quant.rs",
-    "tensor/scatter.rs",
     "tensor/transfer.rs",
 ];
 
