@@ -5,7 +5,8 @@
 
 use super::storage::CpuStorage;
 use super::{
-    conv, conv_direct, elementwise, f16_weight, gather, matmul, norm, pool, reduce, softmax, typed,
+    conv, conv_direct, elementwise, f16_weight, gather, join, matmul, norm, pool, reduce, softmax,
+    typed,
 };
 use crate::ops::backend::{
     BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
@@ -356,5 +357,24 @@ impl BackendStorage for CpuStorage {
             spec.r,
         )?;
         Ok(Some(CpuStorage::F32(out)))
+    }
+
+    fn cat(
+        parts: &[(&Self, &Layout)],
+        d: usize,
+        out_shape: &[usize],
+        _dtype: DType,
+    ) -> Result<Option<Self>> {
+        // Elements are only moved: one kernel for every dtype.
+        join::cat(parts, d, out_shape).map(Some)
+    }
+
+    fn assemble(
+        _op: &'static str,
+        _parts: &[(&Self, &Layout)],
+        _dtype: DType,
+    ) -> Result<Option<Self>> {
+        // Host memory has no binding limit: `cat` joins any size.
+        Ok(None)
     }
 }

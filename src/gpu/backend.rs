@@ -237,4 +237,49 @@ impl BackendStorage for GpuBuffer {
         }
         Ok(Some(out))
     }
+
+    fn cat(
+        parts: &[(&Self, &Layout)],
+        d: usize,
+        out_shape: &[usize],
+        dtype: DType,
+    ) -> Result<Option<Self>> {
+        // The copy kernel moves 32-bit words: 16- and 8-bit elements share words.
+        let Some((first, _)) = parts.first() else {
+            return Ok(None);
+        };
+        if dtype.size_in_bytes() != 4 {
+            return Ok(None);
+        }
+        first.device.cat(parts, d, out_shape).map(Some)
+    }
+
+    fn assemble(
+        op: &'static str,
+        parts: &[(&Self, &Layout)],
+        dtype: DType,
+    ) -> Result<Option<Self>> {
+        let Some((first, _)) = parts.first() else {
+            return Ok(None);
+        };
+        let g = &first.device;
+        let esize = dtype.size_in_bytes() as u64;
+        // A packed view that starts inside its buffer is copied out first (buffer copies
+        // start at the buffer's first byte).
+        let mut owned = Vec::with_capacity(parts.len());
+        for (b, l) in parts {
+            let (offset, len) = (l.offset as u64 * esize, l.numel() as u64 * esize);
+            owned.push(if offset == 0 {
+                None
+            } else {
+                Some(g.extract(op, b, offset, len)?)
+            });
+        }
+        let whole: Vec<(&GpuBuffer, u64)> = parts
+            .iter()
+            .zip(&owned)
+            .map(|((b, l), o)| (o.as_ref().unwrap_or(b), l.numel() as u64 * esize))
+            .collect();
+        g.assemble(op, &whole).map(Some)
+    }
 }

@@ -254,4 +254,22 @@ pub(crate) trait BackendStorage: Sized {
         vals: (&Self, &Layout),
         spec: &ScatterSpec,
     ) -> Result<Option<Self>>;
+
+    /// `cat` of the views `parts` (one dtype, `dtype`) along `d` into a packed tensor of
+    /// `out_shape`. An associated function, as its operands are a list. `None` where the
+    /// backend has no kernel for the dtype (the caller widens 16- and 8-bit parts to 32 bits,
+    /// joins them and narrows the result back, exactly).
+    fn cat(
+        parts: &[(&Self, &Layout)],
+        d: usize,
+        out_shape: &[usize],
+        dtype: DType,
+    ) -> Result<Option<Self>>;
+
+    /// The packed views `parts` (of `dtype`) back to back in one packed tensor by plain
+    /// copies, which no binding limit bounds: a `cat` along dim 0 whose result or operands are
+    /// past what one kernel binds. Every part but the last is a whole number of 4-byte words.
+    /// `None` where [`BackendStorage::cat`] has no such limit (the CPU).
+    fn assemble(op: &'static str, parts: &[(&Self, &Layout)], dtype: DType)
+        -> Result<Option<Self>>;
 }

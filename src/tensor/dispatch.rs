@@ -8,6 +8,7 @@ use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
 use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec};
 use crate::ops::geometry::{Geom, PoolGeom};
+use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result};
 use std::sync::Arc;
@@ -22,6 +23,12 @@ pub(crate) enum Data<'a> {
 pub(crate) enum DataN<'a, const N: usize> {
     Cpu([&'a CpuStorage; N]),
     Gpu([&'a GpuBuffer; N]),
+}
+
+/// The data and views of a list of operands that share one device.
+pub(crate) enum DataList<'a> {
+    Cpu(Vec<(&'a CpuStorage, &'a Layout)>),
+    Gpu(Vec<(&'a GpuBuffer, &'a Layout)>),
 }
 
 /// A uniquely held tensor's data, to write in place.
@@ -128,6 +135,27 @@ pub(crate) fn data_n<'a, const N: usize>(
             }
         },
     )
+}
+
+/// The data and views of `ts` (a non-empty list), all on `ts[0]`'s device, or the
+/// device-mismatch error of `op` naming the first operand and the first one elsewhere.
+pub(crate) fn data_list<'a>(op: &'static str, ts: &[&'a Tensor]) -> Result<DataList<'a>> {
+    let (mut cpu, mut gpu) = (Vec::new(), Vec::new());
+    for t in ts {
+        if t.device() != ts[0].device() {
+            return Err(ts[0].device_mismatch(op, t));
+        }
+        match t.data()? {
+            Data::Cpu(s) => cpu.push((s, t.layout())),
+            Data::Gpu(b) => gpu.push((b, t.layout())),
+        }
+    }
+    // One device means one backend: one of the lists is empty.
+    Ok(if gpu.is_empty() {
+        DataList::Cpu(cpu)
+    } else {
+        DataList::Gpu(gpu)
+    })
 }
 
 impl Tensor {
@@ -576,4 +604,36 @@ pub(crate) fn scatter_add(
             (v, vals.layout()),
             spec
         )?))
+}
+
+/// `cat` of `ts` (one device, one dtype) along `d` into `out_shape`; `None` where the backend
+/// has no kernel for the dtype (see `BackendStorage::cat`).
+pub(crate) fn cat(
+    op: &'static str,
+    ts: &[&Tensor],
+    d: usize,
+    out_shape: &[usize],
+) -> Result<Option<Storage>> {
+    let Some(first) = ts.first() else {
+        return Ok(None);
+    };
+    let dtype = first.dtype();
+    Ok(match data_list(op, ts)? {
+        DataList::Cpu(p) => CpuStorage::cat(&p, d, out_shape, dtype)?.map(Storage::from),
+        DataList::Gpu(p) => GpuBuffer::cat(&p, d, out_shape, dtype)?.map(Storage::from),
+    })
+}
+
+/// The packed `ts` (one device, one dtype) back to back by plain copies, for a `cat` along dim
+/// 0 past one binding (see `BackendStorage::assemble`); `None` where the backend has no such
+/// path.
+pub(crate) fn assemble(op: &'static str, ts: &[&Tensor]) -> Result<Option<Storage>> {
+    let Some(first) = ts.first() else {
+        return Ok(None);
+    };
+    let dtype = first.dtype();
+    Ok(match data_list(op, ts)? {
+        DataList::Cpu(p) => CpuStorage::assemble(op, &p, dtype)?.map(Storage::from),
+        DataList::Gpu(p) => GpuBuffer::assemble(op, &p, dtype)?.map(Storage::from),
+    })
 }

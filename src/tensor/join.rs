@@ -1,10 +1,11 @@
-//! `cat` and `stack`: validate, then dispatch to `cpu/join.rs` or `gpu/join.rs`.
+//! `cat` and `stack`: validate, then ask the backend (`BackendStorage::cat`, or
+//! `BackendStorage::assemble` past one GPU binding).
 
-use super::Data;
-use super::{backend, Backend, Tensor};
+use super::chunked::blocks_needed;
+use super::dispatch;
+use super::Tensor;
 use crate::shape::normalize_dim;
-use crate::storage::Storage;
-use crate::{cpu, DType, Error, Result};
+use crate::{DType, Error, Result};
 
 impl Tensor {
     /// Concatenates tensors along an existing `dim` (`torch.cat`; negative dims count from the
@@ -69,101 +70,41 @@ impl Tensor {
             out_shape[d] += t.shape()[d];
         }
         crate::shape::numel_checked(&out_shape)?;
-        let device = first.device();
-        let storage = match backend(device) {
-            Backend::Cpu => {
-                let mut parts = Vec::with_capacity(tensors.len());
-                for t in tensors {
-                    match t.data()? {
-                        Data::Cpu(s) => parts.push((s, t.layout())),
-                        Data::Gpu(_) => return Err(first.device_mismatch(op, t)),
-                    }
-                }
-                Storage::from(cpu::join::cat(&parts, d, &out_shape)?)
+        // Past one storage binding along dim 0 (the result, or a part's buffer: rows of an
+        // embedding table past one binding): the parts are joined by buffer copies (no binding
+        // limit), each packed first; every part but the last a whole number of 4-byte words.
+        let whole_words = tensors
+            .iter()
+            .rev()
+            .skip(1)
+            .all(|t| (t.numel() * t.dtype().size_in_bytes()).is_multiple_of(4));
+        if d == 0 && whole_words && blocks_needed(tensors, out_shape.iter().product()).is_some() {
+            let packed = tensors
+                .iter()
+                .map(|t| t.contiguous())
+                .collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = packed.iter().collect();
+            if let Some(storage) = dispatch::assemble(op, &refs)? {
+                return Ok(first.derived(storage, &out_shape));
             }
-            // Past one storage binding along dim 0 (the result, or a part's buffer: rows of an
-            // embedding table past one binding): the parts are joined by buffer copies (no
-            // binding limit), each packed first; every part but the last a whole number of
-            // 4-byte words.
-            Backend::Gpu(g)
-                if d == 0
-                    && ((out_shape.iter().product::<usize>() * first.dtype().size_in_bytes())
-                        as u64
-                        > g.binding_limit()
-                        || tensors
-                            .iter()
-                            .any(|t| t.gpu_bytes().is_some_and(|b| b > g.binding_limit())))
-                    && tensors
-                        .iter()
-                        .rev()
-                        .skip(1)
-                        .all(|t| (t.numel() * t.dtype().size_in_bytes()).is_multiple_of(4)) =>
-            {
-                let esize = first.dtype().size_in_bytes() as u64;
-                let mut packed = Vec::with_capacity(tensors.len());
-                for t in tensors {
-                    if !t.is_gpu() {
-                        return Err(first.device_mismatch(op, t));
-                    }
-                    packed.push(t.contiguous()?);
-                }
-                let mut owned = Vec::with_capacity(packed.len());
-                for t in &packed {
-                    let Some(b) = t.gpu_data()? else {
-                        return Err(first.device_mismatch(op, t));
-                    };
-                    let len = t.numel() as u64 * esize;
-                    // A packed view that starts inside its buffer is copied out first.
-                    let offset = t.layout().offset as u64 * esize;
-                    owned.push(if offset == 0 {
-                        None
-                    } else {
-                        Some(g.extract(op, b, offset, len)?)
-                    });
-                }
-                let parts: Vec<_> = packed
-                    .iter()
-                    .zip(&owned)
-                    .map(|(t, o)| {
-                        let len = t.numel() as u64 * esize;
-                        match (o, t.gpu_data()) {
-                            (Some(b), _) | (None, Ok(Some(b))) => Ok((b, len)),
-                            _ => Err(first.device_mismatch(op, t)),
-                        }
-                    })
-                    .collect::<Result<_>>()?;
-                Storage::from(g.assemble(op, &parts)?)
-            }
-            Backend::Gpu(g) if first.dtype().size_in_bytes() == 4 => {
-                let mut parts = Vec::with_capacity(tensors.len());
-                for t in tensors {
-                    match t.data()? {
-                        Data::Gpu(b) => parts.push((b, t.layout())),
-                        Data::Cpu(_) => return Err(first.device_mismatch(op, t)),
-                    }
-                }
-                Storage::from(g.cat(&parts, d, &out_shape)?)
-            }
-            // The copy kernel moves 32-bit words and 16- / 8-bit elements share words: widen
-            // each part on the device (f16 -> f32 and u8 -> u32 are exact), join, and narrow
-            // back, so the data never leaves the GPU.
-            Backend::Gpu(_) => {
-                let (dtype, wide) = (first.dtype(), wide_dtype(first.dtype()));
-                let parts = tensors
-                    .iter()
-                    .map(|t| {
-                        if t.is_gpu() {
-                            t.to_dtype(wide)
-                        } else {
-                            Err(first.device_mismatch(op, t))
-                        }
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let refs: Vec<&Tensor> = parts.iter().collect();
-                return Tensor::cat(&refs, d as isize)?.to_dtype(dtype);
-            }
-        };
-        Ok(first.derived(storage, &out_shape))
+        }
+        if let Some(storage) = dispatch::cat(op, tensors, d, &out_shape)? {
+            return Ok(first.derived(storage, &out_shape));
+        }
+        // No kernel for a 16- or 8-bit dtype (a GPU's copy kernel moves 32-bit words, which
+        // such elements share): widen each part on the device (f16 -> f32 and u8 -> u32 are
+        // exact), join, and narrow back, so the data never leaves the device.
+        let dtype = first.dtype();
+        let wide = wide_dtype(dtype);
+        if wide == dtype {
+            return Err(first.unsupported(op));
+        }
+        let parts = tensors
+            .iter()
+            .map(|t| t.to_dtype(wide))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Tensor::cat(&refs, d as isize)?.to_dtype(dtype)
     }
 
     /// Stacks tensors of one shape along a new `dim` (`torch.stack`): `dim` ranges over
@@ -214,10 +155,12 @@ impl Tensor {
     }
 }
 
-/// The 32-bit dtype that holds every value of a 16- or 8-bit one exactly.
+/// The 32-bit dtype that holds every value of a 16- or 8-bit one exactly (a 32-bit dtype
+/// itself).
 fn wide_dtype(d: DType) -> DType {
     match d {
         DType::U8 => DType::U32,
-        _ => DType::F32,
+        DType::F16 => DType::F32,
+        d => d,
     }
 }
