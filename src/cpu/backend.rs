@@ -5,11 +5,11 @@
 
 use super::storage::CpuStorage;
 use super::{
-    conv, conv_direct, elementwise, f16_weight, gather, join, matmul, norm, pool, reduce, softmax,
-    typed,
+    conv, conv_direct, cross_entropy as ce, elementwise, f16_weight, gather, join, matmul, norm,
+    pool, reduce, softmax, typed,
 };
 use crate::ops::backend::{
-    BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
 };
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
@@ -35,6 +35,11 @@ fn packed<'a>(
         return Ok(s);
     }
     Ok(keep.insert(s.contiguous(l)?))
+}
+
+/// The elements of `v` from `offset` on (a packed view's, read in place).
+fn from(v: &[f32], offset: usize) -> &[f32] {
+    v.get(offset..).unwrap_or_default()
 }
 
 /// The first `n` elements of `v` (the view's, when the storage holds more), or all of `v`.
@@ -376,5 +381,40 @@ impl BackendStorage for CpuStorage {
     ) -> Result<Option<Self>> {
         // Host memory has no binding limit: `cat` joins any size.
         Ok(None)
+    }
+
+    fn cross_entropy(
+        &self,
+        (targets, view): (&Self, &IdsView),
+        ce: &CeRows,
+    ) -> Result<Option<Self>> {
+        // Every target is checked before anything runs.
+        let t = ce::host_targets("cross_entropy", targets, view, (ce.c, ce.spec))?;
+        let Some(x) = f32s(self) else {
+            return Ok(None);
+        };
+        let x = from(x, ce.offset);
+        Ok(Some(CpuStorage::F32(ce::rows(x, ce.n, ce.c, &t, ce.spec))))
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        (targets, view): (&Self, &IdsView),
+        ce: &CeRows,
+        (stats, ls): (&Self, &Layout),
+        (g, lg): (&Self, &Layout),
+    ) -> Result<Option<Self>> {
+        let t = ce::host_targets("cross_entropy", targets, view, (ce.c, ce.spec))?;
+        let (Some(x), Some(stats), Some(g)) = (f32s(self), f32s(stats), f32s(g)) else {
+            return Ok(None);
+        };
+        Ok(Some(CpuStorage::F32(ce::backward(
+            from(x, ce.offset),
+            (ce.n, ce.c),
+            &t,
+            ce.spec,
+            from(stats, ls.offset),
+            from(g, lg.offset),
+        ))))
     }
 }

@@ -5,8 +5,11 @@
 //! fixed order: the same logits give the same bits at any thread count.
 
 use super::fast_exp::{exp_le0, exp_neg, lane_max};
+use super::storage::CpuStorage;
 use super::strided::PAR_THRESHOLD;
+use crate::ops::backend::IdsView;
 pub(crate) use crate::ops::geometry::CeSpec;
+use crate::{Error, Result};
 use rayon::prelude::*;
 
 /// Logits per rayon task (enough work to amortise the hand-off).
@@ -17,6 +20,53 @@ impl CeSpec {
     fn counts(&self, t: i64) -> bool {
         self.ignore != Some(t)
     }
+}
+
+/// The packed targets `view` of `s` as classes, each checked to lie in `0..c` or be the ignored
+/// class before any kernel runs (the ignored class may be negative, as torch's -100, so ids
+/// are read as i64 rather than through `gather::host_ids`).
+pub(crate) fn host_targets(
+    op: &'static str,
+    s: &CpuStorage,
+    view: &IdsView,
+    (c, spec): (usize, &CeSpec),
+) -> Result<Vec<i64>> {
+    let range = view.offset..view.offset + view.count;
+    let short = || Error::InvalidArgument {
+        op,
+        message: format!("targets {range:?} past their storage"),
+    };
+    let t: Vec<i64> = match s {
+        CpuStorage::I32(v) => v
+            .get(range.clone())
+            .ok_or_else(short)?
+            .iter()
+            .map(|&i| i64::from(i))
+            .collect(),
+        CpuStorage::U32(v) => v
+            .get(range.clone())
+            .ok_or_else(short)?
+            .iter()
+            .map(|&i| i64::from(i))
+            .collect(),
+        _ => {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "targets must be U32 or I32".into(),
+            })
+        }
+    };
+    if let Some(&bad) = t
+        .iter()
+        .find(|&&id| spec.counts(id) && (id < 0 || id as usize >= c))
+    {
+        return Err(Error::IndexOutOfRange {
+            op,
+            index: bad,
+            bound: c,
+        });
+    }
+    Ok(t)
 }
 
 /// Rows per task for rows of `c` logits, and whether to use threads at all.

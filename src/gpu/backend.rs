@@ -6,8 +6,9 @@
 
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
+use super::rows::CeWords;
 use crate::ops::backend::{
-    BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
 };
 use crate::ops::geometry::{Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
@@ -281,5 +282,67 @@ impl BackendStorage for GpuBuffer {
             .map(|((b, l), o)| (o.as_ref().unwrap_or(b), l.numel() as u64 * esize))
             .collect();
         g.assemble(op, &whole).map(Some)
+    }
+
+    fn cross_entropy(
+        &self,
+        (targets, view): (&Self, &IdsView),
+        ce: &CeRows,
+    ) -> Result<Option<Self>> {
+        // Targets are never read back: the kernel checks them as it runs (`gpu/ids.rs`).
+        let ids = (targets, view.offset, view.count, view.signed);
+        self.device
+            .cross_entropy_rows(
+                "cross_entropy",
+                (self, ce.offset),
+                (ce.n, ce.c),
+                ids,
+                &ce_words(ce, view.signed),
+            )
+            .map(Some)
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        (targets, view): (&Self, &IdsView),
+        ce: &CeRows,
+        (stats, ls): (&Self, &Layout),
+        (g, lg): (&Self, &Layout),
+    ) -> Result<Option<Self>> {
+        if ls.offset != 0 {
+            // The kernel reads the statistics from the start of their buffer.
+            return Err(crate::Error::InvalidArgument {
+                op: "cross_entropy",
+                message: "cross-entropy statistics must start their buffer".into(),
+            });
+        }
+        let ids = (targets, view.offset, view.count, view.signed);
+        self.device
+            .cross_entropy_backward(
+                "cross_entropy",
+                (self, ce.offset),
+                (ce.n, ce.c),
+                ids,
+                &ce_words(ce, view.signed),
+                stats,
+                (g, lg.offset),
+            )
+            .map(Some)
+    }
+}
+
+/// The ignored class as the targets' bits (`None` when no target of that signedness can equal
+/// it), and the smoothing, as the cross-entropy kernels read them.
+fn ce_words(ce: &CeRows, signed: bool) -> CeWords {
+    let ignore = ce.spec.ignore.and_then(|i| {
+        if signed {
+            i32::try_from(i).ok().map(|v| v as u32)
+        } else {
+            u32::try_from(i).ok()
+        }
+    });
+    CeWords {
+        ignore,
+        smoothing: ce.spec.smoothing,
     }
 }

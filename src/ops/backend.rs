@@ -11,7 +11,7 @@
 //! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
-use super::geometry::{Geom, PoolGeom, Rows};
+use super::geometry::{CeSpec, Geom, PoolGeom, Rows};
 use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -62,6 +62,16 @@ pub(crate) struct ScatterSpec<'a> {
     pub out_strides: &'a [usize],
     pub bound: usize,
     pub r: usize,
+}
+
+/// A fused cross-entropy as the tensor layer validated it: `n > 0` rows of `c` packed f32
+/// logits from element `offset` of their storage, against `n` class targets (each in `0..c` or
+/// `spec.ignore`).
+pub(crate) struct CeRows<'a> {
+    pub n: usize,
+    pub c: usize,
+    pub offset: usize,
+    pub spec: &'a CeSpec,
 }
 
 /// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
@@ -272,4 +282,22 @@ pub(crate) trait BackendStorage: Sized {
     /// `None` where [`BackendStorage::cat`] has no such limit (the CPU).
     fn assemble(op: &'static str, parts: &[(&Self, &Layout)], dtype: DType)
         -> Result<Option<Self>>;
+
+    /// Per-row statistics `[loss[n], valid[n], lse[n]]` (packed f32 `[3, n]`) of the logits
+    /// `self` that `ce` describes, against the packed targets `targets`. A target outside
+    /// `0..c` that is not the ignored class is `Error::IndexOutOfRange` where the backend reads
+    /// targets without waiting (the CPU), else reported by the kernel at the next
+    /// synchronizing call (a GPU). `None` for logits that are not f32.
+    fn cross_entropy(&self, targets: (&Self, &IdsView), ce: &CeRows) -> Result<Option<Self>>;
+
+    /// The gradient (packed f32 `[n, c]`) of [`BackendStorage::cross_entropy`]'s logits from
+    /// its packed statistics `stats` and the packed per-row upstream gradient `g` (`n` f32),
+    /// targets checked as there; `None` for operands that are not f32.
+    fn cross_entropy_backward(
+        &self,
+        targets: (&Self, &IdsView),
+        ce: &CeRows,
+        stats: (&Self, &Layout),
+        g: (&Self, &Layout),
+    ) -> Result<Option<Self>>;
 }

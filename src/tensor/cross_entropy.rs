@@ -1,15 +1,13 @@
 //! The fused cross-entropy kernels behind `nn::cross_entropy`: per-row statistics
-//! `[loss, valid, lse]` and the logits' gradient, on the CPU (`cpu/cross_entropy.rs`) or a GPU
-//! (`gpu/rows.rs`). Targets stay on their device: the CPU checks them as it goes, a
-//! GPU kernel reports a bad one at the next synchronizing call.
+//! `[loss, valid, lse]` and the logits' gradient, each one call of the backend interface
+//! (`BackendStorage::cross_entropy`). Targets stay on their device: the CPU checks them before
+//! its kernel runs, a GPU kernel reports a bad one at the next synchronizing call.
 
-use super::dispatch::device_ids;
-use super::Data;
+use super::dispatch;
 use super::Tensor;
-use crate::cpu::cross_entropy::{self as ce, CeSpec};
-use crate::gpu::rows::CeWords;
-use crate::storage::{CpuStorage, Storage};
-use crate::{DType, Error, Result};
+use crate::ops::backend::CeRows;
+use crate::ops::geometry::CeSpec;
+use crate::{DType, Result};
 
 const OP: &str = "cross_entropy";
 
@@ -17,33 +15,13 @@ impl Tensor {
     /// `[3, n]` statistics (loss, valid, log-sum-exp per row) of `self`, packed f32 logits
     /// `[n, c]`, against `targets` `[n]`. Untracked.
     pub(crate) fn ce_rows(&self, targets: &Tensor, spec: &CeSpec) -> Result<Tensor> {
-        let (n, c) = (self.shape()[0], self.shape()[1]);
+        let n = self.shape()[0];
         if n == 0 {
             return Tensor::zeros(&[3, 0], DType::F32, self.device());
         }
-        let storage = match self.data()? {
-            Data::Cpu(_) => {
-                let t = host_targets(targets, c, spec)?;
-                Storage::from(CpuStorage::F32(ce::rows(
-                    self.host_f32(OP)?,
-                    n,
-                    c,
-                    &t,
-                    spec,
-                )))
-            }
-            Data::Gpu(b) => {
-                let ids = device_ids(targets)?;
-                let words = words(targets, spec);
-                Storage::from(b.device.cross_entropy_rows(
-                    OP,
-                    (b, self.layout().offset),
-                    (n, c),
-                    ids.parts()?,
-                    &words,
-                )?)
-            }
-        };
+        let ce = self.ce_desc(spec);
+        let storage =
+            dispatch::cross_entropy(self, targets, &ce)?.ok_or_else(|| self.unsupported(OP))?;
         Ok(self.derived(storage, &[3, n]))
     }
 
@@ -62,85 +40,19 @@ impl Tensor {
         }
         let stats = stats.contiguous()?;
         let g = g.contiguous()?;
-        let storage = match self.data()? {
-            Data::Cpu(_) => {
-                let t = host_targets(targets, c, spec)?;
-                Storage::from(CpuStorage::F32(ce::backward(
-                    self.host_f32(OP)?,
-                    (n, c),
-                    &t,
-                    spec,
-                    stats.host_f32(OP)?,
-                    g.host_f32(OP)?,
-                )))
-            }
-            Data::Gpu(b) => {
-                let ids = device_ids(targets)?;
-                let (Some(sb), Some(gb)) = (stats.gpu_data()?, g.gpu_data()?) else {
-                    return Err(Error::InvalidArgument {
-                        op: OP,
-                        message: "statistics on another device than the logits".into(),
-                    });
-                };
-                if stats.layout().offset != 0 {
-                    return Err(Error::InvalidArgument {
-                        op: OP,
-                        message: "cross-entropy statistics must start their buffer".into(),
-                    });
-                }
-                Storage::from(b.device.cross_entropy_backward(
-                    OP,
-                    (b, self.layout().offset),
-                    (n, c),
-                    ids.parts()?,
-                    &words(targets, spec),
-                    sb,
-                    (gb, g.layout().offset),
-                )?)
-            }
-        };
+        let ce = self.ce_desc(spec);
+        let storage = dispatch::cross_entropy_backward(self, targets, &ce, &stats, &g)?
+            .ok_or_else(|| self.unsupported(OP))?;
         Ok(self.derived(storage, &[n, c]))
     }
-}
 
-/// The ignored class as the targets' bits, and the smoothing, for the kernels.
-fn words(targets: &Tensor, spec: &CeSpec) -> CeWords {
-    let ignore = spec.ignore.and_then(|i| {
-        if targets.dtype() == DType::I32 {
-            i32::try_from(i).ok().map(|v| v as u32)
-        } else {
-            u32::try_from(i).ok()
+    /// The kernels' description of the packed logits `self` `[n, c]`.
+    fn ce_desc<'a>(&self, spec: &'a CeSpec) -> CeRows<'a> {
+        CeRows {
+            n: self.shape()[0],
+            c: self.shape()[1],
+            offset: self.layout().offset,
+            spec,
         }
-    });
-    CeWords {
-        ignore,
-        smoothing: spec.smoothing,
     }
-}
-
-/// The targets on the host, each a class in `0..c` or the ignored one (the CPU path).
-fn host_targets(targets: &Tensor, c: usize, spec: &CeSpec) -> Result<Vec<i64>> {
-    let t: Vec<i64> = match targets.dtype() {
-        DType::I32 => targets
-            .to_vec::<i32>()?
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        _ => targets
-            .to_vec::<u32>()?
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-    };
-    if let Some(&bad) = t
-        .iter()
-        .find(|&&id| spec.ignore != Some(id) && (id < 0 || id as usize >= c))
-    {
-        return Err(Error::IndexOutOfRange {
-            op: OP,
-            index: bad,
-            bound: c,
-        });
-    }
-    Ok(t)
 }

@@ -6,7 +6,9 @@
 use super::Tensor;
 use crate::device::DeviceInner;
 use crate::gpu::{GpuBuffer, GpuDevice};
-use crate::ops::backend::{BackendStorage, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec};
+use crate::ops::backend::{
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec,
+};
 use crate::ops::geometry::{Geom, PoolGeom};
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
@@ -55,7 +57,7 @@ impl DeviceIds {
     }
 
     /// The GPU buffer and view of the ids, for the GPU kernels the families not yet behind the
-    /// backend interface call (cross-entropy, quantized row gathers).
+    /// backend interface call (quantized row gathers).
     pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
         let b = self
             .tensor
@@ -636,4 +638,32 @@ pub(crate) fn assemble(op: &'static str, ts: &[&Tensor]) -> Result<Option<Storag
         DataList::Cpu(p) => CpuStorage::assemble(op, &p, dtype)?.map(Storage::from),
         DataList::Gpu(p) => GpuBuffer::assemble(op, &p, dtype)?.map(Storage::from),
     })
+}
+
+/// Per-row cross-entropy statistics of the packed f32 logits `x` that `ce` describes against
+/// `targets` (one device; see `BackendStorage::cross_entropy`).
+pub(crate) fn cross_entropy(x: &Tensor, targets: &Tensor, ce: &CeRows) -> Result<Option<Storage>> {
+    let packed = device_ids(targets)?;
+    let view = packed.view();
+    Ok(ask!("cross_entropy", [x, &packed.tensor], |[s, t]| s
+        .cross_entropy((t, &view), ce)?))
+}
+
+/// The logits' gradient of [`cross_entropy`] from its packed statistics `stats` and the packed
+/// per-row upstream gradient `g` (one device; see `BackendStorage::cross_entropy_backward`).
+pub(crate) fn cross_entropy_backward(
+    x: &Tensor,
+    targets: &Tensor,
+    ce: &CeRows,
+    stats: &Tensor,
+    g: &Tensor,
+) -> Result<Option<Storage>> {
+    let packed = device_ids(targets)?;
+    let view = packed.view();
+    let (ls, lg) = (stats.layout(), g.layout());
+    Ok(ask!(
+        "cross_entropy",
+        [x, &packed.tensor, stats, g],
+        |[s, t, st, gg]| s.cross_entropy_backward((t, &view), ce, (st, ls), (gg, lg))?
+    ))
 }

@@ -23,7 +23,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
     "tensor/create.rs",
-    "tensor/cross_entropy.rs",
     "tensor/display.rs",
     "tensor/fuse.rs",
     "tensor/optim_step.rs",
