@@ -5,26 +5,12 @@
 
 use super::dot8;
 use super::fast_exp::exp_le0;
+pub(crate) use crate::ops::geometry::DecodeDims;
 use rayon::prelude::*;
 
 /// Positions scored together before the running max and sum are updated (the shader's
 /// workgroup size).
 pub(crate) const TILE: usize = 64;
-
-/// Shapes of one decode-attention call.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct DecodeDims {
-    /// Query heads.
-    pub heads: usize,
-    /// Key-value heads (`heads` is a multiple: grouped-query attention).
-    pub kv_heads: usize,
-    /// Elements per head.
-    pub head_dim: usize,
-    /// Cached positions attended to (`1..=` the cache's capacity).
-    pub len: usize,
-    /// Multiplier of the scores (usually `1 / sqrt(head_dim)`).
-    pub scale: f32,
-}
 
 /// Positions between a row's prefetch and its use.
 const AHEAD: usize = 4;

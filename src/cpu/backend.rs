@@ -5,13 +5,13 @@
 
 use super::storage::CpuStorage;
 use super::{
-    conv, conv_direct, cross_entropy as ce, elementwise, f16_weight, gather, join, matmul, norm,
-    pool, reduce, softmax, typed,
+    attention_decode as decode, conv, conv_direct, cross_entropy as ce, elementwise, f16_weight,
+    gather, join, matmul, norm, pool, reduce, softmax, typed,
 };
 use crate::ops::backend::{
     BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
 };
-use crate::ops::geometry::{Geom, PoolGeom, Rows};
+use crate::ops::geometry::{DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
@@ -416,5 +416,28 @@ impl BackendStorage for CpuStorage {
             from(stats, ls.offset),
             from(g, lg.offset),
         ))))
+    }
+
+    fn attention_decode(&self, k: &Self, v: &Self, dims: &DecodeDims) -> Result<Option<Self>> {
+        let (Some(q), Some(k), Some(v)) = (f32s(self), f32s(k), f32s(v)) else {
+            return Ok(None);
+        };
+        Ok(Some(CpuStorage::F32(decode::attention_decode(
+            q, k, v, *dims,
+        ))))
+    }
+
+    fn write_bytes(&mut self, at: usize, src: &Self, len: usize) -> Result<()> {
+        let (d, s) = (self.as_bytes_mut(), src.as_bytes());
+        match (d.get_mut(at..at + len), s.get(..len)) {
+            (Some(d), Some(s)) => {
+                d.copy_from_slice(s);
+                Ok(())
+            }
+            _ => Err(Error::InvalidArgument {
+                op: "write_rows",
+                message: format!("bytes {at}.. (+{len}) past a storage"),
+            }),
+        }
     }
 }

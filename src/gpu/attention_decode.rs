@@ -7,7 +7,7 @@ use super::contract::decode::TILE;
 use super::device::GpuDevice;
 use super::kernels::{grid, Launch, Shader};
 use super::params::w;
-use crate::cpu::attention_decode::DecodeDims;
+use crate::ops::geometry::DecodeDims;
 use crate::{Error, Result};
 
 /// Invocations per workgroup of attention_decode.wgsl: one per position of a tile.

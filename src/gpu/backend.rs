@@ -10,7 +10,7 @@ use super::rows::CeWords;
 use crate::ops::backend::{
     BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
 };
-use crate::ops::geometry::{Geom, PoolGeom, Rows};
+use crate::ops::geometry::{DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -328,6 +328,16 @@ impl BackendStorage for GpuBuffer {
                 (g, lg.offset),
             )
             .map(Some)
+    }
+
+    fn attention_decode(&self, k: &Self, v: &Self, dims: &DecodeDims) -> Result<Option<Self>> {
+        self.device.attention_decode(self, k, v, *dims).map(Some)
+    }
+
+    fn write_bytes(&mut self, at: usize, src: &Self, len: usize) -> Result<()> {
+        // A buffer copy on the queue, ordered after the programs that wrote either buffer.
+        self.device
+            .copy_into("write_rows", src, self, at as u64, len as u64)
     }
 }
 

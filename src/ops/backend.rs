@@ -11,7 +11,7 @@
 //! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
-use super::geometry::{CeSpec, Geom, PoolGeom, Rows};
+use super::geometry::{CeSpec, DecodeDims, Geom, PoolGeom, Rows};
 use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -300,4 +300,16 @@ pub(crate) trait BackendStorage: Sized {
         stats: (&Self, &Layout),
         g: (&Self, &Layout),
     ) -> Result<Option<Self>>;
+
+    /// Decode attention (one query position per head over the first `dims.len` positions of a
+    /// KV cache, one pass with an online softmax) of the packed f32 query `self`
+    /// `[heads, head_dim]` over the packed caches `k` and `v` `[capacity, kv_heads, head_dim]`,
+    /// each read from element 0 of its storage, into a packed `[heads, head_dim]`; `None` for
+    /// operands that are not f32.
+    fn attention_decode(&self, k: &Self, v: &Self, dims: &DecodeDims) -> Result<Option<Self>>;
+
+    /// Overwrites `len` bytes of `self` from byte `at` with the first `len` bytes of the packed
+    /// `src` (one dtype), in place: a KV cache append, which copies one position, not the
+    /// cache. `at` and `len` are whole 4-byte words.
+    fn write_bytes(&mut self, at: usize, src: &Self, len: usize) -> Result<()>;
 }

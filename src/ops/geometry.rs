@@ -49,6 +49,21 @@ pub(crate) struct CeSpec {
     pub smoothing: f32,
 }
 
+/// Shapes of one decode-attention call (`Tensor::attention_decode`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecodeDims {
+    /// Query heads.
+    pub heads: usize,
+    /// Key-value heads (`heads` is a multiple: grouped-query attention).
+    pub kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Cached positions attended to (`1..=` the cache's capacity).
+    pub len: usize,
+    /// Multiplier of the scores (usually `1 / sqrt(head_dim)`).
+    pub scale: f32,
+}
+
 /// One Adam update's hyperparameters, `step` counted from 1 (the bias corrections' exponent).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AdamStep {

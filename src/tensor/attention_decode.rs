@@ -1,12 +1,12 @@
 //! Decode-time attention over a KV cache: the fused one-pass kernel (`cpu/attention_decode.rs`,
-//! `shaders/attention_decode.wgsl`) and the in-place append that fills the cache.
+//! `shaders/attention_decode.wgsl`) and the in-place append that fills the cache, each one call
+//! of the backend interface (`BackendStorage::attention_decode`, `write_bytes`).
 
+use super::dispatch;
 use super::Tensor;
-use super::{data_n, Data, DataMut, DataN};
-use crate::cpu::attention_decode::DecodeDims;
 use crate::error::{invalid, mismatch};
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, Result};
+use crate::ops::geometry::DecodeDims;
+use crate::Result;
 
 impl Tensor {
     /// Attention of one query position per head over the first `len` positions of a KV cache,
@@ -85,19 +85,8 @@ impl Tensor {
             k_cache.contiguous()?,
             v_cache.contiguous()?,
         );
-        let storage = match data_n(op, [&q, &k, &v])? {
-            DataN::Cpu(_) => {
-                Storage::from(CpuStorage::F32(cpu::attention_decode::attention_decode(
-                    q.host_f32(op)?,
-                    k.host_f32(op)?,
-                    v.host_f32(op)?,
-                    dims,
-                )))
-            }
-            DataN::Gpu([qb, kb, vb]) => {
-                Storage::from(qb.device.attention_decode(qb, kb, vb, dims)?)
-            }
-        };
+        let storage =
+            dispatch::attention_decode(&q, &k, &v, &dims)?.ok_or_else(|| q.unsupported(op))?;
         Ok(q.derived(storage, &[heads, hd]))
     }
 
@@ -136,24 +125,6 @@ impl Tensor {
             }
             return Ok(());
         }
-        let src_storage = src.data()?;
-        let Some(dst) = self.data_mut() else {
-            return Err(invalid(
-                op,
-                "the tensor stopped being unique (a wgtensor bug)".into(),
-            ));
-        };
-        match (dst, src_storage) {
-            (DataMut::Cpu(d), Data::Cpu(s)) => {
-                let (d, s) = (d.as_bytes_mut(), s.as_bytes());
-                d[at * elem..(at + n) * elem].copy_from_slice(&s[..n * elem]);
-            }
-            (DataMut::Gpu(d), Data::Gpu(s)) => {
-                d.device
-                    .copy_into(op, s, d, (at * elem) as u64, (n * elem) as u64)?;
-            }
-            _ => return Err(invalid(op, "storage on two kinds of device".into())),
-        }
-        Ok(())
+        dispatch::write_bytes(op, self, at * elem, &src, n * elem)
     }
 }

@@ -9,7 +9,7 @@ use crate::gpu::{GpuBuffer, GpuDevice};
 use crate::ops::backend::{
     BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec,
 };
-use crate::ops::geometry::{Geom, PoolGeom};
+use crate::ops::geometry::{DecodeDims, Geom, PoolGeom};
 use crate::shape::Layout;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result};
@@ -666,4 +666,46 @@ pub(crate) fn cross_entropy_backward(
         [x, &packed.tensor, stats, g],
         |[s, t, st, gg]| s.cross_entropy_backward((t, &view), ce, (st, ls), (gg, lg))?
     ))
+}
+
+/// Decode attention of the packed `q` over the packed caches `k` and `v` (one device; see
+/// `BackendStorage::attention_decode`); `None` for a dtype the backend has no kernel for.
+pub(crate) fn attention_decode(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    dims: &DecodeDims,
+) -> Result<Option<Storage>> {
+    Ok(ask!("attention_decode", [q, k, v], |[q, k, v]| q
+        .attention_decode(k, v, dims)?))
+}
+
+/// Overwrites `len` bytes of `dst` from byte `at` with the packed `src` (one device, one
+/// dtype), in place; `dst` must be uniquely held (see `Tensor::data_mut`), else
+/// `Error::InvalidArgument` naming `op` (see `BackendStorage::write_bytes`).
+pub(crate) fn write_bytes(
+    op: &'static str,
+    dst: &mut Tensor,
+    at: usize,
+    src: &Tensor,
+    len: usize,
+) -> Result<()> {
+    if dst.device() != src.device() {
+        return Err(dst.device_mismatch(op, src));
+    }
+    let src = src.data()?;
+    let Some(dst) = dst.data_mut() else {
+        return Err(crate::Error::InvalidArgument {
+            op,
+            message: "the tensor stopped being unique (a wgtensor bug)".into(),
+        });
+    };
+    match (dst, src) {
+        (DataMut::Cpu(d), Data::Cpu(s)) => d.write_bytes(at, s, len),
+        (DataMut::Gpu(d), Data::Gpu(s)) => d.write_bytes(at, s, len),
+        _ => Err(crate::Error::InvalidArgument {
+            op,
+            message: "storage on two kinds of device".into(),
+        }),
+    }
 }
