@@ -5,13 +5,13 @@
 
 use super::storage::CpuStorage;
 use super::{
-    attention_decode as decode, conv, conv_direct, cross_entropy as ce, elementwise, f16_weight,
-    gather, join, matmul, norm, pool, reduce, softmax, typed,
+    adam, attention_decode as decode, conv, conv_direct, cross_entropy as ce, elementwise,
+    f16_weight, gather, join, matmul, norm, pool, reduce, softmax, typed,
 };
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec, View,
 };
-use crate::ops::geometry::{DecodeDims, Geom, PoolGeom, Rows};
+use crate::ops::geometry::{AdamStep, DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
@@ -42,12 +42,23 @@ fn from(v: &[f32], offset: usize) -> &[f32] {
     v.get(offset..).unwrap_or_default()
 }
 
+/// The f32 elements of the packed view `l` of `s` (read in place); `None` for another dtype
+/// or a strided view.
+fn packed_f32<'a>(s: &'a CpuStorage, l: &Layout) -> Option<&'a [f32]> {
+    if !l.is_contiguous() {
+        return None;
+    }
+    f32s(s)?.get(l.offset..l.offset + l.numel())
+}
+
 /// The first `n` elements of `v` (the view's, when the storage holds more), or all of `v`.
 fn head(v: &[f32], n: usize) -> &[f32] {
     v.get(..n).unwrap_or(v)
 }
 
 impl BackendStorage for CpuStorage {
+    const FUSED_ADAM: bool = true;
+
     fn matmul(&self, rhs: &Self, spec: &MatmulSpec) -> Result<Option<(Self, DType)>> {
         Ok(match (self, rhs) {
             (CpuStorage::F32(a), CpuStorage::F32(b)) => Some((
@@ -439,5 +450,35 @@ impl BackendStorage for CpuStorage {
                 message: format!("bytes {at}.. (+{len}) past a storage"),
             }),
         }
+    }
+
+    fn adam_step(
+        &self,
+        lp: &Layout,
+        (g, lg): View<Self>,
+        moments: Option<[View<Self>; 2]>,
+        hyper: &AdamStep,
+    ) -> Result<Option<[Self; 3]>> {
+        // Weight gradients often arrive as transposed views of a matmul: pack them once.
+        let mut keep = None;
+        let g = match lg.is_contiguous() {
+            true => packed_f32(g, lg),
+            false => f32s(keep.insert(g.contiguous(lg)?)),
+        };
+        let (Some(ps), Some(gs)) = (packed_f32(self, lp), g) else {
+            return Ok(None);
+        };
+        let old = match moments {
+            Some([(m, lm), (v, lv)]) => match (packed_f32(m, lm), packed_f32(v, lv)) {
+                (Some(m), Some(v)) if m.len() == ps.len() && v.len() == ps.len() => Some((m, v)),
+                _ => return Ok(None),
+            },
+            None => None,
+        };
+        if gs.len() != ps.len() {
+            return Ok(None);
+        }
+        let (np, nm, nv) = adam::adam_step(ps, gs, old, hyper)?;
+        Ok(Some([np, nm, nv].map(CpuStorage::F32)))
     }
 }

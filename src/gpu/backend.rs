@@ -8,9 +8,9 @@ use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
 use super::rows::CeWords;
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec,
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec, View,
 };
-use crate::ops::geometry::{DecodeDims, Geom, PoolGeom, Rows};
+use crate::ops::geometry::{AdamStep, DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -21,6 +21,8 @@ pub(crate) fn matmul_kernel_names() -> Vec<&'static str> {
 }
 
 impl BackendStorage for GpuBuffer {
+    const FUSED_ADAM: bool = false;
+
     fn matmul(&self, rhs: &Self, spec: &MatmulSpec) -> Result<Option<(Self, DType)>> {
         let kernel = spec.kernel.and_then(MatmulKernel::from_name);
         let (precision, out) = match spec.dtype {
@@ -338,6 +340,17 @@ impl BackendStorage for GpuBuffer {
         // A buffer copy on the queue, ordered after the programs that wrote either buffer.
         self.device
             .copy_into("write_rows", src, self, at as u64, len as u64)
+    }
+
+    fn adam_step(
+        &self,
+        _lp: &Layout,
+        _grad: View<Self>,
+        _moments: Option<[View<Self>; 2]>,
+        _hyper: &AdamStep,
+    ) -> Result<Option<[Self; 3]>> {
+        // The op-by-op formula fuses into one generated program: no separate kernel.
+        Ok(None)
     }
 }
 

@@ -11,7 +11,7 @@
 //! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
-use super::geometry::{CeSpec, DecodeDims, Geom, PoolGeom, Rows};
+use super::geometry::{AdamStep, CeSpec, DecodeDims, Geom, PoolGeom, Rows};
 use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -73,6 +73,9 @@ pub(crate) struct CeRows<'a> {
     pub offset: usize,
     pub spec: &'a CeSpec,
 }
+
+/// A view an op reads: a backend's storage and the layout that sees it.
+pub(crate) type View<'a, S> = (&'a S, &'a Layout);
 
 /// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
 #[derive(Clone, Copy, Debug)]
@@ -312,4 +315,23 @@ pub(crate) trait BackendStorage: Sized {
     /// `src` (one dtype), in place: a KV cache append, which copies one position, not the
     /// cache. `at` and `len` are whole 4-byte words.
     fn write_bytes(&mut self, at: usize, src: &Self, len: usize) -> Result<()>;
+
+    /// Whether [`BackendStorage::adam_step`] can ever answer: asked before the operands' data
+    /// is read, as reading a GPU tensor's data runs its pending fused program, which would stop
+    /// the op-by-op formula fusing with it.
+    const FUSED_ADAM: bool;
+
+    /// One Adam update in one pass of the parameter `self` (seen through `lp`) with the
+    /// gradient `grad` and the previous moments `[m, v]` (`None` on the first step), all f32 of
+    /// one shape: packed `[parameter, m, v]`, with the bits of the op-by-op formula. `None`
+    /// where the backend has no fused step for these operands (a GPU, whose op-by-op formula
+    /// fuses into one program anyway; on the CPU, operands that are not f32 or moments that
+    /// are not packed): the caller then runs the formula.
+    fn adam_step(
+        &self,
+        lp: &Layout,
+        grad: View<Self>,
+        moments: Option<[View<Self>; 2]>,
+        hyper: &AdamStep,
+    ) -> Result<Option<[Self; 3]>>;
 }

@@ -709,3 +709,52 @@ pub(crate) fn write_bytes(
         }),
     }
 }
+
+/// One fused Adam update of `p` (see `BackendStorage::adam_step`): packed `[parameter, m, v]`,
+/// or `None` where the backend has no fused step for these operands or they live on different
+/// devices (the caller then runs the op-by-op formula).
+pub(crate) fn adam_step(
+    p: &Tensor,
+    grad: &Tensor,
+    moments: Option<(&Tensor, &Tensor)>,
+    hyper: &crate::ops::geometry::AdamStep,
+) -> Result<Option<[Storage; 3]>> {
+    let fused = match backend(p.device()) {
+        Backend::Cpu => CpuStorage::FUSED_ADAM,
+        Backend::Gpu(_) => GpuBuffer::FUSED_ADAM,
+    };
+    if !fused {
+        return Ok(None);
+    }
+    let (lp, lg) = (p.layout(), grad.layout());
+    Ok(match moments {
+        Some((m, v)) => {
+            if [grad, m, v].iter().any(|t| t.device() != p.device()) {
+                return Ok(None);
+            }
+            let (lm, lv) = (m.layout(), v.layout());
+            match data_n("adam", [p, grad, m, v])? {
+                DataN::Cpu([a, b, c, d]) => {
+                    wrap3(a.adam_step(lp, (b, lg), Some([(c, lm), (d, lv)]), hyper)?)
+                }
+                DataN::Gpu([a, b, c, d]) => {
+                    wrap3(a.adam_step(lp, (b, lg), Some([(c, lm), (d, lv)]), hyper)?)
+                }
+            }
+        }
+        None => {
+            if grad.device() != p.device() {
+                return Ok(None);
+            }
+            match data_n("adam", [p, grad])? {
+                DataN::Cpu([a, b]) => wrap3(a.adam_step(lp, (b, lg), None, hyper)?),
+                DataN::Gpu([a, b]) => wrap3(a.adam_step(lp, (b, lg), None, hyper)?),
+            }
+        }
+    })
+}
+
+/// A backend's three results as `Storage`.
+fn wrap3<S: Into<Storage>>(r: Option<[S; 3]>) -> Option<[Storage; 3]> {
+    r.map(|s| s.map(Into::into))
+}

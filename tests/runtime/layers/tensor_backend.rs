@@ -24,7 +24,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/create.rs",
     "tensor/display.rs",
     "tensor/fuse.rs",
-    "tensor/optim_step.rs",
     "tensor/pad.rs",
     "tensor/quant.rs",
     "tensor/transfer.rs",
