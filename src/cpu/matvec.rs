@@ -294,6 +294,19 @@ elem_simd!(f32, f16);
 mod tests {
     use super::*;
 
+    /// Both tests' operands: `xs` activations and `ws` weights of small mixed values, and the
+    /// weights rounded to f16.
+    fn operands(xs: usize, ws: usize) -> (Vec<f32>, Vec<f32>, Vec<f16>) {
+        let x: Vec<f32> = (0..xs)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let w: Vec<f32> = (0..ws)
+            .map(|i| ((i * 53 % 31) as f32 - 15.0) / 13.0)
+            .collect();
+        let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        (x, w, wh)
+    }
+
     /// Several activation rows at once give each row the bits of its matvec alone, in f32 and
     /// f16 weights, tails included.
     #[test]
@@ -304,13 +317,7 @@ mod tests {
             (3, 100, 1),
             (16, 33, 130),
         ] {
-            let x: Vec<f32> = (0..m * k)
-                .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
-                .collect();
-            let w: Vec<f32> = (0..n * k + 5)
-                .map(|i| ((i * 53 % 31) as f32 - 15.0) / 13.0)
-                .collect();
-            let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+            let (x, w, wh) = operands(m * k, n * k + 5);
             let mut a = vec![0f32; m * n];
             matvec_t_rows(&x, m, &w, 5, n, k, &mut a);
             let mut b = vec![0f32; m * n];
@@ -331,13 +338,7 @@ mod tests {
     fn simd_matches_the_portable_order() {
         for k in [1usize, 7, 8, 15, 16, 17, 31, 33, 100, 768] {
             let n = 9;
-            let x: Vec<f32> = (0..k)
-                .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
-                .collect();
-            let w: Vec<f32> = (0..n * k + 3)
-                .map(|i| ((i * 53 % 31) as f32 - 15.0) / 13.0)
-                .collect();
-            let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+            let (x, w, wh) = operands(k, n * k + 3);
             let mut a = vec![0f32; n];
             matvec_t(&x, &w, 3, n, k, &mut a);
             let mut b = vec![0f32; n];
