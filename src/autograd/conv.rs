@@ -3,7 +3,7 @@
 
 use super::record;
 use crate::ops::geometry::{BnGeom, Geom, PoolGeom};
-use crate::Tensor;
+use crate::{Result, Tensor};
 use std::sync::Arc;
 
 /// The convolution with its bias (when given) as one node: the bias gradient is the output
@@ -15,13 +15,35 @@ pub(crate) fn conv2d_cpu(
     geo: Geom,
     out: Tensor,
 ) -> Tensor {
+    conv2d_node(x, weight, bias, out, move |x, w, g, need| {
+        Tensor::conv2d_cpu_grads(x, w, g, &geo, need)
+    })
+}
+
+/// A convolution as one node over `x`, `weight` and the bias (when given). `grads(x, weight,
+/// g, need)` answers `[dx, dw, db]` for the inputs `need` names (in that order); both the
+/// CPU's kernel and the GPU's implicit GEMM record through here, so the node's inputs and the
+/// bias's place among the gradients are set in one place.
+pub(crate) fn conv2d_node<F>(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    out: Tensor,
+    grads: F,
+) -> Tensor
+where
+    F: Fn(&Tensor, &Tensor, &Tensor, [bool; 3]) -> Result<[Option<Tensor>; 3]>
+        + Send
+        + Sync
+        + 'static,
+{
     let (xs, ws) = (x.clone(), weight.clone());
     let mut inputs = vec![x, weight];
     inputs.extend(bias);
     let has_bias = bias.is_some();
     record("conv2d", out, &inputs, move |g, needs| {
         let need = [0, 1, 2].map(|i| needs.get(i) == Some(&true));
-        let [dx, dw, db] = Tensor::conv2d_cpu_grads(&xs, &ws, g, &geo, need)?;
+        let [dx, dw, db] = grads(&xs, &ws, g, need)?;
         let mut grads = vec![dx, dw];
         if has_bias {
             grads.push(db);

@@ -78,17 +78,13 @@ fn record(
     map: MapFn,
     out: Tensor,
 ) -> Tensor {
-    let (xs, ws) = (x.clone(), weight.clone());
-    let mut inputs = vec![x, weight];
-    inputs.extend(bias);
-    let has_bias = bias.is_some();
-    crate::autograd::record("conv2d", out, &inputs, move |g, needs| {
-        let need = [0, 2].map(|i| needs.get(i) == Some(&true));
+    // The weight needs no gradient here (its `dw` stays `None`).
+    crate::autograd::conv::conv2d_node(x, weight, bias, out, move |xs, ws, g, need| {
         let (n, gr) = (geo.n, geo.g);
         let m = geo.o / gr;
         let kk = geo.c / gr * geo.k[0] * geo.k[1];
         let (l, image) = (geo.out[0] * geo.out[1], geo.c * geo.h * geo.w);
-        let mut grads = vec![None, None];
+        let mut grads = [None, None, None];
         if need[0] {
             let gm = g.contiguous()?.reshape(&[n, gr, m, l])?;
             let wm = ws.reshape(&[gr, m, kk])?.transpose(-1, -2)?;
@@ -100,9 +96,7 @@ fn record(
                 .reshape(xs.shape())?;
             grads[0] = Some(dx);
         }
-        if has_bias {
-            grads.push(need[1].then(|| g.sum_dims(&[0, 2, 3], false)).transpose()?);
-        }
+        grads[2] = need[2].then(|| g.sum_dims(&[0, 2, 3], false)).transpose()?;
         Ok(grads)
     })
 }
