@@ -68,19 +68,20 @@ pub(crate) fn f16_matmul_t(
     b: &CpuStorage,
     lb: &Layout,
 ) -> Result<Option<CpuStorage>> {
-    let (CpuStorage::F16(a), CpuStorage::F16(b)) = (a, b) else {
+    let CpuStorage::F16(a) = a else {
         return Ok(None);
     };
-    let Some(mkn @ (m, k, _)) = f16_weight_plan(la, lb) else {
-        return Ok(None);
+    let widen = |rows: &[f16]| {
+        let mut x = vec![0f32; rows.len()];
+        // Slice conversions run F16C where the CPU has it (an element at a time they do not).
+        rows.convert_to_f32_slice(&mut x);
+        x
     };
-    let mut x = vec![0f32; m * k];
-    // Slice conversions run F16C where the CPU has it (an element at a time they do not).
-    a[la.offset..][..m * k].convert_to_f32_slice(&mut x);
-    let out = f16_weight_product(&x, b, lb, mkn)?;
-    let mut h = vec![f16::ZERO; out.len()];
-    h.convert_from_f32_slice(&out);
-    Ok(Some(CpuStorage::F16(h)))
+    with_f16_weight(a, la, b, lb, widen, |out| {
+        let mut h = vec![f16::ZERO; out.len()];
+        h.convert_from_f32_slice(&out);
+        CpuStorage::F16(h)
+    })
 }
 
 /// `x · Wᵀ` for f32 rows `x` and an f16 `W`, with the values of rounding `x` to f16,
@@ -92,17 +93,40 @@ pub(crate) fn f32_matmul_t_f16(
     b: &CpuStorage,
     lb: &Layout,
 ) -> Result<Option<CpuStorage>> {
-    let (CpuStorage::F32(a), CpuStorage::F16(b)) = (a, b) else {
+    let CpuStorage::F32(a) = a else {
+        return Ok(None);
+    };
+    let widen = |rows: &[f32]| {
+        let mut x = rows.to_vec();
+        round_through_f16(&mut x);
+        x
+    };
+    with_f16_weight(a, la, b, lb, widen, |mut out| {
+        round_through_f16(&mut out);
+        CpuStorage::F32(out)
+    })
+}
+
+/// The product of both entry points once their rows' element type is known: `None` unless
+/// `b` is f16 and the views make a plan ([`f16_weight_plan`]); else the rows of `a`'s
+/// `[m, k]` view, as f32 through `widen`, times the weight, stored by `finish`.
+fn with_f16_weight<T>(
+    a: &[T],
+    la: &Layout,
+    b: &CpuStorage,
+    lb: &Layout,
+    widen: impl FnOnce(&[T]) -> Vec<f32>,
+    finish: impl FnOnce(Vec<f32>) -> CpuStorage,
+) -> Result<Option<CpuStorage>> {
+    let CpuStorage::F16(b) = b else {
         return Ok(None);
     };
     let Some(mkn @ (m, k, _)) = f16_weight_plan(la, lb) else {
         return Ok(None);
     };
-    let mut x = a[la.offset..][..m * k].to_vec();
-    round_through_f16(&mut x);
-    let mut out = f16_weight_product(&x, b, lb, mkn)?;
-    round_through_f16(&mut out);
-    Ok(Some(CpuStorage::F32(out)))
+    let x = widen(&a[la.offset..][..m * k]);
+    let out = f16_weight_product(&x, b, lb, mkn)?;
+    Ok(Some(finish(out)))
 }
 
 /// Rounds every value to the nearest f16 and back, in place (vectorized slice conversions).
