@@ -59,14 +59,8 @@ impl BertConfig {
             serde_json::from_str(&text).map_err(|e| format_error_op(&p, format!("{e}")))?;
         let field = |k: &str| v.get(k).filter(|x| !x.is_null());
         let missing = |k: &str| format_error_op(&p, format!("config.json has no {k:?}"));
-        let uint = |k: &str| -> Result<usize> {
-            let x = field(k).ok_or_else(|| missing(k))?;
-            x.as_u64()
-                .filter(|&n| n > 0)
-                .map(|n| n as usize)
-                .ok_or_else(|| {
-                    format_error_op(&p, format!("{k:?} must be a positive integer, got {x}"))
-                })
+        let uint = |k: &str| {
+            super::config::positive_uint(&v, k, u64::MAX).map_err(|m| format_error_op(&p, m))
         };
         let model_type = field("model_type")
             .and_then(Value::as_str)

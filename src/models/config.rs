@@ -166,6 +166,20 @@ pub(crate) fn format_error(path: &str, message: String) -> Error {
     }
 }
 
+/// The integer `v[key]` of a `config.json` when it is in `1..=max`, as the encoder and Whisper
+/// configs read their sizes; else the message saying why not (the field is missing or null, or
+/// not such an integer), for the caller to wrap in its own error.
+pub(crate) fn positive_uint(v: &Value, key: &str, max: u64) -> std::result::Result<usize, String> {
+    let x = v
+        .get(key)
+        .filter(|x| !x.is_null())
+        .ok_or_else(|| format!("config.json has no {key:?}"))?;
+    x.as_u64()
+        .filter(|&n| n > 0 && n <= max)
+        .map(|n| n as usize)
+        .ok_or_else(|| format!("{key:?} must be a positive integer, got {x}"))
+}
+
 /// `x` as a positive finite f32 (a scale, a RoPE base, a soft-cap); `None` for anything else.
 pub(crate) fn positive_f32(x: &Value) -> Option<f32> {
     x.as_f64()

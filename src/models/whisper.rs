@@ -47,17 +47,9 @@ struct Config {
 
 impl Config {
     fn read(path: &Path, v: &Value) -> Result<Config> {
-        let uint = |k: &str| -> Result<usize> {
-            let x = v
-                .get(k)
-                .filter(|x| !x.is_null())
-                .ok_or_else(|| format_error(path, format!("config.json has no {k:?}")))?;
-            x.as_u64()
-                .filter(|&n| n > 0 && n < (1 << 31))
-                .map(|n| n as usize)
-                .ok_or_else(|| {
-                    format_error(path, format!("{k:?} must be a positive integer, got {x}"))
-                })
+        // Whisper refuses sizes from 2^31 on (the encoder configs take any positive size).
+        let uint = |k: &str| {
+            super::config::positive_uint(v, k, (1 << 31) - 1).map_err(|m| format_error(path, m))
         };
         match v.get("model_type").and_then(Value::as_str) {
             Some("whisper") => {}
