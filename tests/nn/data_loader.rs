@@ -151,17 +151,16 @@ enum Event {
 
 /// The prefetching worker prepares batch k+1 while the step holds batch k: for every batch
 /// after the first, `Prepared(k)` comes before `Asked(k)` in the event log, counted, so the
-/// step never waits for an upload. No clock is read: the step waits (a 120 s hang guard, not a
-/// timing) until the worker says it prepared the next batch, which a loader without
-/// prefetching never does while the step runs.
+/// step never waits for an upload. No clock is read: the step blocks on a condition variable
+/// until the worker says it prepared the next batch, which a loader without prefetching never
+/// does while the step runs (the wait's 120 s bound only turns such a hang into a failure).
 #[test]
 fn next_returns_a_batch_prepared_while_the_step_computed() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-    use std::time::Instant;
+    use std::sync::{Arc, Condvar, Mutex};
     for dev in devices() {
         let log = Arc::new(Mutex::new(Vec::<Event>::new()));
-        let prepared = Arc::new(AtomicUsize::new(0));
+        // How many batches the worker has prepared, and the signal it gives after each.
+        let prepared = Arc::new((Mutex::new(0usize), Condvar::new()));
         let ds = Slow {
             n: 24,
             delay: Duration::ZERO,
@@ -172,9 +171,11 @@ fn next_returns_a_batch_prepared_while_the_step_computed() {
             let rows = items.len();
             let flat: Vec<f32> = items.into_iter().flatten().collect();
             let t = Tensor::from_vec(flat, &[rows, 1024], dev)?;
-            let k = prepared_w.load(Ordering::SeqCst);
-            log_w.lock().unwrap().push(Event::Prepared(k));
-            prepared_w.store(k + 1, Ordering::SeqCst);
+            let (count, signal) = &*prepared_w;
+            let mut count = count.lock().unwrap();
+            log_w.lock().unwrap().push(Event::Prepared(*count));
+            *count += 1;
+            signal.notify_all();
             Ok(t)
         })
         .unwrap();
@@ -190,15 +191,18 @@ fn next_returns_a_batch_prepared_while_the_step_computed() {
             assert_eq!(values(&batch.narrow(0, 0, 1).unwrap()), want, "batch {k}");
             // The step: it lasts until the worker has prepared the next batch (the last batch
             // has none).
-            let guard = Instant::now() + Duration::from_secs(120);
-            while k + 1 < 6 && prepared.load(Ordering::SeqCst) < k + 2 {
-                assert!(
-                    Instant::now() < guard,
-                    "on {dev} the worker did not prepare batch {} while the step held batch {k}",
-                    k + 1
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            let (count, signal) = &*prepared;
+            let (held, wait) = signal
+                .wait_timeout_while(count.lock().unwrap(), Duration::from_secs(120), |n| {
+                    k + 1 < 6 && *n < k + 2
+                })
+                .unwrap();
+            drop(held);
+            assert!(
+                !wait.timed_out(),
+                "on {dev} the worker did not prepare batch {} while the step held batch {k}",
+                k + 1
+            );
             k += 1;
         }
         drop(batches);
