@@ -84,6 +84,24 @@ impl GpuDevice {
         Ok(self.alloc_inner(op, bytes, true)?.0)
     }
 
+    /// `Error::BufferTooLarge` when `bytes` (already a whole number of 4-byte words) exceed one
+    /// buffer of this adapter: for ops that check a result's size before they build anything
+    /// on the host for it (an index map, a block plan), as `alloc` would refuse it later.
+    pub(crate) fn check_buffer_size(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let limit = self.0.limits.max_buffer_size;
+        if bytes > limit {
+            return Err(Error::BufferTooLarge {
+                op,
+                device: self.label().to_string(),
+                adapter: self.adapter_name(),
+                bytes,
+                limit,
+                limit_name: "max_buffer_size",
+            });
+        }
+        Ok(())
+    }
+
     fn alloc_inner(&self, op: &'static str, bytes: u64, exact: bool) -> Result<(GpuBuffer, bool)> {
         // wgpu errors raised from here on are wgtensor's (see `Inside`).
         let _inside = super::device::Inside::enter();

@@ -2,7 +2,6 @@
 //! index map (see `conv.rs`).
 
 use super::conv::{gather_with_fill, index_map};
-use super::{backend, Backend};
 use crate::error::invalid;
 use crate::{Error, Result, Tensor};
 
@@ -107,20 +106,9 @@ impl Tensor {
         out_shape.extend(&inner_out);
         let out_numel = crate::shape::numel_for(&out_shape, self.dtype())?;
         let total = crate::shape::numel_for(&inner_out, crate::DType::U32)?;
-        if let Backend::Gpu(g) = backend(self.device()) {
-            let limit = g.0.limits.max_buffer_size;
-            let bytes = (out_numel as u64).max(total as u64) * 4;
-            if bytes > limit {
-                return Err(Error::BufferTooLarge {
-                    op,
-                    device: g.label().to_string(),
-                    adapter: g.adapter_name(),
-                    bytes,
-                    limit,
-                    limit_name: "max_buffer_size",
-                });
-            }
-        }
+        // Checked before the index map is built on the host for a result no device can hold.
+        let bytes = (out_numel as u64).max(total as u64) * 4;
+        super::dispatch::check_buffer_size(op, self.device(), bytes)?;
         let outer: usize = shape[..lead].iter().product();
         let per: usize = inner_in.iter().product();
         // Map entries are input offsets, or `per` for the fill.
@@ -159,7 +147,7 @@ fn pad_map(
     let per: usize = inner_in.iter().product();
     let total: usize = inner_out.iter().product();
     let k = inner_in.len();
-    let mut v = crate::cpu::strided::try_vec("pad", total)?;
+    let mut v = crate::storage::try_vec("pad", total)?;
     let mut idx = vec![0usize; k];
     for _ in 0..total {
         let mut off = 0usize;

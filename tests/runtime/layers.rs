@@ -385,6 +385,12 @@ fn cycles(edges: &[Edge]) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // The one dispatch point
 
+/// Whether `file` is part of the one dispatch point: `tensor/dispatch.rs` and the files of its
+/// module folder `tensor/dispatch/`, which hold its functions by family.
+fn dispatch_point(file: &str) -> bool {
+    file == "tensor/dispatch.rs" || file.starts_with("tensor/dispatch/")
+}
+
 /// The backends' names that only `tensor/dispatch.rs` decides with: the GPU handle and buffer
 /// types, `Device::as_gpu(` and the `Storage` variants. The layers above the tensor never name
 /// them (nor `CpuStorage`): they read data through the tensor layer's accessors.
@@ -456,7 +462,7 @@ fn backend_leaks(files: &BTreeMap<String, String>) -> Vec<String> {
     for (file, text) in files {
         let tensor = file == "tensor.rs" || file.starts_with("tensor/");
         let above = ABOVE.iter().any(|p| file.starts_with(p));
-        if !(tensor || above) || file == "tensor/dispatch.rs" {
+        if !(tensor || above) || dispatch_point(file) {
             continue;
         }
         let toks = drop_cfg_test(lex(text));
