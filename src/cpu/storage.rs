@@ -121,6 +121,18 @@ impl CpuStorage {
         })
     }
 
+    /// Every element widened to f64, exactly (f64 holds each f32, f16, i32, u32 and u8 value):
+    /// what printing reads, one number type for every dtype.
+    pub(crate) fn to_f64s(&self) -> Vec<f64> {
+        match self {
+            CpuStorage::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            CpuStorage::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            CpuStorage::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            CpuStorage::U32(v) => v.iter().map(|&x| x as f64).collect(),
+            CpuStorage::U8(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
     /// Bytes held, as reported by memory statistics.
     pub(crate) fn size_in_bytes(&self) -> usize {
         self.as_bytes().len()

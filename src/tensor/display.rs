@@ -1,7 +1,6 @@
 //! PyTorch-style printing: `tensor([[1.0000, 2.0000], ...], device='gpu:0')`.
 
 use super::Tensor;
-use crate::storage::CpuStorage;
 use crate::DType;
 use std::fmt;
 
@@ -21,10 +20,8 @@ impl fmt::Display for Tensor {
         let summarize = self.numel() > SUMMARY_THRESHOLD;
         // Only the printed edges are read back (joined on the tensor's device), so printing a
         // huge tensor costs what printing a small one does.
-        let values: Vec<f64> = match edges(self, summarize)
-            .and_then(|t| t.host_contiguous("display"))
-        {
-            Ok(h) => to_f64(&h),
+        let values: Vec<f64> = match edges(self, summarize).and_then(|t| t.host_f64s("display")) {
+            Ok(v) => v,
             Err(e) => return write!(f, "tensor(<unreadable: {e}>, device='{}')", self.device()),
         };
         let shown: Vec<f64> = shown_values(self.shape(), &values, summarize);
@@ -81,16 +78,6 @@ fn kept(n: usize, summarize: bool) -> usize {
         2 * EDGE
     } else {
         n
-    }
-}
-
-fn to_f64(h: &CpuStorage) -> Vec<f64> {
-    match h {
-        CpuStorage::F32(v) => v.iter().map(|&x| x as f64).collect(),
-        CpuStorage::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
-        CpuStorage::I32(v) => v.iter().map(|&x| x as f64).collect(),
-        CpuStorage::U32(v) => v.iter().map(|&x| x as f64).collect(),
-        CpuStorage::U8(v) => v.iter().map(|&x| x as f64).collect(),
     }
 }
 

@@ -396,6 +396,12 @@ impl Tensor {
         Ok(t)
     }
 
+    /// The elements, packed row-major, read back to the host and widened to f64 exactly (for
+    /// printing, which formats every dtype as one number type).
+    pub(crate) fn host_f64s(&self, op: &'static str) -> Result<Vec<f64>> {
+        Ok(self.host_contiguous(op)?.to_f64s())
+    }
+
     /// The elements, packed row-major, on the host.
     pub(crate) fn host_contiguous(&self, op: &'static str) -> Result<CpuStorage> {
         Ok(host_many(op, &[self])?

@@ -22,7 +22,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
     "tensor/create.rs",
-    "tensor/display.rs",
     "tensor/fuse.rs",
     "tensor/quant.rs",
     "tensor/transfer.rs",
