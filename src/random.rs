@@ -9,7 +9,6 @@
 //! checkpointed `Dropout` draws the same mask when it recomputes).
 
 use crate::cpu::normal::words;
-pub(crate) use crate::cpu::normal::{sample_host, Dist};
 use std::sync::Mutex;
 
 /// PyTorch's default CPU seed: programs are reproducible until they seed otherwise.

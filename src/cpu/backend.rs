@@ -482,3 +482,49 @@ impl BackendStorage for CpuStorage {
         Ok(Some([np, nm, nv].map(CpuStorage::F32)))
     }
 }
+
+/// The CPU as a device that makes data (`BackendDevice`): the host has one, with no state.
+pub(crate) struct CpuDevice;
+
+impl crate::ops::backend::BackendDevice for CpuDevice {
+    type Storage = CpuStorage;
+
+    fn upload(&self, _op: &'static str, bytes: &[u8], dtype: DType) -> Result<CpuStorage> {
+        CpuStorage::from_bytes(dtype, bytes)
+    }
+
+    fn zeros(&self, op: &'static str, n: usize, dtype: DType) -> Result<CpuStorage> {
+        self.filled(op, n, 0.0, dtype)
+    }
+
+    fn filled(&self, op: &'static str, n: usize, value: f64, dtype: DType) -> Result<CpuStorage> {
+        fn host<T: crate::WithDType>(op: &'static str, n: usize, v: f64) -> Result<CpuStorage> {
+            let mut data = super::alloc::try_vec(op, n)?;
+            data.resize(n, T::from_f64(v));
+            Ok(CpuStorage::from_vec(data))
+        }
+        match dtype {
+            DType::F32 => host::<f32>(op, n, value),
+            DType::F16 => host::<half::f16>(op, n, value),
+            DType::I32 => host::<i32>(op, n, value),
+            DType::U32 => host::<u32>(op, n, value),
+            DType::U8 => host::<u8>(op, n, value),
+        }
+    }
+
+    fn arange(&self, n: usize, start: f32, step: f32) -> Result<Option<CpuStorage>> {
+        Ok(Some(CpuStorage::F32(elementwise::arange(n, start, step)?)))
+    }
+
+    fn random(
+        &self,
+        dist: crate::ops::program::Dist,
+        seed: u64,
+        offset: u64,
+        n: usize,
+    ) -> Result<Option<CpuStorage>> {
+        Ok(Some(CpuStorage::F32(super::normal::sample_host(
+            dist, seed, offset, n,
+        )?)))
+    }
+}

@@ -369,3 +369,36 @@ fn ce_words(ce: &CeRows, signed: bool) -> CeWords {
         smoothing: ce.spec.smoothing,
     }
 }
+
+impl crate::ops::backend::BackendDevice for super::GpuDevice {
+    type Storage = GpuBuffer;
+
+    fn upload(&self, op: &'static str, bytes: &[u8], _dtype: DType) -> Result<GpuBuffer> {
+        super::GpuDevice::upload(self, op, bytes)
+    }
+
+    fn zeros(&self, op: &'static str, n: usize, dtype: DType) -> Result<GpuBuffer> {
+        // wgpu zero-initialises new buffers, so zeros cost one allocation and no transfer.
+        self.alloc(op, (n * dtype.size_in_bytes()) as u64)
+    }
+
+    fn filled(&self, op: &'static str, n: usize, value: f64, dtype: DType) -> Result<GpuBuffer> {
+        self.fill_value(op, n, value, dtype)
+    }
+
+    fn arange(&self, _n: usize, _start: f32, _step: f32) -> Result<Option<GpuBuffer>> {
+        // A generated program the tensor layer builds, which fuses into whatever consumes it.
+        Ok(None)
+    }
+
+    fn random(
+        &self,
+        _dist: crate::ops::program::Dist,
+        _seed: u64,
+        _offset: u64,
+        _n: usize,
+    ) -> Result<Option<GpuBuffer>> {
+        // As arange: a generated program (`Expr::Random`), fused with its consumer.
+        Ok(None)
+    }
+}

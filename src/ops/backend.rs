@@ -335,3 +335,35 @@ pub(crate) trait BackendStorage: Sized {
         hyper: &AdamStep,
     ) -> Result<Option<[Self; 3]>>;
 }
+
+/// What a device makes without reading a tensor (candle's `BackendDevice`): new storage of its
+/// backend for the creation ops, which have no operand to dispatch on. Implemented by the CPU's
+/// `cpu::backend::CpuDevice` and by `GpuDevice`.
+pub(crate) trait BackendDevice {
+    /// The storage this device's data lives in.
+    type Storage: BackendStorage;
+
+    /// A packed tensor holding `bytes`, the little-endian bytes of elements of `dtype`.
+    fn upload(&self, op: &'static str, bytes: &[u8], dtype: DType) -> Result<Self::Storage>;
+
+    /// `n` zeros of `dtype`.
+    fn zeros(&self, op: &'static str, n: usize, dtype: DType) -> Result<Self::Storage>;
+
+    /// `n` elements of `dtype`, all `value` (an integer value arrives truncated and in range).
+    fn filled(&self, op: &'static str, n: usize, value: f64, dtype: DType)
+        -> Result<Self::Storage>;
+
+    /// The f32 `start + f32(i) * step` for `i` in `0..n`; `None` where the backend builds it as
+    /// a generated program (the caller composes one with the same formula).
+    fn arange(&self, n: usize, start: f32, step: f32) -> Result<Option<Self::Storage>>;
+
+    /// `n` f32 draws of `dist` from the counter-based stream at `(seed, offset)`; `None` as for
+    /// [`BackendDevice::arange`] (the program's `Expr::Random` draws the same values).
+    fn random(
+        &self,
+        dist: super::program::Dist,
+        seed: u64,
+        offset: u64,
+        n: usize,
+    ) -> Result<Option<Self::Storage>>;
+}

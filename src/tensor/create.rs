@@ -1,12 +1,10 @@
 //! Creating tensors on the host or directly on a device.
 
-use super::{backend, Backend, Tensor};
-use crate::ops::program::Expr;
-use crate::ops::BinaryOp;
+use super::dispatch::create as make;
+use super::Tensor;
+use crate::ops::program::Dist;
 use crate::shape::{numel_checked, numel_for};
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, random, DType, Device, Error, Result, WithDType};
-use half::f16;
+use crate::{random, DType, Device, Error, Result, WithDType};
 
 impl Tensor {
     /// A tensor holding `data` with `shape`, placed on `device` (uploaded if it is a GPU).
@@ -28,11 +26,7 @@ impl Tensor {
         device: &Device,
     ) -> Result<Tensor> {
         check_len("from_vec", shape, data.len())?;
-        let host = CpuStorage::from_vec(data);
-        let storage = match backend(device) {
-            Backend::Cpu => Storage::from(host),
-            Backend::Gpu(g) => Storage::from(g.upload("from_vec", host.as_bytes())?),
-        };
+        let storage = make::from_vec("from_vec", data, device)?;
         Ok(Tensor::from_parts(storage, shape, T::DTYPE, device.clone()))
     }
 
@@ -49,14 +43,8 @@ impl Tensor {
         device: &Device,
     ) -> Result<Tensor> {
         check_len("from_slice", shape, data.len())?;
-        match backend(device) {
-            // Straight from the caller's memory into the upload: no intermediate Vec.
-            Backend::Gpu(g) => {
-                let buf = g.upload("from_slice", bytemuck::cast_slice(data))?;
-                Ok(Tensor::from_parts(buf, shape, T::DTYPE, device.clone()))
-            }
-            Backend::Cpu => Tensor::from_vec(data.to_vec(), shape, device),
-        }
+        let storage = make::from_slice("from_slice", data, device)?;
+        Ok(Tensor::from_parts(storage, shape, T::DTYPE, device.clone()))
     }
 
     /// A tensor of zeros (`torch.zeros(shape, dtype=dtype, device=device)`).
@@ -69,14 +57,8 @@ impl Tensor {
     /// ```
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let n = numel_for(shape, dtype)?;
-        match backend(device) {
-            // wgpu zero-initialises new buffers, so zeros cost one allocation and no transfer.
-            Backend::Gpu(g) => {
-                let buf = g.alloc("zeros", (n * dtype.size_in_bytes()) as u64)?;
-                Ok(Tensor::from_parts(buf, shape, dtype, device.clone()))
-            }
-            Backend::Cpu => Tensor::filled("zeros", shape, 0.0, dtype, device),
-        }
+        let storage = make::zeros("zeros", n, dtype, device)?;
+        Ok(Tensor::from_parts(storage, shape, dtype, device.clone()))
     }
 
     /// A tensor of ones.
@@ -137,23 +119,8 @@ impl Tensor {
                 ),
             });
         }
-        if let Backend::Gpu(g) = backend(device) {
-            let buf = g.fill_value(op, n, value, dtype)?;
-            return Ok(Tensor::from_parts(buf, shape, dtype, device.clone()));
-        }
-        fn host<T: WithDType>(op: &'static str, n: usize, v: f64) -> Result<CpuStorage> {
-            let mut data = cpu::alloc::try_vec(op, n)?;
-            data.resize(n, T::from_f64(v));
-            Ok(CpuStorage::from_vec(data))
-        }
-        let host = match dtype {
-            DType::F32 => host::<f32>(op, n, value)?,
-            DType::F16 => host::<f16>(op, n, value)?,
-            DType::I32 => host::<i32>(op, n, value)?,
-            DType::U32 => host::<u32>(op, n, value)?,
-            DType::U8 => host::<u8>(op, n, value)?,
-        };
-        Ok(Tensor::from_parts(host, shape, dtype, device.clone()))
+        let storage = make::filled(op, n, value, dtype, device)?;
+        Ok(Tensor::from_parts(storage, shape, dtype, device.clone()))
     }
 
     /// `[start, start + step, ...]` up to but excluding `end`, as f32 (`torch.arange`).
@@ -188,61 +155,9 @@ impl Tensor {
         // The allocation decides whether the count is too many (out of memory on the CPU, the
         // adapter's buffer limit on a GPU), as for every other way to make a tensor.
         let n = numel_for(&[count as usize], DType::F32)?;
-        let storage = match backend(device) {
-            Backend::Cpu => {
-                Storage::from(CpuStorage::F32(cpu::elementwise::arange(n, start, step)?))
-            }
-            // A generated program (`start + f32(i) * step`, the CPU's formula) that fuses into
-            // whatever consumes it.
-            Backend::Gpu(g) => {
-                let per = super::chunked::elems_per_block(g, 4);
-                let max = g.0.limits.max_buffer_size;
-                if n as u64 * 4 > max {
-                    // Checked before any block runs: a request that cannot succeed allocates
-                    // nothing (as `alloc` would refuse the whole buffer).
-                    return Err(Error::BufferTooLarge {
-                        op: "arange",
-                        device: g.label().to_string(),
-                        adapter: g.adapter_name(),
-                        bytes: n as u64 * 4,
-                        limit: max,
-                        limit_name: "max_buffer_size",
-                    });
-                }
-                if n > per {
-                    // Past one binding: blocks of `start + f32(base + i) * step` (the same
-                    // formula, so the same values), joined by buffer copies.
-                    let blocks = (0..n)
-                        .step_by(per)
-                        .map(|base| {
-                            let len = per.min(n - base);
-                            let mut f = super::fuse::Fuser::new("arange", g, &[len])?;
-                            let (a, b) = (
-                                f.scalar(start.to_bits(), DType::F32),
-                                f.scalar(step.to_bits(), DType::F32),
-                            );
-                            let o = f.scalar(base as u32, DType::U32);
-                            let i = f.push(Expr::Index, DType::U32);
-                            let i = f.push(Expr::Binary(BinaryOp::Add, i, o), DType::U32);
-                            let x = f.push(Expr::Cast(i), DType::F32);
-                            let m = f.push(Expr::Binary(BinaryOp::Mul, x, b), DType::F32);
-                            let out = f.push(Expr::Binary(BinaryOp::Add, a, m), DType::F32);
-                            f.finish("arange", out, device)?.contiguous()
-                        })
-                        .collect::<Result<Vec<Tensor>>>()?;
-                    return super::chunked::join_rows("arange", g, &blocks);
-                }
-                let mut f = super::fuse::Fuser::new("arange", g, &[n])?;
-                let (a, b) = (
-                    f.scalar(start.to_bits(), DType::F32),
-                    f.scalar(step.to_bits(), DType::F32),
-                );
-                let i = f.push(Expr::Index, DType::U32);
-                let x = f.push(Expr::Cast(i), DType::F32);
-                let m = f.push(Expr::Binary(BinaryOp::Mul, x, b), DType::F32);
-                let out = f.push(Expr::Binary(BinaryOp::Add, a, m), DType::F32);
-                return f.finish("arange", out, device);
-            }
+        // The backend's kernel, or (a GPU) a generated program that fuses into its consumer.
+        let Some(storage) = make::arange(n, start, step, device)? else {
+            return super::fuse::arange_program(n, start, step, device);
         };
         Ok(Tensor::from_parts(
             storage,
@@ -263,7 +178,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn rand(shape: &[usize], device: &Device) -> Result<Tensor> {
-        Tensor::random("rand", random::Dist::Uniform, shape, device)
+        Tensor::random("rand", Dist::Uniform, shape, device)
     }
 
     /// [`Tensor::rand`] drawn from `generator` instead of the global generator
@@ -283,13 +198,7 @@ impl Tensor {
         device: &Device,
         generator: &mut random::Generator,
     ) -> Result<Tensor> {
-        Tensor::random_from(
-            "rand",
-            random::Dist::Uniform,
-            shape,
-            device,
-            Some(generator),
-        )
+        Tensor::random_from("rand", Dist::Uniform, shape, device, Some(generator))
     }
 
     /// Standard-normal samples as f32 (`torch.randn(3, 4, device=device)`); see [`Tensor::rand`].
@@ -301,7 +210,7 @@ impl Tensor {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn randn(shape: &[usize], device: &Device) -> Result<Tensor> {
-        Tensor::random("randn", random::Dist::Normal, shape, device)
+        Tensor::random("randn", Dist::Normal, shape, device)
     }
 
     /// Integers uniform in `[low, high)` as I32 (`torch.randint`, which gives int64): drawn from
@@ -353,19 +262,14 @@ impl Tensor {
 
     /// `n` random f32 of `dist` at the generator's next offsets: computed on the host for the
     /// CPU, by a generated kernel (no upload, fused into consumers) on a GPU.
-    fn random(
-        op: &'static str,
-        dist: random::Dist,
-        shape: &[usize],
-        device: &Device,
-    ) -> Result<Tensor> {
+    fn random(op: &'static str, dist: Dist, shape: &[usize], device: &Device) -> Result<Tensor> {
         Tensor::random_from(op, dist, shape, device, None)
     }
 
     /// [`Tensor::random`] drawing from `generator` (`None`: the global one).
     fn random_from(
         op: &'static str,
-        dist: random::Dist,
+        dist: Dist,
         shape: &[usize],
         device: &Device,
         generator: Option<&mut random::Generator>,
@@ -375,21 +279,17 @@ impl Tensor {
             Some(g) => g.take(n),
             None => random::take(n),
         };
-        if let Backend::Gpu(g) = backend(device) {
-            let mut f = super::fuse::Fuser::new(op, g, shape)?;
+        let Some(storage) = make::random(dist, seed, offset, n, device)? else {
             let words = [
                 seed as u32,
                 (seed >> 32) as u32,
                 offset as u32,
                 (offset >> 32) as u32,
-            ]
-            .map(|w| f.scalar(w, DType::U32));
-            let out = f.push(Expr::Random(dist, words), DType::F32);
-            return f.finish(op, out, device);
-        }
-        let data = random::sample_host(dist, seed, offset, n)?;
+            ];
+            return super::fuse::random_program(op, dist, words, shape, device);
+        };
         Ok(Tensor::from_parts(
-            CpuStorage::F32(data),
+            storage,
             shape,
             DType::F32,
             device.clone(),

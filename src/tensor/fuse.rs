@@ -272,3 +272,66 @@ impl Tensor {
         Ok(self)
     }
 }
+
+/// `arange` as a generated program on `device` (`start + f32(i) * step`, the CPU kernel's
+/// formula, so the same values), for a backend with no kernel of its own
+/// (`BackendDevice::arange`): it fuses into whatever consumes it. Past one binding, blocks of
+/// `start + f32(base + i) * step` joined by buffer copies.
+pub(crate) fn arange_program(n: usize, start: f32, step: f32, device: &Device) -> Result<Tensor> {
+    let Backend::Gpu(g) = backend(device) else {
+        return Err(Error::InvalidArgument {
+            op: "arange",
+            message: "a generated arange on a device that runs ops at once".into(),
+        });
+    };
+    let per = super::chunked::elems_per_block(g, 4);
+    // Checked before any block runs: a request that cannot succeed allocates nothing (as
+    // `alloc` would refuse the whole buffer).
+    g.check_buffer_size("arange", n as u64 * 4)?;
+    let block = |base: Option<usize>, len: usize| {
+        let mut f = Fuser::new("arange", g, &[len])?;
+        let (a, b) = (
+            f.scalar(start.to_bits(), DType::F32),
+            f.scalar(step.to_bits(), DType::F32),
+        );
+        let o = base.map(|base| f.scalar(base as u32, DType::U32));
+        let mut i = f.push(Expr::Index, DType::U32);
+        if let Some(o) = o {
+            i = f.push(Expr::Binary(crate::ops::BinaryOp::Add, i, o), DType::U32);
+        }
+        let x = f.push(Expr::Cast(i), DType::F32);
+        let m = f.push(Expr::Binary(crate::ops::BinaryOp::Mul, x, b), DType::F32);
+        let out = f.push(Expr::Binary(crate::ops::BinaryOp::Add, a, m), DType::F32);
+        f.finish("arange", out, device)
+    };
+    if n > per {
+        let blocks = (0..n)
+            .step_by(per)
+            .map(|base| block(Some(base), per.min(n - base))?.contiguous())
+            .collect::<Result<Vec<Tensor>>>()?;
+        return super::chunked::join_rows("arange", g, &blocks);
+    }
+    block(None, n)
+}
+
+/// `n` draws of `dist` (the stream at `words`: seed and offset, low word first) as a generated
+/// program on `device` (`Expr::Random`), for a backend with no kernel of its own
+/// (`BackendDevice::random`).
+pub(crate) fn random_program(
+    op: &'static str,
+    dist: crate::ops::program::Dist,
+    words: [u32; 4],
+    shape: &[usize],
+    device: &Device,
+) -> Result<Tensor> {
+    let Backend::Gpu(g) = backend(device) else {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "a generated random tensor on a device that runs ops at once".into(),
+        });
+    };
+    let mut f = Fuser::new(op, g, shape)?;
+    let words = words.map(|w| f.scalar(w, DType::U32));
+    let out = f.push(Expr::Random(dist, words), DType::F32);
+    f.finish(op, out, device)
+}

@@ -21,7 +21,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/chunked.rs",
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
-    "tensor/create.rs",
     "tensor/fuse.rs",
     "tensor/quant.rs",
     "tensor/transfer.rs",
