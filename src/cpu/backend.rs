@@ -481,6 +481,11 @@ impl BackendStorage for CpuStorage {
         let (np, nm, nv) = adam::adam_step(ps, gs, old, hyper)?;
         Ok(Some([np, nm, nv].map(CpuStorage::F32)))
     }
+
+    fn copy_bytes(&self, _op: &'static str, _start: u64, _len: u64) -> Result<Option<Self>> {
+        // The host binds nothing: no view is ever split to fit.
+        Ok(None)
+    }
 }
 
 /// The CPU as a device that makes data (`BackendDevice`): the host has one, with no state.
@@ -526,5 +531,9 @@ impl crate::ops::backend::BackendDevice for CpuDevice {
         Ok(Some(CpuStorage::F32(super::normal::sample_host(
             dist, seed, offset, n,
         )?)))
+    }
+
+    fn bind_limits(&self) -> Option<crate::ops::backend::BindLimits> {
+        None
     }
 }

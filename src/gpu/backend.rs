@@ -352,6 +352,10 @@ impl BackendStorage for GpuBuffer {
         // The op-by-op formula fuses into one generated program: no separate kernel.
         Ok(None)
     }
+
+    fn copy_bytes(&self, op: &'static str, start: u64, len: u64) -> Result<Option<Self>> {
+        self.device.extract(op, self, start, len).map(Some)
+    }
 }
 
 /// The ignored class as the targets' bits (`None` when no target of that signedness can equal
@@ -400,5 +404,12 @@ impl crate::ops::backend::BackendDevice for super::GpuDevice {
     ) -> Result<Option<GpuBuffer>> {
         // As arange: a generated program (`Expr::Random`), fused with its consumer.
         Ok(None)
+    }
+
+    fn bind_limits(&self) -> Option<crate::ops::backend::BindLimits> {
+        Some(crate::ops::backend::BindLimits {
+            binding: self.binding_limit(),
+            max_buffer: self.0.limits.max_buffer_size,
+        })
     }
 }

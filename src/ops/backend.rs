@@ -334,6 +334,11 @@ pub(crate) trait BackendStorage: Sized {
         moments: Option<[View<Self>; 2]>,
         hyper: &AdamStep,
     ) -> Result<Option<[Self; 3]>>;
+
+    /// A new storage holding `len` bytes of `self` from byte `start` (both whole 4-byte
+    /// words), by a plain copy that no binding limit bounds: the part of a buffer past one
+    /// binding that a block of rows spans. `None` where no binding limit applies (the CPU).
+    fn copy_bytes(&self, op: &'static str, start: u64, len: u64) -> Result<Option<Self>>;
 }
 
 /// What a device makes without reading a tensor (candle's `BackendDevice`): new storage of its
@@ -366,4 +371,16 @@ pub(crate) trait BackendDevice {
         offset: u64,
         n: usize,
     ) -> Result<Option<Self::Storage>>;
+
+    /// What one kernel binds and one buffer holds on this device (a GPU's
+    /// `max_storage_buffer_binding_size` and `max_buffer_size`), or `None` where no such limit
+    /// applies (the CPU): ops past `binding` run in blocks of rows (`tensor/chunked.rs`).
+    fn bind_limits(&self) -> Option<BindLimits>;
+}
+
+/// A device's binding limits (see [`BackendDevice::bind_limits`]), in bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BindLimits {
+    pub binding: u64,
+    pub max_buffer: u64,
 }

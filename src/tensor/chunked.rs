@@ -5,12 +5,27 @@
 //! are copied back to back into one output buffer. Tensors larger than `max_buffer_size` are
 //! refused at allocation with `Error::BufferTooLarge`.
 
-use super::{backend, Backend, Tensor, TensorInner};
-use crate::gpu::GpuDevice;
+use super::dispatch::blocks as dev;
+use super::{Tensor, TensorInner};
+use crate::ops::backend::BindLimits;
 use crate::shape::{broadcast_shapes, Layout};
-use crate::storage::Storage;
-use crate::{Error, Result};
+use crate::{Device, Error, Result};
 use std::sync::Arc;
+
+/// A device that must run an op in blocks of rows, with its binding limits (what
+/// [`blocks_needed`] found; a GPU, the only backend with such limits).
+#[derive(Clone, Copy)]
+pub(crate) struct Blocked<'a> {
+    device: &'a Device,
+    limits: BindLimits,
+}
+
+impl Blocked<'_> {
+    /// `Error::BufferTooLarge` of `op` naming this device.
+    fn too_large(&self, op: &'static str, bytes: u64, limit: u64, name: &'static str) -> Error {
+        dev::buffer_too_large(op, self.device, bytes, limit, name)
+    }
+}
 
 /// Two operands of a binary op, broadcast together.
 pub(crate) enum Broadcast {
@@ -41,20 +56,27 @@ pub(crate) fn broadcast_pair(
     Ok(Broadcast::Layouts(shape, la, lb))
 }
 
-/// The GPU that must run `operands` in blocks, if any: one whose operand or output (of
-/// `out_numel` elements of the operands' dtype) exceeds what one binding holds.
-pub(crate) fn blocks_needed<'a>(
-    operands: &[&'a Tensor],
-    out_numel: usize,
-) -> Option<&'a GpuDevice> {
-    operands.iter().find_map(|t| {
-        let Backend::Gpu(device) = backend(t.device()) else {
-            return None;
-        };
+/// The device that must run `operands` in blocks, if any: one with binding limits (a GPU)
+/// whose operand or output (of `out_numel` elements of the operands' dtype) exceeds what one
+/// binding holds.
+pub(crate) fn blocks_needed<'a>(operands: &[&'a Tensor], out_numel: usize) -> Option<Blocked<'a>> {
+    operands.iter().find_map(|&t| {
+        let limits = dev::bind_limits(t.device())?;
         let size = t.gpu_bytes()?;
-        let limit = device.binding_limit();
+        let limit = limits.binding;
         let out_bytes = out_numel as u64 * t.dtype().size_in_bytes() as u64;
-        (size > limit || out_bytes > limit).then_some(device)
+        (size > limit || out_bytes > limit).then_some(Blocked {
+            device: t.device(),
+            limits,
+        })
+    })
+}
+
+/// `device` as a device that runs ops in blocks, when it has binding limits (a GPU).
+pub(crate) fn blocked(device: &Device) -> Option<Blocked<'_>> {
+    Some(Blocked {
+        device,
+        limits: dev::bind_limits(device)?,
     })
 }
 
@@ -63,36 +85,28 @@ pub(crate) fn blocks_needed<'a>(
 /// and must return a tensor whose dim 0 is the block's rows.
 pub(crate) fn map_row_blocks(
     op: &'static str,
-    device: &GpuDevice,
+    device: Blocked,
     out_shape: &[usize],
     operands: &[&Tensor],
     f: &dyn Fn(&[Tensor]) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    let limit = device.binding_limit();
-    let too_large = |bytes: u64| Error::BufferTooLarge {
-        op,
-        device: device.label().to_string(),
-        adapter: device.adapter_name(),
-        bytes,
-        limit,
-        limit_name:
+    let limit = device.limits.binding;
+    let too_large = |bytes: u64| {
+        device.too_large(
+            op,
+            bytes,
+            limit,
             "max_storage_buffer_binding_size (a broadcast or strided operand cannot be split)",
+        )
     };
     let esize = operands[0].dtype().size_in_bytes() as u64;
     let numel: usize = out_shape.iter().product();
     // The whole output must fit one buffer: checked before the first block is allocated, so a
     // request that cannot succeed fails at once instead of filling memory block by block.
-    let max_buffer = device.0.limits.max_buffer_size;
+    let max_buffer = device.limits.max_buffer;
     let total = (numel as u64).saturating_mul(esize);
     if total > max_buffer {
-        return Err(Error::BufferTooLarge {
-            op,
-            device: device.label().to_string(),
-            adapter: device.adapter_name(),
-            bytes: total,
-            limit: max_buffer,
-            limit_name: "max_buffer_size",
-        });
+        return Err(device.too_large(op, total, max_buffer, "max_buffer_size"));
     }
     let expanded: Vec<Tensor> = operands
         .iter()
@@ -151,7 +165,7 @@ pub(crate) fn map_row_blocks(
         results.push(f(&block)?.contiguous()?);
         r0 += n;
     }
-    join_rows(op, device, &results)
+    join_rows(op, &results)
 }
 
 /// How many rows (dim 0) of the view `l` fit one binding; 0 when none can (a broadcast dim 0
@@ -181,11 +195,8 @@ fn storage_bytes(t: &Tensor) -> u64 {
 }
 
 /// `t` itself if its buffer fits one binding, else a copy of just the bytes its view spans.
-fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Result<Tensor> {
-    let Some(b) = t.gpu_data()? else {
-        return Ok(t.clone());
-    };
-    if b.size <= limit {
+fn bindable(op: &'static str, device: Blocked, t: &Tensor, limit: u64) -> Result<Tensor> {
+    if t.gpu_bytes().is_none_or(|size| size <= limit) {
         return Ok(t.clone());
     }
     let esize = t.dtype().size_in_bytes() as u64;
@@ -193,18 +204,13 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
     let start = l.offset as u64 * esize;
     let len = (l.span() as u64).saturating_sub(l.offset as u64) * esize;
     if len > limit || !start.is_multiple_of(4) {
-        return Err(Error::BufferTooLarge {
-            op,
-            device: device.label().to_string(),
-            adapter: device.adapter_name(),
-            bytes: len,
-            limit,
-            limit_name: "max_storage_buffer_binding_size",
-        });
+        return Err(device.too_large(op, len, limit, "max_storage_buffer_binding_size"));
     }
-    let copy = device.extract(op, b, start, len)?;
+    let Some(copy) = dev::copy_bytes(op, t, start, len)? else {
+        return Ok(t.clone());
+    };
     Ok(Tensor(Arc::new(TensorInner {
-        storage: Arc::new(super::cell::StorageCell::ready(Storage::from(copy))),
+        storage: Arc::new(super::cell::StorageCell::ready(copy)),
         layout: Layout {
             offset: 0,
             ..l.clone()
@@ -215,24 +221,16 @@ fn bindable(op: &'static str, device: &GpuDevice, t: &Tensor, limit: u64) -> Res
     })))
 }
 
-/// Concatenates contiguous blocks along dim 0 by buffer copies.
-pub(crate) fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor]) -> Result<Tensor> {
+/// Concatenates contiguous blocks along dim 0 by buffer copies (`BackendStorage::assemble`).
+pub(crate) fn join_rows(op: &'static str, blocks: &[Tensor]) -> Result<Tensor> {
     let first = &blocks[0];
     let mut shape = first.shape().to_vec();
     shape[0] = blocks.iter().map(|b| b.shape()[0]).sum();
-    let esize = first.dtype().size_in_bytes() as u64;
-    let parts: Vec<_> = blocks
-        .iter()
-        .map(|b| {
-            let buf = b.gpu_data()?.ok_or_else(|| Error::DeviceMismatch {
-                op,
-                lhs: device.label().to_string(),
-                rhs: "cpu".into(),
-            })?;
-            Ok((buf, b.numel() as u64 * esize))
-        })
-        .collect::<Result<_>>()?;
-    let out = device.assemble(op, &parts)?;
+    let refs: Vec<&Tensor> = blocks.iter().collect();
+    let out = super::dispatch::assemble(op, &refs)?.ok_or_else(|| Error::InvalidArgument {
+        op,
+        message: "row blocks joined on a device without binding limits".into(),
+    })?;
     Ok(Tensor::from_parts(
         out,
         &shape,
@@ -245,21 +243,19 @@ pub(crate) fn join_rows(op: &'static str, device: &GpuDevice, blocks: &[Tensor])
 /// results along dim 0 (matmul of a tall matrix, reductions that keep dim 0).
 pub(crate) fn map_dim0_blocks(
     op: &'static str,
-    device: &GpuDevice,
+    device: Blocked,
     t: &Tensor,
     f: &dyn Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    let limit = device.binding_limit();
+    let limit = device.limits.binding;
     let per_block = dim0_block_rows(device, t);
     if per_block == 0 {
-        return Err(Error::BufferTooLarge {
+        return Err(device.too_large(
             op,
-            device: device.label().to_string(),
-            adapter: device.adapter_name(),
-            bytes: storage_bytes(t),
+            storage_bytes(t),
             limit,
-            limit_name: "max_storage_buffer_binding_size (one row does not fit)",
-        });
+            "max_storage_buffer_binding_size (one row does not fit)",
+        ));
     }
     let rows = t.shape()[0];
     let mut results = Vec::new();
@@ -270,7 +266,7 @@ pub(crate) fn map_dim0_blocks(
         results.push(f(&block)?.contiguous()?);
         r0 += n;
     }
-    join_rows(op, device, &results)
+    join_rows(op, &results)
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -283,13 +279,13 @@ fn gcd(a: usize, b: usize) -> usize {
 
 /// Elements per block when a 1-D result of `esize`-byte elements is built in blocks that each
 /// fit one binding: a multiple of 4, so every block fills whole words.
-pub(crate) fn elems_per_block(device: &GpuDevice, esize: usize) -> usize {
-    let per = (device.binding_limit() / esize as u64) as usize;
+pub(crate) fn elems_per_block(device: Blocked, esize: usize) -> usize {
+    let per = (device.limits.binding / esize as u64) as usize;
     (per - per % 4).max(4)
 }
 
 /// Rows (dim 0) of `t` per block of [`map_dim0_blocks`] (0 when one row does not fit).
-pub(crate) fn dim0_block_rows(device: &GpuDevice, t: &Tensor) -> usize {
+pub(crate) fn dim0_block_rows(device: Blocked, t: &Tensor) -> usize {
     let esize = t.dtype().size_in_bytes() as u64;
-    rows_per_block(t.layout(), esize, device.binding_limit())
+    rows_per_block(t.layout(), esize, device.limits.binding)
 }

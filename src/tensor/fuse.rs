@@ -284,7 +284,11 @@ pub(crate) fn arange_program(n: usize, start: f32, step: f32, device: &Device) -
             message: "a generated arange on a device that runs ops at once".into(),
         });
     };
-    let per = super::chunked::elems_per_block(g, 4);
+    let blocked = super::chunked::blocked(device).ok_or_else(|| Error::InvalidArgument {
+        op: "arange",
+        message: "a generated arange on a device without binding limits".into(),
+    })?;
+    let per = super::chunked::elems_per_block(blocked, 4);
     // Checked before any block runs: a request that cannot succeed allocates nothing (as
     // `alloc` would refuse the whole buffer).
     g.check_buffer_size("arange", n as u64 * 4)?;
@@ -309,7 +313,7 @@ pub(crate) fn arange_program(n: usize, start: f32, step: f32, device: &Device) -
             .step_by(per)
             .map(|base| block(Some(base), per.min(n - base))?.contiguous())
             .collect::<Result<Vec<Tensor>>>()?;
-        return super::chunked::join_rows("arange", g, &blocks);
+        return super::chunked::join_rows("arange", &blocks);
     }
     block(None, n)
 }

@@ -437,11 +437,6 @@ const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[
         "the fuser builds a program for one GPU",
     ),
     (
-        "tensor/chunked.rs",
-        "GpuDevice",
-        "row blocks are sized by the GPU's binding limit",
-    ),
-    (
         "tensor/transfer.rs",
         "GpuDevice",
         "readbacks are grouped into one submit per GPU",

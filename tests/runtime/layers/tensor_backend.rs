@@ -18,7 +18,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor/attention_fused.rs",
     "tensor/cell.rs",
     "tensor/cell_blocks.rs",
-    "tensor/chunked.rs",
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
     "tensor/fuse.rs",
