@@ -36,19 +36,13 @@ pub(crate) fn host_targets(
         op,
         message: format!("targets {range:?} past their storage"),
     };
+    // Both id dtypes widen losslessly to i64, where a negative ignored class compares.
+    fn widen<T: Copy + Into<i64>>(v: &[T]) -> Vec<i64> {
+        v.iter().map(|&i| i.into()).collect()
+    }
     let t: Vec<i64> = match s {
-        CpuStorage::I32(v) => v
-            .get(range.clone())
-            .ok_or_else(short)?
-            .iter()
-            .map(|&i| i64::from(i))
-            .collect(),
-        CpuStorage::U32(v) => v
-            .get(range.clone())
-            .ok_or_else(short)?
-            .iter()
-            .map(|&i| i64::from(i))
-            .collect(),
+        CpuStorage::I32(v) => widen(v.get(range.clone()).ok_or_else(short)?),
+        CpuStorage::U32(v) => widen(v.get(range.clone()).ok_or_else(short)?),
         _ => {
             return Err(Error::InvalidArgument {
                 op,
