@@ -5,8 +5,8 @@
 use super::{dispatch, Tensor};
 use crate::cpu::batch_norm::{self, BnGeom};
 use crate::ops::geometry::{Geom, PoolGeom};
-use crate::storage::CpuStorage;
-use crate::{DType, Result};
+use crate::storage::{CpuStorage, Storage};
+use crate::{DType, Error, Result};
 use std::sync::Arc;
 
 impl Tensor {
@@ -55,27 +55,25 @@ impl Tensor {
     ) -> Result<[Option<Tensor>; 3]> {
         let op = "conv2d backward";
         let g = g.contiguous()?;
-        let none = || g.unsupported(op);
-        let db = if need[2] {
-            let v = dispatch::conv2d_bias_grad(&g, geo)?.ok_or_else(none)?;
-            Some(weight.derived(v, &[geo.o]))
-        } else {
-            None
+        // A wanted gradient is one backend kernel's output, with the dtype of `like` and its
+        // `shape`; one not wanted runs nothing.
+        type Kernel<'a> = &'a dyn Fn() -> Result<Option<Storage>>;
+        let grad = |want: bool, like: &Tensor, shape: &[usize], run: Kernel| {
+            if !want {
+                return Ok(None);
+            }
+            let v = run()?.ok_or_else(|| g.unsupported(op))?;
+            Ok::<_, Error>(Some(like.derived(v, shape)))
         };
-        let dx = if need[0] {
-            let w = weight.contiguous()?;
-            let v = dispatch::conv2d_input_grad(&g, &w, geo)?.ok_or_else(none)?;
-            Some(x.derived(v, x.shape()))
-        } else {
-            None
-        };
-        let dw = if need[1] {
-            let xc = x.contiguous()?;
-            let v = dispatch::conv2d_weight_grad(&g, &xc, geo)?.ok_or_else(none)?;
-            Some(weight.derived(v, weight.shape()))
-        } else {
-            None
-        };
+        let db = grad(need[2], weight, &[geo.o], &|| {
+            dispatch::conv2d_bias_grad(&g, geo)
+        })?;
+        let dx = grad(need[0], x, x.shape(), &|| {
+            dispatch::conv2d_input_grad(&g, &weight.contiguous()?, geo)
+        })?;
+        let dw = grad(need[1], weight, weight.shape(), &|| {
+            dispatch::conv2d_weight_grad(&g, &x.contiguous()?, geo)
+        })?;
         Ok([dx, dw, db])
     }
 
