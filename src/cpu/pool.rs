@@ -14,7 +14,7 @@ use rayon::prelude::*;
 pub(crate) fn max_pool2d(x: &[f32], geo: &PoolGeom) -> Result<(Vec<f32>, Vec<u32>)> {
     let [oh, ow] = geo.out;
     let (hw, ohw) = (geo.h * geo.w, oh * ow);
-    let total = geo.planes * ohw;
+    let total = geo.n * geo.c * ohw;
     let mut vals = try_vec::<f32>("max_pool2d", total)?;
     vals.resize(total, 0.0);
     let mut idx = try_vec::<u32>("max_pool2d", total)?;
@@ -120,8 +120,9 @@ pub(crate) fn max_pool2d(x: &[f32], geo: &PoolGeom) -> Result<(Vec<f32>, Vec<u32
 /// (windows that overlap add in output order).
 pub(crate) fn max_pool2d_backward(g: &[f32], idx: &[u32], geo: &PoolGeom) -> Result<Vec<f32>> {
     let (hw, ohw) = (geo.h * geo.w, geo.out[0] * geo.out[1]);
-    let mut dx = try_vec::<f32>("max_pool2d backward", geo.planes * hw)?;
-    dx.resize(geo.planes * hw, 0.0);
+    let planes = geo.n * geo.c;
+    let mut dx = try_vec::<f32>("max_pool2d backward", planes * hw)?;
+    dx.resize(planes * hw, 0.0);
     let plane = |(pl, d): (usize, &mut [f32])| {
         let (gs, is) = (&g[pl * ohw..(pl + 1) * ohw], &idx[pl * ohw..(pl + 1) * ohw]);
         for (&gv, &i) in gs.iter().zip(is) {

@@ -30,18 +30,10 @@ pub(crate) struct BnGeom {
     pub hw: usize,
 }
 
-/// Sizes of one max pooling over `planes` planes of `h x w` (dilation 1; padding at most half
-/// the kernel, so every window holds an input element).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PoolGeom {
-    pub planes: usize,
-    pub h: usize,
-    pub w: usize,
-    pub k: [usize; 2],
-    pub s: [usize; 2],
-    pub p: [usize; 2],
-    pub out: [usize; 2],
-}
+/// Sizes of one max pooling: the windows of a depthwise convolution (`o = g = c`, so each of
+/// the `n * c` planes of `h x w` is pooled on its own; dilation 1; padding at most half the
+/// kernel, so every window holds an input element).
+pub(crate) type PoolGeom = Geom;
 
 /// What the kernels need to know about the targets.
 pub(crate) struct CeSpec {

@@ -577,13 +577,17 @@ impl Tensor {
         let s = pool_stride(kernel, stride);
         let win = Window::new(op, [c, h, w], kernel, s, padding, [1, 1])?;
         if x.is_cpu() && x.dtype() == DType::F32 && !half && x.numel() > 0 {
-            let geo = crate::cpu::pool::PoolGeom {
-                planes: n * c,
+            let geo = crate::ops::geometry::PoolGeom {
+                n,
+                c,
                 h,
                 w,
+                o: c,
+                g: c,
                 k: kernel,
                 s,
                 p: padding,
+                d: [1, 1],
                 out: win.out,
             };
             let (values, indices) = x.max_pool2d_cpu(geo, want_indices)?;
