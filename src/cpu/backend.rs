@@ -15,6 +15,7 @@ use crate::ops::geometry::{AdamStep, DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
+use half::f16;
 
 /// The f32 data of `s`, or `None` for another dtype (the CPU's conv kernels are f32 only).
 fn f32s(s: &CpuStorage) -> Option<&[f32]> {
@@ -51,6 +52,19 @@ fn packed_f32<'a>(s: &'a CpuStorage, l: &Layout) -> Option<&'a [f32]> {
     f32s(s)?.get(l.offset..l.offset + l.numel())
 }
 
+/// `f` of the f32 data of `a` and `b` as f32 storage; `None` when either holds another dtype
+/// (the f32-only kernels' common refusal).
+fn on_f32s(
+    a: &CpuStorage,
+    b: &CpuStorage,
+    f: impl FnOnce(&[f32], &[f32]) -> Result<Vec<f32>>,
+) -> Result<Option<CpuStorage>> {
+    let (Some(a), Some(b)) = (f32s(a), f32s(b)) else {
+        return Ok(None);
+    };
+    f(a, b).map(|v| Some(CpuStorage::F32(v)))
+}
+
 /// The first `n` elements of `v` (the view's, when the storage holds more), or all of `v`.
 fn head(v: &[f32], n: usize) -> &[f32] {
     v.get(..n).unwrap_or(v)
@@ -67,7 +81,7 @@ impl BackendStorage for CpuStorage {
             )),
             // f16 weights read in place where the layouts allow; elsewhere the caller multiplies
             // f32 copies (gemm has no f16 kernel here).
-            _ => f16_weight::f16_matmul_t(self, spec.la, rhs, spec.lb)?.map(|s| (s, DType::F16)),
+            _ => f16_weight::matmul_t::<f16>(self, spec.la, rhs, spec.lb)?.map(|s| (s, DType::F16)),
         })
     }
 
@@ -95,7 +109,7 @@ impl BackendStorage for CpuStorage {
     }
 
     fn matmul_t_f16_weight(&self, w: &Self, spec: &MatmulSpec) -> Result<Option<Self>> {
-        f16_weight::f32_matmul_t_f16(self, spec.la, w, spec.lb)
+        f16_weight::matmul_t::<f32>(self, spec.la, w, spec.lb)
     }
 
     fn matmul_kernel_name(&self, _spec: &MatmulSpec) -> &'static str {
@@ -130,27 +144,19 @@ impl BackendStorage for CpuStorage {
     }
 
     fn conv2d_input_grad(&self, weight: &Self, geo: &Geom) -> Result<Option<Self>> {
-        let (Some(g), Some(w)) = (f32s(self), f32s(weight)) else {
-            return Ok(None);
-        };
-        let v = if conv_direct::input_grad_fits(geo) {
-            conv_direct::conv2d_input_grad(g, w, geo)?
-        } else {
-            conv::conv2d_input_grad(g, w, geo)?
-        };
-        Ok(Some(CpuStorage::F32(v)))
+        on_f32s(self, weight, |g, w| {
+            match conv_direct::input_grad_fits(geo) {
+                true => conv_direct::conv2d_input_grad(g, w, geo),
+                false => conv::conv2d_input_grad(g, w, geo),
+            }
+        })
     }
 
     fn conv2d_weight_grad(&self, x: &Self, geo: &Geom) -> Result<Option<Self>> {
-        let (Some(g), Some(x)) = (f32s(self), f32s(x)) else {
-            return Ok(None);
-        };
-        let v = if conv_direct::fits(geo) {
-            conv_direct::conv2d_weight_grad(x, g, geo)?
-        } else {
-            conv::conv2d_weight_grad(x, g, geo)?
-        };
-        Ok(Some(CpuStorage::F32(v)))
+        on_f32s(x, self, |x, g| match conv_direct::fits(geo) {
+            true => conv_direct::conv2d_weight_grad(x, g, geo),
+            false => conv::conv2d_weight_grad(x, g, geo),
+        })
     }
 
     fn conv2d_bias_grad(&self, geo: &Geom) -> Result<Option<Self>> {
@@ -197,21 +203,9 @@ impl BackendStorage for CpuStorage {
             return Ok(None);
         }
         // Packed views are read in place (from offset 0), others are packed first.
-        let packed = |s: &CpuStorage, l: &Layout| -> Result<Option<CpuStorage>> {
-            Ok(if l.is_contiguous() && l.offset == 0 {
-                None
-            } else {
-                Some(s.contiguous(l)?)
-            })
-        };
-        let (px, pg) = (packed(self, lx)?, packed(g, lg)?);
-        let (Some(x), Some(g)) = (
-            f32s(px.as_ref().unwrap_or(self)),
-            f32s(pg.as_ref().unwrap_or(g)),
-        ) else {
-            return Ok(None);
-        };
-        Ok(Some(CpuStorage::F32(elementwise::gelu_backward(x, g)?)))
+        let (mut kx, mut kg) = (None, None);
+        let (x, g) = (packed(self, lx, &mut kx)?, packed(g, lg, &mut kg)?);
+        on_f32s(x, g, elementwise::gelu_backward)
     }
 
     fn convert(&self, layout: &Layout, dtype: DType) -> Result<Option<Self>> {
@@ -383,15 +377,6 @@ impl BackendStorage for CpuStorage {
     ) -> Result<Option<Self>> {
         // Elements are only moved: one kernel for every dtype.
         join::cat(parts, d, out_shape).map(Some)
-    }
-
-    fn assemble(
-        _op: &'static str,
-        _parts: &[(&Self, &Layout)],
-        _dtype: DType,
-    ) -> Result<Option<Self>> {
-        // Host memory has no binding limit: `cat` joins any size.
-        Ok(None)
     }
 
     fn cross_entropy(

@@ -8,7 +8,7 @@
 use super::storage::CpuStorage;
 use super::{matvec, panels};
 use crate::shape::Layout;
-use crate::Result;
+use crate::{Result, WithDType};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -60,73 +60,64 @@ fn f16_weight_product(x: &[f32], b: &[f16], lb: &Layout, (m, k, n): Mkn) -> Resu
     })
 }
 
-/// `x · Wᵀ` for f16 rows `x` and an f16 `W` with contiguous rows, rounded to f16 once as the
-/// general path rounds it; `None` when the operands have another dtype or layout.
-pub(crate) fn f16_matmul_t(
-    a: &CpuStorage,
-    la: &Layout,
-    b: &CpuStorage,
-    lb: &Layout,
-) -> Result<Option<CpuStorage>> {
-    let CpuStorage::F16(a) = a else {
-        return Ok(None);
-    };
-    let widen = |rows: &[f16]| {
+/// The element type of the rows `x` of `x · Wᵀ` with an f16 `W`, with the roundings its
+/// product takes around the f32 one both run.
+pub(crate) trait Rows: WithDType {
+    /// The rows as the f32 the product runs in.
+    fn widen(rows: &[Self]) -> Vec<f32>;
+    /// The f32 product stored as the caller takes it.
+    fn finish(out: Vec<f32>) -> CpuStorage;
+}
+
+/// f16 rows: the product is rounded to f16 once, as the general path rounds it.
+impl Rows for f16 {
+    fn widen(rows: &[f16]) -> Vec<f32> {
         let mut x = vec![0f32; rows.len()];
         // Slice conversions run F16C where the CPU has it (an element at a time they do not).
         rows.convert_to_f32_slice(&mut x);
         x
-    };
-    with_f16_weight(a, la, b, lb, widen, |out| {
+    }
+
+    fn finish(out: Vec<f32>) -> CpuStorage {
         let mut h = vec![f16::ZERO; out.len()];
         h.convert_from_f32_slice(&out);
         CpuStorage::F16(h)
-    })
+    }
 }
 
-/// `x · Wᵀ` for f32 rows `x` and an f16 `W`, with the values of rounding `x` to f16,
-/// multiplying as [`f16_matmul_t`] does and widening the product back (each rounding once);
-/// `None` when the operands have another dtype or layout.
-pub(crate) fn f32_matmul_t_f16(
+/// f32 rows (an f16 layer on f32 activations): the values of rounding `x` to f16, multiplying
+/// as for f16 rows and widening the product back, each rounding once.
+impl Rows for f32 {
+    fn widen(rows: &[f32]) -> Vec<f32> {
+        let mut x = rows.to_vec();
+        round_through_f16(&mut x);
+        x
+    }
+
+    fn finish(mut out: Vec<f32>) -> CpuStorage {
+        round_through_f16(&mut out);
+        CpuStorage::F32(out)
+    }
+}
+
+/// `x · Wᵀ` for rows `x` (`a`'s `[m, k]` view) of `T` and the f16 `W` that `lb` views as `Wᵀ`
+/// (contiguous rows), with `T`'s roundings ([`Rows`]); `None` unless `a` holds `T` and `b`
+/// f16, and the views make a plan ([`f16_weight_plan`]).
+pub(crate) fn matmul_t<T: Rows>(
     a: &CpuStorage,
     la: &Layout,
     b: &CpuStorage,
     lb: &Layout,
 ) -> Result<Option<CpuStorage>> {
-    let CpuStorage::F32(a) = a else {
-        return Ok(None);
-    };
-    let widen = |rows: &[f32]| {
-        let mut x = rows.to_vec();
-        round_through_f16(&mut x);
-        x
-    };
-    with_f16_weight(a, la, b, lb, widen, |mut out| {
-        round_through_f16(&mut out);
-        CpuStorage::F32(out)
-    })
-}
-
-/// The product of both entry points once their rows' element type is known: `None` unless
-/// `b` is f16 and the views make a plan ([`f16_weight_plan`]); else the rows of `a`'s
-/// `[m, k]` view, as f32 through `widen`, times the weight, stored by `finish`.
-fn with_f16_weight<T>(
-    a: &[T],
-    la: &Layout,
-    b: &CpuStorage,
-    lb: &Layout,
-    widen: impl FnOnce(&[T]) -> Vec<f32>,
-    finish: impl FnOnce(Vec<f32>) -> CpuStorage,
-) -> Result<Option<CpuStorage>> {
-    let CpuStorage::F16(b) = b else {
+    let (Some(a), CpuStorage::F16(b)) = (a.as_slice::<T>(), b) else {
         return Ok(None);
     };
     let Some(mkn @ (m, k, _)) = f16_weight_plan(la, lb) else {
         return Ok(None);
     };
-    let x = widen(&a[la.offset..][..m * k]);
+    let x = T::widen(&a[la.offset..][..m * k]);
     let out = f16_weight_product(&x, b, lb, mkn)?;
-    Ok(Some(finish(out)))
+    Ok(Some(T::finish(out)))
 }
 
 /// Rounds every value to the nearest f16 and back, in place (vectorized slice conversions).

@@ -15,7 +15,7 @@ use super::buffer::GpuBuffer;
 // the pass index sits in a kernel's params: the shaders read the same constants.
 use super::contract::attention::{P_PASS, STEP, TILE};
 use super::device::GpuDevice;
-use super::kernels::{grid, Launch, Shader};
+use super::kernels::{grid, Bindings, Launch, Shader};
 use crate::{Error, Result};
 
 /// A mask read in place: element `(b, i, j)` at `base + batch offset(b) + i row + j col`.
@@ -229,10 +229,12 @@ impl GpuDevice {
                 Launch {
                     shader,
                     entry,
-                    op_code: None,
-                    inputs,
-                    output: &output.buffer,
-                    meta,
+                    bind: Bindings {
+                        op_code: None,
+                        inputs,
+                        output: &output.buffer,
+                        meta,
+                    },
                     threads: workgroups as u64,
                 },
                 [x, y, 1],

@@ -5,7 +5,7 @@
 use super::buffer::GpuBuffer;
 use super::contract::decode::TILE;
 use super::device::GpuDevice;
-use super::kernels::{grid, Launch, Shader};
+use super::kernels::{grid, Bindings, Launch, Shader};
 use super::params::w;
 use crate::ops::geometry::DecodeDims;
 use crate::{Error, Result};
@@ -66,10 +66,12 @@ impl GpuDevice {
                 Launch {
                     shader: Shader::AttentionDecode,
                     entry: "attention_decode",
-                    op_code: None,
-                    inputs: &[&q.buffer, &k.buffer, &v.buffer],
-                    output: &out.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code: None,
+                        inputs: &[&q.buffer, &k.buffer, &v.buffer],
+                        output: &out.buffer,
+                        meta: &params,
+                    },
                     threads: d.heads as u64 * WG,
                 },
                 [x, y, 1],

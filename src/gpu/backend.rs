@@ -6,12 +6,11 @@
 
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
-use super::rows::CeWords;
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec, View,
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormSpec, ScatterSpec, View,
 };
-use crate::ops::geometry::{AdamStep, DecodeDims, Geom, PoolGeom, Rows};
-use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
+use crate::ops::geometry::{AdamStep, DecodeDims, Geom, Rows};
+use crate::ops::{ReduceOp, RowOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -20,6 +19,12 @@ pub(crate) fn matmul_kernel_names() -> Vec<&'static str> {
     MatmulKernel::ALL.iter().map(|k| k.name()).collect()
 }
 
+// The ops this impl leaves to the trait's defaults (`None`) have no kernel of their own on a
+// GPU: every elementwise op, conversion, comparison, clamp and selection runs as a generated
+// program (the tensor layer's fuser queues it, `elementwise.rs` runs it); the convolution and
+// norm backward passes, max pooling and GELU's gradient are compositions of other ops; the
+// product and the bias add are two programs (the add may fuse on); and f16 weights are read in
+// place by every product, with no special path.
 impl BackendStorage for GpuBuffer {
     const FUSED_ADAM: bool = false;
 
@@ -42,22 +47,6 @@ impl BackendStorage for GpuBuffer {
         Ok(Some((b, out)))
     }
 
-    fn matmul_bias(
-        &self,
-        _rhs: &Self,
-        _spec: &MatmulSpec,
-        _bias: &Self,
-        _bias_offset: usize,
-    ) -> Result<Option<Self>> {
-        // No fused kernel: the product and the add are two programs (the add may fuse on).
-        Ok(None)
-    }
-
-    fn matmul_t_f16_weight(&self, _w: &Self, _spec: &MatmulSpec) -> Result<Option<Self>> {
-        // The GPU reads f16 weights in place in every product; no special path.
-        Ok(None)
-    }
-
     fn matmul_kernel_name(&self, spec: &MatmulSpec) -> &'static str {
         self.device
             .matmul_kernel(spec.la, spec.lb, spec.dtype == DType::F16)
@@ -74,86 +63,6 @@ impl BackendStorage for GpuBuffer {
             return Ok(None);
         }
         self.device.conv2d(self, weight, bias, geo).map(Some)
-    }
-
-    // The backward passes and max pooling are compositions of other ops on a GPU (the caller's
-    // gather + matmul and windowed maxima): no kernels of their own.
-    fn conv2d_input_grad(&self, _weight: &Self, _geo: &Geom) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn conv2d_weight_grad(&self, _x: &Self, _geo: &Geom) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn conv2d_bias_grad(&self, _geo: &Geom) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn max_pool2d(&self, _geo: &PoolGeom) -> Result<Option<(Self, Vec<u32>)>> {
-        Ok(None)
-    }
-
-    fn max_pool2d_backward(&self, _idx: &[u32], _geo: &PoolGeom) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    // Every elementwise op on a GPU runs as a generated program (the tensor layer's fuser
-    // queues it, `elementwise.rs` runs it): there is no kernel per op to ask for here.
-    fn unary(&self, _op: UnaryOp, _layout: &Layout) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn binary(
-        &self,
-        _op: BinaryOp,
-        _la: &Layout,
-        _rhs: &Self,
-        _lb: &Layout,
-    ) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn scalar(
-        &self,
-        _op: BinaryOp,
-        _layout: &Layout,
-        _s: Scalar,
-        _first: bool,
-    ) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn gelu_backward(&self, _lx: &Layout, _g: &Self, _lg: &Layout) -> Result<Option<Self>> {
-        // Composed from other ops, which fuse into one generated kernel.
-        Ok(None)
-    }
-
-    // Conversions, comparisons, clamps and selections run as generated programs on a GPU, as
-    // every elementwise op does.
-    fn convert(&self, _layout: &Layout, _dtype: DType) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn compare(&self, _op: CmpOp, _la: &Layout, _rhs: &Self, _lb: &Layout) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn compare_scalar(&self, _op: CmpOp, _la: &Layout, _s: Scalar) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn clamp(&self, _layout: &Layout, _lo: Scalar, _hi: Scalar) -> Result<Option<Self>> {
-        Ok(None)
-    }
-
-    fn where_cond(
-        &self,
-        _lm: &Layout,
-        _on_true: (&Self, &Layout),
-        _on_false: (&Self, &Layout),
-    ) -> Result<Option<Self>> {
-        Ok(None)
     }
 
     fn reduce(
@@ -176,22 +85,7 @@ impl BackendStorage for GpuBuffer {
         bias: Option<&Self>,
     ) -> Result<Option<Self>> {
         // One row kernel per call (`gpu/rows.rs`), the affine parameters bound when given.
-        self.device
-            .norm(spec.row, self, spec.nrows, spec.len, weight, bias, spec.eps)
-            .map(Some)
-    }
-
-    fn norm_backward(
-        &self,
-        _lx: &Layout,
-        _g: (&Self, &Layout),
-        _weight: Option<(&Self, &Layout)>,
-        _spec: &NormSpec,
-        _want_wb: bool,
-    ) -> Result<Option<NormGrads<Self>>> {
-        // Composed from other ops (the forward kernel for x̂, reductions and elementwise
-        // programs): no kernel of its own.
-        Ok(None)
+        self.device.norm(self, spec, weight, bias).map(Some)
     }
 
     fn check_ids(&self, _op: &'static str, _view: &IdsView, _bound: usize) -> Result<()> {
@@ -208,7 +102,7 @@ impl BackendStorage for GpuBuffer {
         index_shape: Option<&[usize]>,
     ) -> Result<Option<Self>> {
         // One thread per output element; a bad id writes zero and sets the error word.
-        let ids = (ids, view.offset, view.count, view.signed);
+        let ids = view.of(ids);
         self.device
             .gather(op, self, layout, d, ids, index_shape)
             .map(Some)
@@ -230,7 +124,7 @@ impl BackendStorage for GpuBuffer {
             self.device.scatter_add_into(
                 op,
                 &out,
-                (ids, view.offset, view.count, view.signed),
+                view.of(ids),
                 spec.shape,
                 spec.d,
                 spec.out_strides,
@@ -292,16 +186,8 @@ impl BackendStorage for GpuBuffer {
         ce: &CeRows,
     ) -> Result<Option<Self>> {
         // Targets are never read back: the kernel checks them as it runs (`gpu/ids.rs`).
-        let ids = (targets, view.offset, view.count, view.signed);
-        self.device
-            .cross_entropy_rows(
-                "cross_entropy",
-                (self, ce.offset),
-                (ce.n, ce.c),
-                ids,
-                &ce_words(ce, view.signed),
-            )
-            .map(Some)
+        let ids = view.of(targets);
+        self.device.cross_entropy_rows(self, ce, ids).map(Some)
     }
 
     fn cross_entropy_backward(
@@ -318,17 +204,9 @@ impl BackendStorage for GpuBuffer {
                 message: "cross-entropy statistics must start their buffer".into(),
             });
         }
-        let ids = (targets, view.offset, view.count, view.signed);
+        let ids = view.of(targets);
         self.device
-            .cross_entropy_backward(
-                "cross_entropy",
-                (self, ce.offset),
-                (ce.n, ce.c),
-                ids,
-                &ce_words(ce, view.signed),
-                stats,
-                (g, lg.offset),
-            )
+            .cross_entropy_backward(self, ce, ids, stats, (g, lg.offset))
             .map(Some)
     }
 
@@ -355,22 +233,6 @@ impl BackendStorage for GpuBuffer {
 
     fn copy_bytes(&self, op: &'static str, start: u64, len: u64) -> Result<Option<Self>> {
         self.device.extract(op, self, start, len).map(Some)
-    }
-}
-
-/// The ignored class as the targets' bits (`None` when no target of that signedness can equal
-/// it), and the smoothing, as the cross-entropy kernels read them.
-fn ce_words(ce: &CeRows, signed: bool) -> CeWords {
-    let ignore = ce.spec.ignore.and_then(|i| {
-        if signed {
-            i32::try_from(i).ok().map(|v| v as u32)
-        } else {
-            u32::try_from(i).ok()
-        }
-    });
-    CeWords {
-        ignore,
-        smoothing: ce.spec.smoothing,
     }
 }
 

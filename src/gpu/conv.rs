@@ -4,7 +4,7 @@
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
-use super::kernels::{grid, Launch, Shader};
+use super::kernels::{grid, Bindings, Launch, Shader};
 use super::params::w;
 use crate::ops::geometry::Geom;
 use crate::{Error, Result};
@@ -113,10 +113,12 @@ impl GpuDevice {
             Launch {
                 shader: Shader::Conv2d,
                 entry: "conv2d",
-                op_code: None,
-                inputs: &[&x.buffer, &weight.buffer, &b.buffer],
-                output: &out.buffer,
-                meta: &params,
+                bind: Bindings {
+                    op_code: None,
+                    inputs: &[&x.buffer, &weight.buffer, &b.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                },
                 threads: (cols * geo.o) as u64,
             },
             [gx, gy, w(row_tiles * geo.g)],

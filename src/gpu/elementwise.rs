@@ -6,7 +6,7 @@
 use super::buffer::GpuBuffer;
 use super::codegen::{self, per_word, Expr, Program};
 use super::device::GpuDevice;
-use super::kernels::{GeneratedRef, Launch, Shader};
+use super::kernels::{Bindings, GeneratedRef, Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -114,10 +114,12 @@ impl GpuDevice {
             Launch {
                 shader: Shader::Generated(GeneratedRef(kernel)),
                 entry: "main",
-                op_code: None,
-                inputs: &inputs,
-                output: &out.buffer,
-                meta: &params,
+                bind: Bindings {
+                    op_code: None,
+                    inputs: &inputs,
+                    output: &out.buffer,
+                    meta: &params,
+                },
                 threads: if wide {
                     n.div_ceil(4) as u64
                 } else {

@@ -5,7 +5,7 @@
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::ids;
-use super::kernels::{Launch, Shader};
+use super::kernels::{Bindings, Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
 use crate::Result;
@@ -60,10 +60,12 @@ impl GpuDevice {
             Launch {
                 shader: Shader::Gather,
                 entry: "gather",
-                op_code: None,
-                inputs: &[&src.buffer, &ids.buffer],
-                output: &out.buffer,
-                meta: &params,
+                bind: Bindings {
+                    op_code: None,
+                    inputs: &[&src.buffer, &ids.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                },
                 threads: n as u64,
             },
         )?;

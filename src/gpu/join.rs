@@ -3,7 +3,7 @@
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
-use super::kernels::{Launch, Shader};
+use super::kernels::{Bindings, Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::{contiguous_strides, Layout};
 use crate::Result;
@@ -40,10 +40,12 @@ impl GpuDevice {
                 Launch {
                     shader: Shader::Join,
                     entry: "copy_into",
-                    op_code: None,
-                    inputs: &[&buf.buffer],
-                    output: &out.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code: None,
+                        inputs: &[&buf.buffer],
+                        output: &out.buffer,
+                        meta: &params,
+                    },
                     threads: n as u64,
                 },
             )?;

@@ -328,15 +328,22 @@ impl KernelCache {
     }
 }
 
-/// One dispatch: which kernel, its buffers and metadata, and how many threads.
-pub(crate) struct Launch<'a> {
-    pub shader: Shader,
-    pub entry: &'static str,
+/// What a dispatch binds, whichever launch records it ([`Launch`], or a row kernel's
+/// `rows::RowLaunch` that picks its entry): the shader's `OP` override, its buffers and params.
+#[derive(Clone, Copy)]
+pub(crate) struct Bindings<'a> {
     /// Value of the shader's `override OP: u32`, for shaders that select an op with it.
     pub op_code: Option<u32>,
     pub inputs: &'a [&'a wgpu::Buffer],
     pub output: &'a wgpu::Buffer,
     pub meta: &'a [u32],
+}
+
+/// One dispatch: which kernel, its buffers and metadata, and how many threads.
+pub(crate) struct Launch<'a> {
+    pub shader: Shader,
+    pub entry: &'static str,
+    pub bind: Bindings<'a>,
     /// Invocations to cover: `ceil(threads / 256)` workgroups are dispatched. Kernels that give
     /// each workgroup one item (`reduce.wgsl::reduce_wg`) pass `items * WORKGROUP`.
     pub threads: u64,

@@ -61,9 +61,10 @@ impl GpuDevice {
         // still reaches here too large is refused with the limit named, never handed to wgpu.
         let limit = self.0.limits.max_storage_buffer_binding_size;
         if let Some(big) = l
+            .bind
             .inputs
             .iter()
-            .chain([&l.output])
+            .chain([&l.bind.output])
             .find(|b| b.size() > limit)
         {
             return Err(Error::BufferTooLarge {
@@ -79,7 +80,7 @@ impl GpuDevice {
         let dev = &self.0.device;
         let kernels = &self.0.kernels;
         let pipeline = kernels
-            .pipeline(dev, (l.shader, l.entry, l.op_code))
+            .pipeline(dev, (l.shader, l.entry, l.bind.op_code))
             .map_err(|message| Error::Wgpu {
                 op,
                 device: self.label().to_string(),
@@ -87,11 +88,11 @@ impl GpuDevice {
             })?;
         // Params larger than the ring's window get a buffer of their own (never in practice:
         // the largest metadata is a few dozen words).
-        let bytes = (l.meta.len() * 4) as u64;
+        let bytes = (l.bind.meta.len() * 4) as u64;
         let own = (bytes > PARAM_WINDOW).then(|| {
             dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some("wgtensor::params"),
-                contents: bytemuck::cast_slice(l.meta),
+                contents: bytemuck::cast_slice(l.bind.meta),
                 usage: wgpu::BufferUsages::STORAGE,
             })
         });
@@ -99,11 +100,11 @@ impl GpuDevice {
             Some(b) => (b, bytes),
             None => (&self.0.ring, PARAM_WINDOW),
         };
-        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(l.inputs.len() + 2);
-        buffers.extend_from_slice(l.inputs);
-        buffers.push(l.output);
+        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(l.bind.inputs.len() + 2);
+        buffers.extend_from_slice(l.bind.inputs);
+        buffers.push(l.bind.output);
         buffers.push(params);
-        let make = || kernels.bind_group(dev, l.inputs.len(), &buffers, window, own.is_none());
+        let make = || kernels.bind_group(dev, l.bind.inputs.len(), &buffers, window, own.is_none());
         let bind = if self.0.validate {
             self.scoped(op, 0, make)?
         } else {
@@ -112,7 +113,7 @@ impl GpuDevice {
             // handler: refuse to record the dispatch, so the rest of the batch stays valid, and
             // do not keep the (possibly invalid) bind group.
             if let Err(e) = self.check(op) {
-                kernels.forget_bind_group(l.inputs.len(), &buffers);
+                kernels.forget_bind_group(l.bind.inputs.len(), &buffers);
                 return Err(e);
             }
             bind
@@ -139,7 +140,7 @@ impl GpuDevice {
             let offset = if own.is_some() {
                 0
             } else {
-                let at = b.push_params(l.meta, align);
+                let at = b.push_params(l.bind.meta, align);
                 if at as u64 + PARAM_WINDOW > ring_size {
                     // `with_batch` submits well before the ring fills; never reached.
                     return Err(Error::InvalidArgument {
@@ -165,7 +166,7 @@ impl GpuDevice {
         })??;
         self.0
             .errors
-            .propagate(l.inputs, l.output, check.as_ref().map(|(c, _)| c));
+            .propagate(l.bind.inputs, l.bind.output, check.as_ref().map(|(c, _)| c));
         let n = &self.0.kernels.counters.dispatches;
         n.fetch_add(1, Ordering::Relaxed);
         Ok(())

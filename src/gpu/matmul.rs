@@ -17,7 +17,7 @@ use super::contract::matmul::{
     GEMV_T_COLS, OP_A_K_CONTIGUOUS, OP_B_COLUMN_CONTIGUOUS, OP_TILED_PADDED, TILE,
 };
 use super::device::GpuDevice;
-use super::kernels::{Launch, Shader};
+use super::kernels::{Bindings, Launch, Shader};
 use crate::shape::Layout;
 use crate::{Error, Result};
 
@@ -601,10 +601,12 @@ impl GpuDevice {
                 let launch = Launch {
                     shader: kernel.shader(p.half, acc16),
                     entry: kernel.entry(),
-                    op_code,
-                    inputs: &[&a.buffer, &b.buffer],
-                    output: &output.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code,
+                        inputs: &[&a.buffer, &b.buffer],
+                        output: &output.buffer,
+                        meta: &params,
+                    },
                     threads: threads as u64,
                 };
                 self.launch_workgroups(op, launch, grid.map(u))

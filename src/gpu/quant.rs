@@ -7,7 +7,7 @@ use super::buffer::GpuBuffer;
 use super::contract::quant::{LANES, MT};
 use super::device::GpuDevice;
 use super::ids;
-use super::kernels::{Launch, Shader};
+use super::kernels::{Bindings, Launch, Shader};
 use super::params::w;
 use super::shader_table::qtype_code;
 use crate::{Error, QType, Result};
@@ -127,10 +127,12 @@ impl GpuDevice {
                 Launch {
                     shader: Shader::Quant,
                     entry: "dequant",
-                    op_code: None,
-                    inputs: &[&p.scales.buffer, &p.body.buffer, &p.scales.buffer],
-                    output: &out.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code: None,
+                        inputs: &[&p.scales.buffer, &p.body.buffer, &p.scales.buffer],
+                        output: &out.buffer,
+                        meta: &params,
+                    },
                     threads: (p.rows * shape[1]) as u64,
                 },
             )?;
@@ -189,10 +191,12 @@ impl GpuDevice {
                     shader: Shader::Quant,
                     entry: kernel.name(),
                     // One pipeline per block type (quant.wgsl's `OP`).
-                    op_code: Some(params[6]),
-                    inputs: &[&p.scales.buffer, &p.body.buffer, &x.0.buffer],
-                    output: &out.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code: Some(params[6]),
+                        inputs: &[&p.scales.buffer, &p.body.buffer, &x.0.buffer],
+                        output: &out.buffer,
+                        meta: &params,
+                    },
                     threads: (p.rows * m) as u64,
                 },
                 [gx as u32, gy as u32, groups as u32],
@@ -222,10 +226,12 @@ impl GpuDevice {
                 Launch {
                     shader: Shader::Quant,
                     entry: "gather",
-                    op_code: None,
-                    inputs: &[&p.scales.buffer, &p.body.buffer, &ids.buffer],
-                    output: &out.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code: None,
+                        inputs: &[&p.scales.buffer, &p.body.buffer, &ids.buffer],
+                        output: &out.buffer,
+                        meta: &params,
+                    },
                     threads: (n * shape[1]) as u64,
                 },
             )?;

@@ -10,7 +10,7 @@
 
 use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
-use super::kernels::{Launch, Shader, WORKGROUP};
+use super::kernels::{Bindings, Launch, Shader, WORKGROUP};
 use super::params::{check_u32, extend, w};
 use crate::cpu::reduce::{ReduceOp, Rows, SUM_EXP_CODE};
 use crate::shape::Layout;
@@ -182,10 +182,12 @@ impl GpuDevice {
             Launch {
                 shader: Shader::Sum,
                 entry,
-                op_code: None,
-                inputs: &[&src.buffer],
-                output: &partials.buffer,
-                meta: &[w(chunks), w(rows.len), w(rows.offset / 4)],
+                bind: Bindings {
+                    op_code: None,
+                    inputs: &[&src.buffer],
+                    output: &partials.buffer,
+                    meta: &[w(chunks), w(rows.len), w(rows.offset / 4)],
+                },
                 threads: chunks as u64 * threads_per_chunk,
             },
         )?;
@@ -353,10 +355,12 @@ impl GpuDevice {
                 Launch {
                     shader,
                     entry,
-                    op_code: Some(code),
-                    inputs: &[&data.buffer, &second.buffer],
-                    output: &out.buffer,
-                    meta: &params,
+                    bind: Bindings {
+                        op_code: Some(code),
+                        inputs: &[&data.buffer, &second.buffer],
+                        output: &out.buffer,
+                        meta: &params,
+                    },
                     threads,
                 },
             )?;

@@ -13,8 +13,10 @@ use super::buffer::GpuBuffer;
 use super::device::GpuDevice;
 use super::gather::Ids;
 use super::ids;
-use super::kernels::{Launch, Shader, WORKGROUP};
+use super::kernels::{Bindings, Launch, Shader, WORKGROUP};
 use super::params::{check_u32, extend, w};
+use crate::ops::backend::{CeRows, NormSpec};
+use crate::ops::geometry::CeSpec;
 use crate::ops::{RowFamily, RowOp};
 use crate::shape::Layout;
 use crate::Result;
@@ -123,30 +125,31 @@ pub(crate) fn row_shader(family: RowFamily) -> &'static RowShader {
 /// One row dispatch: the kernel, its `OP` override, buffers and params, and the rows.
 pub(crate) struct RowLaunch<'a> {
     pub kernel: &'static RowShader,
-    pub op_code: Option<u32>,
-    pub inputs: &'a [&'a wgpu::Buffer],
-    pub output: &'a wgpu::Buffer,
-    pub meta: &'a [u32],
+    pub bind: Bindings<'a>,
     pub nrows: usize,
     pub len: usize,
 }
 
-/// The options the kernels read, as words: `[ignore bits, flags, code, ε bits]`.
-pub(crate) struct CeWords {
-    /// The ignored class as the targets' bits (`None` when no target can equal it).
-    pub ignore: Option<u32>,
-    pub smoothing: f32,
-}
+/// The op the cross-entropy kernels run for, as their errors name it.
+const CE_OP: &str = "cross_entropy";
 
-impl CeWords {
-    fn words(&self, op: &'static str, signed: bool) -> [u32; 4] {
-        [
-            self.ignore.unwrap_or(0),
-            u32::from(self.ignore.is_some()),
-            ids::code(op, signed),
-            self.smoothing.to_bits(),
-        ]
-    }
+/// The options the cross-entropy kernels read, as words: `[ignore bits, flags, code, ε bits]`,
+/// the ignored class as the targets' bits (flag off when no target of that signedness can
+/// equal it).
+fn ce_words(spec: &CeSpec, signed: bool) -> [u32; 4] {
+    let ignore = spec.ignore.and_then(|i| {
+        if signed {
+            i32::try_from(i).ok().map(|v| v as u32)
+        } else {
+            u32::try_from(i).ok()
+        }
+    });
+    [
+        ignore.unwrap_or(0),
+        u32::from(ignore.is_some()),
+        ids::code(CE_OP, signed),
+        spec.smoothing.to_bits(),
+    ]
 }
 
 impl GpuDevice {
@@ -167,10 +170,7 @@ impl GpuDevice {
                 Launch {
                     shader,
                     entry,
-                    op_code: l.op_code,
-                    inputs: l.inputs,
-                    output: l.output,
-                    meta: l.meta,
+                    bind: l.bind,
                     threads,
                 },
             )
@@ -178,6 +178,34 @@ impl GpuDevice {
         launch(self.row_kernel(k.family, l.nrows, l.len, launch)?)?;
         count_row_dispatch();
         Ok(())
+    }
+
+    /// The table's row op `row` over `nrows` rows of `len`: its family's kernel, with the
+    /// op's code as the `OP` override.
+    fn row_op(
+        &self,
+        row: RowOp,
+        (nrows, len): (usize, usize),
+        inputs: &[&wgpu::Buffer],
+        output: &wgpu::Buffer,
+        meta: &[u32],
+    ) -> Result<()> {
+        let bind = Bindings {
+            op_code: Some(row.code()),
+            inputs,
+            output,
+            meta,
+        };
+        let kernel = row_shader(row.family());
+        self.row_dispatch(
+            row.name(),
+            RowLaunch {
+                kernel,
+                bind,
+                nrows,
+                len,
+            },
+        )
     }
 
     /// The softmax-family `row` (softmax or log_softmax) over dim `d` of the non-empty view
@@ -207,100 +235,79 @@ impl GpuDevice {
         ];
         extend(&mut params, &layout.shape);
         extend(&mut params, &layout.strides);
-        self.row_dispatch(
-            op,
-            RowLaunch {
-                kernel: row_shader(row.family()),
-                op_code: Some(row.code()),
-                inputs: &[&src.buffer],
-                output: &out.buffer,
-                meta: &params,
-                nrows,
-                len,
-            },
-        )?;
+        self.row_op(row, (nrows, len), &[&src.buffer], &out.buffer, &params)?;
         Ok(out)
     }
 
-    /// The norm `row` (layer_norm or rms_norm) of the packed `[nrows, len]` f32 data `src`
-    /// (`len > 0`); `weight` and `bias` hold `len` f32 each when given.
-    #[allow(clippy::too_many_arguments)]
+    /// The norm `spec.row` (layer_norm or rms_norm) of the packed `[nrows, len]` f32 data
+    /// `src` (`len > 0`); `weight` and `bias` hold `len` f32 each when given.
     pub(crate) fn norm(
         &self,
-        row: RowOp,
         src: &GpuBuffer,
-        nrows: usize,
-        len: usize,
+        spec: &NormSpec,
         weight: Option<&GpuBuffer>,
         bias: Option<&GpuBuffer>,
-        eps: f32,
     ) -> Result<GpuBuffer> {
+        let NormSpec {
+            row,
+            nrows,
+            len,
+            eps,
+        } = *spec;
         let op = row.name();
         let out = self.alloc(op, (nrows * len) as u64 * 4)?;
         let flags = u32::from(weight.is_some()) | u32::from(bias.is_some()) << 1;
         // An absent weight or bias binds the input instead (never read: the flag is off).
         let wb = weight.unwrap_or(src);
         let bb = bias.unwrap_or(src);
-        self.row_dispatch(
-            op,
-            RowLaunch {
-                kernel: row_shader(row.family()),
-                op_code: Some(row.code()),
-                inputs: &[&src.buffer, &wb.buffer, &bb.buffer],
-                output: &out.buffer,
-                meta: &[w(nrows), w(len), eps.to_bits(), flags],
-                nrows,
-                len,
-            },
-        )?;
+        let inputs = [&src.buffer, &wb.buffer, &bb.buffer];
+        let meta = [w(nrows), w(len), eps.to_bits(), flags];
+        self.row_op(row, (nrows, len), &inputs, &out.buffer, &meta)?;
         Ok(out)
     }
 
-    /// The output and params of the two cross-entropy kernels over logits `[n, c]`: the params
-    /// `[lead, c, x_offset, targets' offset, the options' words, tail]`, the output `out_len`
-    /// f32 uninitialised (the kernels write every element).
+    /// The output and params of the two cross-entropy kernels over the logits `ce` describes:
+    /// the params `[lead, c, logits' offset, targets' offset, the options' words, tail]`, the
+    /// output `out_len` f32 uninitialised (the kernels write every element).
     fn ce_setup(
         &self,
-        op: &'static str,
-        (n, c): (usize, usize),
+        ce: &CeRows,
+        targets: Ids<'_>,
         (lead, out_len): (usize, usize),
-        (x_offset, targets): (usize, Ids<'_>),
-        opts: &CeWords,
         tail: [u32; 2],
     ) -> Result<(GpuBuffer, Vec<u32>)> {
-        check_u32(op, &Layout::contiguous(&[n, c]))?;
-        let out = self.alloc_uninit(op, out_len as u64 * 4)?;
+        check_u32(CE_OP, &Layout::contiguous(&[ce.n, ce.c]))?;
+        let out = self.alloc_uninit(CE_OP, out_len as u64 * 4)?;
         let (_, t_offset, _, signed) = targets;
-        let mut params = vec![w(lead), w(c), w(x_offset), w(t_offset)];
-        params.extend(opts.words(op, signed));
+        let mut params = vec![w(lead), w(ce.c), w(ce.offset), w(t_offset)];
+        params.extend(ce_words(ce.spec, signed));
         params.extend(tail);
         Ok((out, params))
     }
 
-    /// Per-row `[loss[N], valid[N], lse[N]]` of the packed logits `[n, c]` (from element
-    /// `x_offset` of `x`).
+    /// Per-row `[loss[N], valid[N], lse[N]]` of the packed logits `x` that `ce` describes.
     pub(crate) fn cross_entropy_rows(
         &self,
-        op: &'static str,
-        (x, x_offset): (&GpuBuffer, usize),
-        (n, c): (usize, usize),
+        x: &GpuBuffer,
+        ce: &CeRows,
         targets: Ids<'_>,
-        opts: &CeWords,
     ) -> Result<GpuBuffer> {
-        let (out, params) =
-            self.ce_setup(op, (n, c), (n, 3 * n), (x_offset, targets), opts, [0, 0])?;
+        let n = ce.n;
+        let (out, params) = self.ce_setup(ce, targets, (n, 3 * n), [0, 0])?;
         let t = targets.0;
         let dummy = &self.0.errors.dummy;
         self.row_dispatch(
-            op,
+            CE_OP,
             RowLaunch {
                 kernel: &CROSS_ENTROPY,
-                op_code: None,
-                inputs: &[&x.buffer, &t.buffer, dummy, dummy],
-                output: &out.buffer,
-                meta: &params,
+                bind: Bindings {
+                    op_code: None,
+                    inputs: &[&x.buffer, &t.buffer, dummy, dummy],
+                    output: &out.buffer,
+                    meta: &params,
+                },
                 nrows: n,
-                len: c,
+                len: ce.c,
             },
         )?;
         Ok(out)
@@ -308,31 +315,29 @@ impl GpuDevice {
 
     /// The gradient `[n, c]` of the logits given the forward's rows (`lse` at `stats[2n..]`)
     /// and the per-row upstream gradient `g` (from element `g_offset`).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn cross_entropy_backward(
         &self,
-        op: &'static str,
-        (x, x_offset): (&GpuBuffer, usize),
-        (n, c): (usize, usize),
+        x: &GpuBuffer,
+        ce: &CeRows,
         targets: Ids<'_>,
-        opts: &CeWords,
         stats: &GpuBuffer,
         (g, g_offset): (&GpuBuffer, usize),
     ) -> Result<GpuBuffer> {
-        let total = n * c;
-        let tail = [w(2 * n), w(g_offset)];
-        let (out, params) =
-            self.ce_setup(op, (n, c), (total, total), (x_offset, targets), opts, tail)?;
+        let total = ce.n * ce.c;
+        let tail = [w(2 * ce.n), w(g_offset)];
+        let (out, params) = self.ce_setup(ce, targets, (total, total), tail)?;
         let t = targets.0;
         self.launch(
-            op,
+            CE_OP,
             Launch {
                 shader: Shader::CrossEntropy,
                 entry: "ce_backward",
-                op_code: None,
-                inputs: &[&x.buffer, &t.buffer, &stats.buffer, &g.buffer],
-                output: &out.buffer,
-                meta: &params,
+                bind: Bindings {
+                    op_code: None,
+                    inputs: &[&x.buffer, &t.buffer, &stats.buffer, &g.buffer],
+                    output: &out.buffer,
+                    meta: &params,
+                },
                 threads: total as u64,
             },
         )?;

@@ -11,7 +11,7 @@ use super::contract::scatter::BLOCK;
 use super::device::GpuDevice;
 use super::gather::Ids;
 use super::ids;
-use super::kernels::{Launch, Shader};
+use super::kernels::{Bindings, Launch, Shader};
 use super::params::{check_u32, extend, w};
 use crate::shape::Layout;
 use crate::Result;
@@ -65,10 +65,12 @@ impl GpuDevice {
                 Launch {
                     shader: Shader::Scatter,
                     entry,
-                    op_code: None,
-                    inputs: &inputs,
-                    output,
-                    meta,
+                    bind: Bindings {
+                        op_code: None,
+                        inputs: &inputs,
+                        output,
+                        meta,
+                    },
                     threads: threads as u64,
                 },
             )

@@ -52,6 +52,14 @@ pub(crate) struct IdsView {
     pub signed: bool,
 }
 
+impl IdsView {
+    /// The ids' storage `s` with this view's offset, count and signedness, as a kernel takes
+    /// them.
+    pub(crate) fn of<'a, S>(&self, s: &'a S) -> (&'a S, usize, usize, bool) {
+        (s, self.offset, self.count, self.signed)
+    }
+}
+
 /// Where a scatter-add sends its contributions: contribution `k` (`k` unravelled over `shape`,
 /// the index's shape) goes to the row (of `r` floats) of the base at `k`'s coordinates, strides
 /// `out_strides` counted in rows, with the one of dim `d` replaced by `ids[k]`, which must lie
@@ -97,7 +105,9 @@ impl Scalar {
 }
 
 /// The ops a backend runs on its own storage type. Every method takes the operands' storage
-/// and backend-neutral descriptors and returns new storage of the same backend.
+/// and backend-neutral descriptors and returns new storage of the same backend. A method with a
+/// default answers `None` (no kernel of its own: the caller composes the op from others), so a
+/// backend implements only the ops it has kernels for.
 pub(crate) trait BackendStorage: Sized {
     /// The product `spec` describes, with the dtype the result holds: the operands' dtype, or
     /// f32 when the backend accumulated an f16 product in f32 and leaves the one rounding to f16
@@ -110,18 +120,22 @@ pub(crate) trait BackendStorage: Sized {
     /// kernel (the caller then runs the product and the add, with the same bits).
     fn matmul_bias(
         &self,
-        rhs: &Self,
-        spec: &MatmulSpec,
-        bias: &Self,
-        bias_offset: usize,
-    ) -> Result<Option<Self>>;
+        _rhs: &Self,
+        _spec: &MatmulSpec,
+        _bias: &Self,
+        _bias_offset: usize,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `x · wᵀ` for f32 rows `x` (`self`) and an f16 weight `w` seen through `spec.lb` as `wᵀ`,
     /// with the bits of rounding the rows to f16, multiplying in f16 and rounding the product
     /// back to f32 (a layer with f16 weights on f32 activations), without the f16 tensors in
     /// between; `None` when the backend has no such kernel for these layouts.
     #[cfg_attr(not(feature = "models"), allow(dead_code))]
-    fn matmul_t_f16_weight(&self, w: &Self, spec: &MatmulSpec) -> Result<Option<Self>>;
+    fn matmul_t_f16_weight(&self, _w: &Self, _spec: &MatmulSpec) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// The name of the kernel [`BackendStorage::matmul`] would run for `spec`.
     fn matmul_kernel_name(&self, spec: &MatmulSpec) -> &'static str;
@@ -138,65 +152,104 @@ pub(crate) trait BackendStorage: Sized {
 
     /// The input gradient of [`BackendStorage::conv2d`] from the packed output gradient `self`;
     /// `None` when the backend has no kernel for it.
-    fn conv2d_input_grad(&self, weight: &Self, geo: &Geom) -> Result<Option<Self>>;
+    fn conv2d_input_grad(&self, _weight: &Self, _geo: &Geom) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// The weight gradient of [`BackendStorage::conv2d`] from the packed output gradient `self`
     /// and the packed input `x`; `None` when the backend has no kernel for it.
-    fn conv2d_weight_grad(&self, x: &Self, geo: &Geom) -> Result<Option<Self>>;
+    fn conv2d_weight_grad(&self, _x: &Self, _geo: &Geom) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// The bias gradient (the output gradient `self` summed per channel); `None` when the
     /// backend has no kernel for it.
-    fn conv2d_bias_grad(&self, geo: &Geom) -> Result<Option<Self>>;
+    fn conv2d_bias_grad(&self, _geo: &Geom) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// Max pooling of the packed f32 `self`: the maxima and their plane offsets; `None` when the
     /// backend has no kernel (the caller takes the maxima of gathered windows).
-    fn max_pool2d(&self, geo: &PoolGeom) -> Result<Option<(Self, Vec<u32>)>>;
+    fn max_pool2d(&self, _geo: &PoolGeom) -> Result<Option<(Self, Vec<u32>)>> {
+        Ok(None)
+    }
 
     /// The input gradient of [`BackendStorage::max_pool2d`] from the packed output gradient
     /// `self` and the offsets it returned.
-    fn max_pool2d_backward(&self, idx: &[u32], geo: &PoolGeom) -> Result<Option<Self>>;
+    fn max_pool2d_backward(&self, _idx: &[u32], _geo: &PoolGeom) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `op(self)` over the view `layout` into a packed tensor of its shape (any dtype the op
     /// takes); `None` where the backend runs elementwise ops only as generated programs.
-    fn unary(&self, op: UnaryOp, layout: &Layout) -> Result<Option<Self>>;
+    fn unary(&self, _op: UnaryOp, _layout: &Layout) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `op(self, rhs)` over the views `la` and `lb` of one (broadcast) shape; `None` as for
     /// [`BackendStorage::unary`].
-    fn binary(&self, op: BinaryOp, la: &Layout, rhs: &Self, lb: &Layout) -> Result<Option<Self>>;
+    fn binary(
+        &self,
+        _op: BinaryOp,
+        _la: &Layout,
+        _rhs: &Self,
+        _lb: &Layout,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `op(self, s)` (or `op(s, self)` when `first`) over the view `layout`; `None` as for
     /// [`BackendStorage::unary`].
-    fn scalar(&self, op: BinaryOp, layout: &Layout, s: Scalar, first: bool)
-        -> Result<Option<Self>>;
+    fn scalar(
+        &self,
+        _op: BinaryOp,
+        _layout: &Layout,
+        _s: Scalar,
+        _first: bool,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// GELU's input gradient `g · gelu'(x)` in one pass for f32 `self` (`x`) and `g`, views of
     /// one shape, into a packed tensor; `None` where the backend composes it from other ops.
-    fn gelu_backward(&self, lx: &Layout, g: &Self, lg: &Layout) -> Result<Option<Self>>;
+    fn gelu_backward(&self, _lx: &Layout, _g: &Self, _lg: &Layout) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// A packed copy of the view `layout` in `dtype` (the same dtype: a strided copy); `None`
     /// where the backend converts only in generated programs.
-    fn convert(&self, layout: &Layout, dtype: DType) -> Result<Option<Self>>;
+    fn convert(&self, _layout: &Layout, _dtype: DType) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `self OP rhs` over the views `la` and `lb` as a packed u8 mask; `None` as for
     /// [`BackendStorage::convert`].
-    fn compare(&self, op: CmpOp, la: &Layout, rhs: &Self, lb: &Layout) -> Result<Option<Self>>;
+    fn compare(&self, _op: CmpOp, _la: &Layout, _rhs: &Self, _lb: &Layout) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `self OP s` over the view `la` as a packed u8 mask; `None` as for
     /// [`BackendStorage::convert`].
-    fn compare_scalar(&self, op: CmpOp, la: &Layout, s: Scalar) -> Result<Option<Self>>;
+    fn compare_scalar(&self, _op: CmpOp, _la: &Layout, _s: Scalar) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `self` clamped to `[lo, hi]` over the view `layout`; `None` as for
     /// [`BackendStorage::convert`].
-    fn clamp(&self, layout: &Layout, lo: Scalar, hi: Scalar) -> Result<Option<Self>>;
+    fn clamp(&self, _layout: &Layout, _lo: Scalar, _hi: Scalar) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// `on_true` where the u8 mask `self` is non-zero, else `on_false`, over views of one
     /// shape; `None` for a mask of another dtype, or as for [`BackendStorage::convert`].
     fn where_cond(
         &self,
-        lm: &Layout,
-        on_true: (&Self, &Layout),
-        on_false: (&Self, &Layout),
-    ) -> Result<Option<Self>>;
+        _lm: &Layout,
+        _on_true: (&Self, &Layout),
+        _on_false: (&Self, &Layout),
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// The reduction `op` of each row of `rows` (read from `self` through `layout`, the view
     /// `rows` was built from) into a packed tensor of one value per row: `dtype` for value
@@ -226,12 +279,14 @@ pub(crate) trait BackendStorage: Sized {
     /// kernel for them (the caller composes them from other ops).
     fn norm_backward(
         &self,
-        lx: &Layout,
-        g: (&Self, &Layout),
-        weight: Option<(&Self, &Layout)>,
-        spec: &NormSpec,
-        want_wb: bool,
-    ) -> Result<Option<NormGrads<Self>>>;
+        _lx: &Layout,
+        _g: (&Self, &Layout),
+        _weight: Option<(&Self, &Layout)>,
+        _spec: &NormSpec,
+        _want_wb: bool,
+    ) -> Result<Option<NormGrads<Self>>> {
+        Ok(None)
+    }
 
     /// Checks the ids `view` of `self` against `bound` where the backend can read them without
     /// waiting (the CPU: `Error::IndexOutOfRange` naming `op`); a backend whose kernels check
@@ -283,8 +338,13 @@ pub(crate) trait BackendStorage: Sized {
     /// copies, which no binding limit bounds: a `cat` along dim 0 whose result or operands are
     /// past what one kernel binds. Every part but the last is a whole number of 4-byte words.
     /// `None` where [`BackendStorage::cat`] has no such limit (the CPU).
-    fn assemble(op: &'static str, parts: &[(&Self, &Layout)], dtype: DType)
-        -> Result<Option<Self>>;
+    fn assemble(
+        _op: &'static str,
+        _parts: &[(&Self, &Layout)],
+        _dtype: DType,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
 
     /// Per-row statistics `[loss[n], valid[n], lse[n]]` (packed f32 `[3, n]`) of the logits
     /// `self` that `ce` describes, against the packed targets `targets`. A target outside
