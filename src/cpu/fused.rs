@@ -15,7 +15,9 @@ use super::storage::CpuStorage;
 use super::strided::{try_vec, walk, PAR_THRESHOLD};
 use super::typed::clamp1;
 use crate::ops::program::{Expr, Program};
-use crate::ops::{BinaryFn, BinaryOp, BinaryVisitor, CmpOp, UnaryFn, UnaryOp, UnaryVisitor};
+use crate::ops::{
+    BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, UnaryFn, UnaryOp, UnaryVisitor,
+};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
 use half::f16;
@@ -340,14 +342,23 @@ struct Unary<'a>(&'a Col, &'a mut Col, DType);
 impl UnaryVisitor for Unary<'_> {
     type Out = Result<()>;
     fn visit<F: UnaryFn>(self, _: UnaryOp) -> Result<()> {
-        match (self.0, self.1, self.2) {
-            (Col::F(x), Col::F(o), DType::F16) => o.extend(x.iter().map(|&x| r16(F::f32(x)))),
-            (Col::F(x), Col::F(o), _) => o.extend(x.iter().map(|&x| F::f32(x))),
-            (Col::I(x), Col::I(o), DType::I32) => o.extend(x.iter().map(|&x| F::int(x))),
-            (Col::U(x), Col::U(o), DType::U32) => o.extend(x.iter().map(|&x| F::int(x))),
-            _ => return Err(bug("a unary op on an unsupported dtype")),
-        }
-        Ok(())
+        // The column paired with itself: `Second` reads only the first of each pair.
+        let Unary(x, out, dt) = self;
+        map2::<Second<F>>(x, x, out, dt, "a unary op on an unsupported dtype")
+    }
+}
+
+/// A unary op as a binary one of its operand and itself, so both arities share [`map2`].
+struct Second<F>(std::marker::PhantomData<F>);
+
+impl<F: UnaryFn> BinaryFn for Second<F> {
+    #[inline(always)]
+    fn f32(a: f32, _: f32) -> f32 {
+        F::f32(a)
+    }
+    #[inline(always)]
+    fn int<T: IntElem>(a: T, _: T) -> T {
+        F::int(a)
     }
 }
 
@@ -356,23 +367,36 @@ struct Binary<'a>(&'a Col, &'a Col, &'a mut Col, DType);
 impl BinaryVisitor for Binary<'_> {
     type Out = Result<()>;
     fn visit<F: BinaryFn>(self, _: BinaryOp) -> Result<()> {
-        match (self.0, self.1, self.2, self.3) {
-            (Col::F(x), Col::F(y), Col::F(o), DType::F16) => {
-                o.extend(x.iter().zip(y).map(|(&a, &b)| r16(F::f32(a, b))))
-            }
-            (Col::F(x), Col::F(y), Col::F(o), _) => {
-                o.extend(x.iter().zip(y).map(|(&a, &b)| F::f32(a, b)))
-            }
-            (Col::I(x), Col::I(y), Col::I(o), DType::I32) => {
-                o.extend(x.iter().zip(y).map(|(&a, &b)| F::int(a, b)))
-            }
-            (Col::U(x), Col::U(y), Col::U(o), DType::U32) => {
-                o.extend(x.iter().zip(y).map(|(&a, &b)| F::int(a, b)))
-            }
-            _ => return Err(bug("a binary op on an unsupported dtype")),
-        }
-        Ok(())
+        let Binary(x, y, out, dt) = self;
+        map2::<F>(x, y, out, dt, "a binary op on an unsupported dtype")
     }
+}
+
+/// `F` of the columns `x` and `y` element by element onto `out`, in the result dtype `dt`
+/// (f16 results rounded as they are stored); `unsupported` names the bug of another dtype.
+fn map2<F: BinaryFn>(
+    x: &Col,
+    y: &Col,
+    out: &mut Col,
+    dt: DType,
+    unsupported: &'static str,
+) -> Result<()> {
+    match (x, y, out, dt) {
+        (Col::F(x), Col::F(y), Col::F(o), DType::F16) => {
+            o.extend(x.iter().zip(y).map(|(&a, &b)| r16(F::f32(a, b))))
+        }
+        (Col::F(x), Col::F(y), Col::F(o), _) => {
+            o.extend(x.iter().zip(y).map(|(&a, &b)| F::f32(a, b)))
+        }
+        (Col::I(x), Col::I(y), Col::I(o), DType::I32) => {
+            o.extend(x.iter().zip(y).map(|(&a, &b)| F::int(a, b)))
+        }
+        (Col::U(x), Col::U(y), Col::U(o), DType::U32) => {
+            o.extend(x.iter().zip(y).map(|(&a, &b)| F::int(a, b)))
+        }
+        _ => return Err(bug(unsupported)),
+    }
+    Ok(())
 }
 
 /// 1 or 0 by the table's `holds` on the operands' ordering (NaN: unordered), as `typed::compare`.
