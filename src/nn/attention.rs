@@ -1,7 +1,7 @@
-//! Attention layers: `MultiheadAttention`, `RMSNorm` and a pre-norm `TransformerBlock`.
+//! Attention layers: `MultiheadAttention` and a pre-norm `TransformerBlock`.
 
-use super::{param, Dropout, LayerNorm, Linear, Module};
-use crate::{DType, Device, Error, Result, Tensor};
+use super::{Dropout, LayerNorm, Linear, Module};
+use crate::{Device, Error, Result, Tensor};
 
 /// Multi-head attention over batch-first `[N, L, E]` inputs, PyTorch's
 /// `nn.MultiheadAttention(embed_dim, num_heads, bias=True, batch_first=True)`, with the same
@@ -174,61 +174,6 @@ impl Module for MultiheadAttention {
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;
-    }
-}
-
-/// Root-mean-square normalisation of the last dim with a learned scale, PyTorch's
-/// `nn.RMSNorm(dim, eps)` (weight starts at ones).
-///
-/// ```
-/// use wgtensor::nn::{Module, RMSNorm};
-/// use wgtensor::{Device, Tensor};
-/// let n = RMSNorm::new(2, 1e-6, &Device::best())?;
-/// let y = n.forward(&Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &Device::best())?)?;
-/// let v = y.to_vec::<f32>()?;
-/// assert!((v[0] * v[0] + v[1] * v[1] - 2.0).abs() < 1e-4);
-/// # Ok::<(), wgtensor::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct RMSNorm {
-    weight: Tensor,
-    eps: f32,
-}
-
-impl RMSNorm {
-    /// A norm over `dim` features.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a negative or non-finite `eps`; device errors.
-    ///
-    /// ```
-    /// use wgtensor::nn::{Module, RMSNorm};
-    /// assert_eq!(RMSNorm::new(8, 1e-6, &wgtensor::Device::cpu())?.num_parameters(), 8);
-    /// # Ok::<(), wgtensor::Error>(())
-    /// ```
-    pub fn new(dim: usize, eps: f32, device: &Device) -> Result<RMSNorm> {
-        if !(eps >= 0.0 && eps.is_finite()) {
-            return Err(Error::InvalidArgument {
-                op: "RMSNorm::new",
-                message: format!("eps must be a finite number >= 0, got {eps}"),
-            });
-        }
-        Ok(RMSNorm {
-            weight: param(Tensor::ones(&[dim], DType::F32, device)?),
-            eps,
-        })
-    }
-}
-
-impl Module for RMSNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        x.rms_norm(Some(&self.weight), self.eps)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".into(), self.weight.clone())]
-    }
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
-        vec![("weight".into(), &mut self.weight)]
     }
 }
 

@@ -45,7 +45,7 @@ mod parallel;
 mod sequential;
 
 pub use activation::{Identity, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
-pub use attention::{MultiheadAttention, RMSNorm, TransformerBlock};
+pub use attention::{MultiheadAttention, TransformerBlock};
 pub use checkpoint::Checkpoint;
 pub use conv::{AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d};
 #[cfg(feature = "mpi")]
@@ -56,7 +56,7 @@ pub use io::save_safetensors;
 pub use linear::Linear;
 pub use load::{load_safetensors, load_sharded, load_tensor};
 pub use loss::{cross_entropy, cross_entropy_with, mse_loss, CrossEntropyOptions, Reduction};
-pub use norm::LayerNorm;
+pub use norm::{LayerNorm, RMSNorm};
 pub use parallel::DataParallel;
 pub use sequential::Sequential;
 

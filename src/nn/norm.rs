@@ -1,4 +1,5 @@
-//! `LayerNorm` over the last dim, PyTorch's `nn.LayerNorm(d)`.
+//! The normalisation layers over the last dim: `LayerNorm`, PyTorch's `nn.LayerNorm(d)`, and
+//! `RMSNorm`, PyTorch's `nn.RMSNorm(d, eps)`.
 
 use super::{param, Module};
 use crate::{DType, Device, Error, Result, Tensor};
@@ -43,6 +44,17 @@ pub(super) fn affine_params(
     ))
 }
 
+/// Refuses a variance floor `eps` that is negative or not finite (either norm's constructor).
+fn check_eps(op: &'static str, eps: f32) -> Result<()> {
+    if !(eps >= 0.0 && eps.is_finite()) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!("eps must be a finite number >= 0, got {eps}"),
+        });
+    }
+    Ok(())
+}
+
 impl LayerNorm {
     /// `LayerNorm(dim)` with PyTorch's defaults: `eps = 1e-5`, elementwise affine.
     ///
@@ -71,12 +83,7 @@ impl LayerNorm {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn with_options(dim: usize, eps: f32, affine: bool, device: &Device) -> Result<LayerNorm> {
-        if !(eps >= 0.0 && eps.is_finite()) {
-            return Err(Error::InvalidArgument {
-                op: "LayerNorm::with_options",
-                message: format!("eps must be a finite number >= 0, got {eps}"),
-            });
-        }
+        check_eps("LayerNorm::with_options", eps)?;
         let (weight, bias) = affine_params(dim, affine, device)?;
         Ok(LayerNorm {
             dim,
@@ -137,5 +144,55 @@ impl Module for LayerNorm {
             ("weight", self.weight.as_mut()),
             ("bias", self.bias.as_mut()),
         ])
+    }
+}
+
+/// Root-mean-square normalisation of the last dim with a learned scale, PyTorch's
+/// `nn.RMSNorm(dim, eps)` (weight starts at ones).
+///
+/// ```
+/// use wgtensor::nn::{Module, RMSNorm};
+/// use wgtensor::{Device, Tensor};
+/// let n = RMSNorm::new(2, 1e-6, &Device::best())?;
+/// let y = n.forward(&Tensor::from_vec(vec![3f32, 4.0], &[1, 2], &Device::best())?)?;
+/// let v = y.to_vec::<f32>()?;
+/// assert!((v[0] * v[0] + v[1] * v[1] - 2.0).abs() < 1e-4);
+/// # Ok::<(), wgtensor::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RMSNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RMSNorm {
+    /// A norm over `dim` features.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a negative or non-finite `eps`; device errors.
+    ///
+    /// ```
+    /// use wgtensor::nn::{Module, RMSNorm};
+    /// assert_eq!(RMSNorm::new(8, 1e-6, &wgtensor::Device::cpu())?.num_parameters(), 8);
+    /// # Ok::<(), wgtensor::Error>(())
+    /// ```
+    pub fn new(dim: usize, eps: f32, device: &Device) -> Result<RMSNorm> {
+        check_eps("RMSNorm::new", eps)?;
+        Ok(RMSNorm {
+            weight: param(Tensor::ones(&[dim], DType::F32, device)?),
+            eps,
+        })
+    }
+}
+
+impl Module for RMSNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.rms_norm(Some(&self.weight), self.eps)
+    }
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".into(), self.weight.clone())]
+    }
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        vec![("weight".into(), &mut self.weight)]
     }
 }
