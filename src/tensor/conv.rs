@@ -10,6 +10,7 @@
 //! each image (0 for convolution, -inf for max pooling, the fill value for constant padding).
 
 use crate::error::{check_rank, invalid, mismatch};
+use crate::ops::geometry::Geom;
 use crate::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -216,6 +217,34 @@ struct Window {
 }
 
 impl Window {
+    /// The kernels' geometry of these windows over `n` images with `o` output channels in `g`
+    /// groups (max pooling: `o = g = c`).
+    fn geom(&self, n: usize, o: usize, g: usize) -> Geom {
+        let Window {
+            c,
+            h,
+            w,
+            k,
+            s,
+            p,
+            d,
+            out,
+        } = *self;
+        Geom {
+            n,
+            c,
+            h,
+            w,
+            o,
+            g,
+            k,
+            s,
+            p,
+            d,
+            out,
+        }
+    }
+
     fn new(
         op: &'static str,
         [c, h, w]: [usize; 3],
@@ -414,19 +443,7 @@ impl Tensor {
         let [oh, ow] = win.out;
         let (l, kk) = (oh * ow, cg * kh * kw);
         let pointwise = kh == 1 && kw == 1 && win.s == [1, 1] && win.p == [0, 0];
-        let geo = crate::cpu::conv::Geom {
-            n,
-            c,
-            h,
-            w,
-            o,
-            g,
-            k: [kh, kw],
-            s: win.s,
-            p: win.p,
-            d: win.d,
-            out: win.out,
-        };
+        let geo = win.geom(n, o, g);
         if !pointwise && x.conv2d_on_cpu(weight) && Tensor::conv2d_bias_on_cpu(bias) {
             return restore(x.conv2d_cpu(weight, bias, geo)?, unbatched);
         }
@@ -577,19 +594,8 @@ impl Tensor {
         let s = pool_stride(kernel, stride);
         let win = Window::new(op, [c, h, w], kernel, s, padding, [1, 1])?;
         if x.is_cpu() && x.dtype() == DType::F32 && !half && x.numel() > 0 {
-            let geo = crate::ops::geometry::PoolGeom {
-                n,
-                c,
-                h,
-                w,
-                o: c,
-                g: c,
-                k: kernel,
-                s,
-                p: padding,
-                d: [1, 1],
-                out: win.out,
-            };
+            // Pooling's windows are a depthwise convolution's: each plane on its own.
+            let geo = win.geom(n, c, c);
             let (values, indices) = x.max_pool2d_cpu(geo, want_indices)?;
             if want_indices && h * w > 1 << 24 {
                 return Err(invalid(
