@@ -4,6 +4,7 @@ use super::dispatch::create as make;
 use super::Tensor;
 use crate::ops::program::Dist;
 use crate::shape::{numel_checked, numel_for};
+use crate::storage::Storage;
 use crate::{random, DType, Device, Error, Result, WithDType};
 
 impl Tensor {
@@ -25,9 +26,10 @@ impl Tensor {
         shape: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
-        check_len("from_vec", shape, data.len())?;
-        let storage = make::from_vec("from_vec", data, device)?;
-        Ok(Tensor::from_parts(storage, shape, T::DTYPE, device.clone()))
+        let len = data.len();
+        from_host("from_vec", shape, len, T::DTYPE, device, || {
+            make::from_vec("from_vec", data, device)
+        })
     }
 
     /// Like [`Tensor::from_vec`], copying from a slice.
@@ -42,9 +44,9 @@ impl Tensor {
         shape: &[usize],
         device: &Device,
     ) -> Result<Tensor> {
-        check_len("from_slice", shape, data.len())?;
-        let storage = make::from_slice("from_slice", data, device)?;
-        Ok(Tensor::from_parts(storage, shape, T::DTYPE, device.clone()))
+        from_host("from_slice", shape, data.len(), T::DTYPE, device, || {
+            make::from_slice("from_slice", data, device)
+        })
     }
 
     /// A tensor of zeros (`torch.zeros(shape, dtype=dtype, device=device)`).
@@ -295,6 +297,20 @@ impl Tensor {
             device.clone(),
         ))
     }
+}
+
+/// A tensor of `shape` from `len` host values that `make` stores on `device`, after checking
+/// that `shape` holds exactly `len` elements (nothing is stored when it does not).
+fn from_host(
+    op: &'static str,
+    shape: &[usize],
+    len: usize,
+    dtype: DType,
+    device: &Device,
+    make: impl FnOnce() -> Result<Storage>,
+) -> Result<Tensor> {
+    check_len(op, shape, len)?;
+    Ok(Tensor::from_parts(make()?, shape, dtype, device.clone()))
 }
 
 /// `shape`'s element count is `len`, or the error of `op` naming both.

@@ -615,6 +615,21 @@ pub(crate) fn scatter_add(
         )?))
 }
 
+/// The list form of [`ask!`]: `$call` with `$p`, the packed views of `$ts` (one device) in
+/// the backend's own storage, and `$dtype`, their dtype; `None` for an empty list.
+macro_rules! ask_list {
+    ($op:expr, $ts:expr, |$p:ident, $dtype:ident| $call:expr) => {{
+        let Some(first) = $ts.first() else {
+            return Ok(None);
+        };
+        let $dtype = first.dtype();
+        Ok(match data_list($op, $ts)? {
+            DataList::Cpu($p) => $call.map(Storage::from),
+            DataList::Gpu($p) => $call.map(Storage::from),
+        })
+    }};
+}
+
 /// `cat` of `ts` (one device, one dtype) along `d` into `out_shape`; `None` where the backend
 /// has no kernel for the dtype (see `BackendStorage::cat`).
 pub(crate) fn cat(
@@ -623,28 +638,16 @@ pub(crate) fn cat(
     d: usize,
     out_shape: &[usize],
 ) -> Result<Option<Storage>> {
-    let Some(first) = ts.first() else {
-        return Ok(None);
-    };
-    let dtype = first.dtype();
-    Ok(match data_list(op, ts)? {
-        DataList::Cpu(p) => CpuStorage::cat(&p, d, out_shape, dtype)?.map(Storage::from),
-        DataList::Gpu(p) => GpuBuffer::cat(&p, d, out_shape, dtype)?.map(Storage::from),
-    })
+    ask_list!(op, ts, |p, dtype| BackendStorage::cat(
+        &p, d, out_shape, dtype
+    )?)
 }
 
 /// The packed `ts` (one device, one dtype) back to back by plain copies, for a `cat` along dim
 /// 0 past one binding (see `BackendStorage::assemble`); `None` where the backend has no such
 /// path.
 pub(crate) fn assemble(op: &'static str, ts: &[&Tensor]) -> Result<Option<Storage>> {
-    let Some(first) = ts.first() else {
-        return Ok(None);
-    };
-    let dtype = first.dtype();
-    Ok(match data_list(op, ts)? {
-        DataList::Cpu(p) => CpuStorage::assemble(op, &p, dtype)?.map(Storage::from),
-        DataList::Gpu(p) => GpuBuffer::assemble(op, &p, dtype)?.map(Storage::from),
-    })
+    ask_list!(op, ts, |p, dtype| BackendStorage::assemble(op, &p, dtype)?)
 }
 
 /// Per-row cross-entropy statistics of the packed f32 logits `x` that `ce` describes against
