@@ -5,7 +5,6 @@ mod attention;
 mod attention_decode;
 pub(crate) mod attention_fused;
 mod cell;
-mod cell_blocks;
 mod chunked;
 mod compare;
 mod conv;

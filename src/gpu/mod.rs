@@ -18,7 +18,8 @@
 //! 3. Operations on a `GpuDevice`: `buffer` (allocation, `GpuBuffer`), `transfer` (uploads,
 //!    readbacks), `launch` (`launch`, `launch_workgroups`).
 //! 4. Op families recording dispatches: `elementwise` (runs generated programs: every
-//!    elementwise op of every dtype, fused chains), `reduce`, `rows` (softmax, layer_norm,
+//!    elementwise op of every dtype, fused chains), `program_blocks` (a pending program past
+//!    one binding, run in blocks of rows), `reduce`, `rows` (softmax, layer_norm,
 //!    cross-entropy), `matmul`, `join`,
 //!    `gather`.
 //!
@@ -91,6 +92,7 @@ pub(crate) mod matmul;
 pub(crate) mod memory;
 pub(crate) mod params;
 pub(crate) mod profile;
+pub(crate) mod program_blocks;
 pub(crate) mod quant;
 pub(crate) mod queue;
 pub(crate) mod reduce;

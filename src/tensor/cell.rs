@@ -99,20 +99,8 @@ impl StorageCell {
                 _ => return Err(not_ready(p.name, "on the GPU")),
             }
         }
-        // An output past one binding runs in blocks of rows (`cell_blocks.rs`).
-        let job = super::cell_blocks::Job {
-            name: p.name,
-            device,
-            program: &p.program,
-            scalars: &p.scalars,
-            n: p.n,
-            shape: &p.shape,
-        };
-        let out = if super::cell_blocks::needed(&job) {
-            super::cell_blocks::run(&job, &views)?
-        } else {
-            device.run_program(p.name, &p.program, &views, &p.scalars, p.n)?
-        };
+        // An output past one binding runs in blocks of rows (`gpu/program_blocks.rs`).
+        let out = device.run_pending(p.name, &p.program, &views, &p.scalars, p.n, &p.shape)?;
         drop(views);
         let _ = self.value.set(Storage::from(out));
         // The inputs are released with the program.

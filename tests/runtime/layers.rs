@@ -422,16 +422,6 @@ const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[
         "a fused program's inputs are GPU buffers",
     ),
     (
-        "tensor/cell_blocks.rs",
-        "GpuDevice",
-        "fused programs past one binding run in blocks",
-    ),
-    (
-        "tensor/cell_blocks.rs",
-        "GpuBuffer",
-        "the blocks' buffers are joined on the GPU",
-    ),
-    (
         "tensor/fuse.rs",
         "GpuDevice",
         "the fuser builds a program for one GPU",

@@ -17,7 +17,6 @@ const NOT_YET_MOVED: &[&str] = &[
     "tensor.rs",
     "tensor/attention_fused.rs",
     "tensor/cell.rs",
-    "tensor/cell_blocks.rs",
     "tensor/conv.rs",
     "tensor/conv_cpu.rs",
     "tensor/fuse.rs",

@@ -7,33 +7,65 @@
 //! buffer copies. Element `e` of a block is element `base + e` of the whole output: `Expr::Index`
 //! nodes read `base + e`, and Philox draws start at `offset + base`, so the values are the ones an
 //! unsplit kernel would compute (and the CPU's, element for element).
+//!
+//! Here in the GPU backend, beside `elementwise.rs` which runs one block: only a GPU has a
+//! binding limit, so the tensor layer's cell hands a pending program to
+//! [`GpuDevice::run_pending`] and never decides whether it is split.
 
-use crate::gpu::{GpuBuffer, GpuDevice};
+use super::{GpuBuffer, GpuDevice};
 use crate::ops::program::{Expr, NodeId, Program};
 use crate::ops::BinaryOp;
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
 
-/// What a pending program's blocks need of it (borrowed from `cell.rs`'s `Pending`, so this
-/// file does not import the cell that calls it).
-pub(crate) struct Job<'a> {
-    pub(crate) name: &'static str,
-    pub(crate) device: &'a GpuDevice,
-    pub(crate) program: &'a Program,
-    pub(crate) scalars: &'a Vec<u32>,
-    pub(crate) n: usize,
-    pub(crate) shape: &'a Vec<usize>,
+/// What a pending program's blocks need of it.
+struct Job<'a> {
+    name: &'static str,
+    device: &'a GpuDevice,
+    program: &'a Program,
+    scalars: &'a [u32],
+    n: usize,
+    shape: &'a [usize],
+}
+
+impl GpuDevice {
+    /// Runs the pending program `program` over `views` (its inputs, broadcast to `shape`, `n`
+    /// elements) with the scalar params `scalars`, as one kernel when its output fits one
+    /// binding, else in blocks of rows (see the module doc), into one packed output buffer.
+    pub(crate) fn run_pending(
+        &self,
+        name: &'static str,
+        program: &Program,
+        views: &[(&GpuBuffer, &Layout)],
+        scalars: &[u32],
+        n: usize,
+        shape: &[usize],
+    ) -> Result<GpuBuffer> {
+        let job = Job {
+            name,
+            device: self,
+            program,
+            scalars,
+            n,
+            shape,
+        };
+        if needed(&job) {
+            run(&job, views)
+        } else {
+            self.run_program(name, program, views, scalars, n)
+        }
+    }
 }
 
 /// Whether `p`'s output is too large for one binding (so [`run`] must split it).
-pub(crate) fn needed(p: &Job) -> bool {
+fn needed(p: &Job) -> bool {
     let bytes = p.n as u64 * p.program.out_dtype().size_in_bytes() as u64;
     bytes > p.device.binding_limit()
 }
 
 /// Runs `p` over `views` (its inputs, broadcast to `p.shape`) in blocks of rows, each within
 /// one binding, into one packed output buffer.
-pub(crate) fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
+fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
     let g = &p.device;
     let limit = g.binding_limit();
     let too_large = |bytes: u64| Error::BufferTooLarge {
@@ -50,7 +82,7 @@ pub(crate) fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer>
     let shape: Vec<usize> = if flat || p.shape.is_empty() {
         vec![p.n]
     } else {
-        p.shape.clone()
+        p.shape.to_vec()
     };
     let layouts: Vec<Layout> = views
         .iter()
@@ -128,7 +160,7 @@ pub(crate) fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer>
 /// every Philox draw starts `base` counters later. Returns the program and its scalars.
 fn rebase(p: &Job, base: usize) -> Result<(Program, Vec<u32>)> {
     if base == 0 {
-        return Ok((p.program.clone(), p.scalars.clone()));
+        return Ok((p.program.clone(), p.scalars.to_vec()));
     }
     let base32 = u32::try_from(base).map_err(|_| Error::InvalidArgument {
         op: p.name,
