@@ -39,6 +39,16 @@ impl Storage {
             Storage::Gpu(_) => None,
         }
     }
+
+    /// Counts host data in the CPU allocation statistics (`memory_allocated`) as it becomes a
+    /// tensor's (`Tensor::from_parts`); [`Drop`] uncounts it. A GPU buffer accounts for itself.
+    /// Here, beside the drop that undoes it, so the tensor layer does not reach the CPU's
+    /// counters.
+    pub(crate) fn count_as_tensor(&self) {
+        if let Some(bytes) = self.host_bytes() {
+            crate::cpu::alloc::cpu_alloc(bytes);
+        }
+    }
 }
 
 impl Drop for Storage {

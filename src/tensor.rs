@@ -82,9 +82,7 @@ impl Tensor {
         device: Device,
     ) -> Tensor {
         let storage = storage.into();
-        if let Some(bytes) = storage.host_bytes() {
-            crate::cpu::alloc::cpu_alloc(bytes);
-        }
+        storage.count_as_tensor();
         Tensor(Arc::new(TensorInner {
             storage: Arc::new(cell::StorageCell::ready(storage)),
             layout: Layout::contiguous(shape),
@@ -183,12 +181,12 @@ impl Tensor {
 
     /// Whether the data is on a GPU (PyTorch's `t.is_cuda`).
     pub fn is_gpu(&self) -> bool {
-        self.0.device.is_gpu()
+        dispatch::on_gpu(&self.0.device)
     }
 
     /// Whether the data is on the CPU.
     pub fn is_cpu(&self) -> bool {
-        self.0.device.is_cpu()
+        dispatch::on_cpu(&self.0.device)
     }
 
     /// Whether elements are packed row-major (views such as broadcasts are not).

@@ -4,8 +4,7 @@
 //! typed error from every op.
 
 use super::Tensor;
-use crate::device::DeviceInner;
-use crate::gpu::{GpuBuffer, GpuDevice};
+use crate::gpu::GpuBuffer;
 use crate::ops::backend::{
     BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec,
 };
@@ -20,7 +19,9 @@ use std::sync::Arc;
 pub(crate) mod blocks;
 pub(crate) mod create;
 mod limits;
+mod place;
 pub(crate) use limits::check_buffer_size;
+pub(crate) use place::{backend, on_cpu, on_gpu, Backend};
 
 /// A tensor's data as the backend that holds it sees it.
 pub(crate) enum Data<'a> {
@@ -84,19 +85,6 @@ pub(crate) fn device_ids(ids: &Tensor) -> Result<DeviceIds> {
         tensor: ids.contiguous()?,
         signed: ids.dtype() == DType::I32,
     })
-}
-
-/// Which backend a device dispatches to (for ops that create data rather than read it).
-pub(crate) enum Backend<'a> {
-    Cpu,
-    Gpu(&'a GpuDevice),
-}
-
-pub(crate) fn backend(device: &Device) -> Backend<'_> {
-    match &device.0 {
-        DeviceInner::Cpu => Backend::Cpu,
-        DeviceInner::Gpu(g) => Backend::Gpu(g),
-    }
 }
 
 /// Runs the fused programs queued on `device` now, without waiting for their results (the CPU
