@@ -5,13 +5,14 @@
 
 use super::storage::CpuStorage;
 use super::{
-    adam, attention_decode as decode, conv, conv_direct, cross_entropy as ce, elementwise,
-    f16_weight, gather, join, matmul, norm, pool, reduce, softmax, typed,
+    adam, attention_decode as decode, batch_norm, conv, conv_direct, cross_entropy as ce,
+    elementwise, f16_weight, gather, join, matmul, norm, pool, reduce, softmax, typed,
 };
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar, ScatterSpec, View,
+    BackendStorage, BnForward, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar,
+    ScatterSpec, View,
 };
-use crate::ops::geometry::{AdamStep, DecodeDims, Geom, PoolGeom, Rows};
+use crate::ops::geometry::{AdamStep, BnGeom, DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
@@ -470,6 +471,65 @@ impl BackendStorage for CpuStorage {
     fn copy_bytes(&self, _op: &'static str, _start: u64, _len: u64) -> Result<Option<Self>> {
         // The host binds nothing: no view is ever split to fit.
         Ok(None)
+    }
+
+    // The host runs conv2d, max pooling and batch norm as kernels of its own (direct or
+    // unfolded + gemm, two-pass batch norm), in place of the compositions a GPU records.
+    const OWN_CONV: bool = true;
+
+    fn batch_norm(
+        &self,
+        geo: &BnGeom,
+        stats: Option<(&Self, &Self)>,
+        (weight, bias): (Option<&Self>, Option<&Self>),
+        eps: f32,
+    ) -> Result<Option<BnForward<Self>>> {
+        // Every operand f32 or no kernel: `None` for any other dtype.
+        let Some(x) = f32s(self) else {
+            return Ok(None);
+        };
+        fn f32_opt(t: Option<&CpuStorage>) -> Option<Option<&[f32]>> {
+            match t {
+                Some(t) => f32s(t).map(Some),
+                None => Some(None),
+            }
+        }
+        let stats = match stats {
+            Some((m, v)) => match (f32s(m), f32s(v)) {
+                (Some(m), Some(v)) => Some((m, v)),
+                _ => return Ok(None),
+            },
+            None => None,
+        };
+        let (Some(weight), Some(bias)) = (f32_opt(weight), f32_opt(bias)) else {
+            return Ok(None);
+        };
+        let f = batch_norm::forward(x, geo, stats, weight, bias, eps)?;
+        Ok(Some(BnForward {
+            y: CpuStorage::F32(f.y),
+            mean: f.mean,
+            var: f.var,
+            std: f.std,
+        }))
+    }
+
+    fn batch_norm_backward(
+        &self,
+        g: &Self,
+        geo: &BnGeom,
+        (mean, std): (&[f32], &[f32]),
+        weight: Option<&Self>,
+        train: bool,
+    ) -> Result<Option<[Self; 3]>> {
+        let (Some(x), Some(g)) = (f32s(self), f32s(g)) else {
+            return Ok(None);
+        };
+        let w = match weight.map(f32s) {
+            Some(None) => return Ok(None),
+            w => w.flatten(),
+        };
+        let (dx, dw, db) = batch_norm::backward(x, g, geo, mean, std, w, train)?;
+        Ok(Some([dx, dw, db].map(CpuStorage::F32)))
     }
 }
 

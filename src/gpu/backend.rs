@@ -234,6 +234,11 @@ impl BackendStorage for GpuBuffer {
     fn copy_bytes(&self, op: &'static str, start: u64, len: u64) -> Result<Option<Self>> {
         self.device.extract(op, self, start, len).map(Some)
     }
+
+    // A GPU composes the convolution family's backward passes, max pooling and batch norm
+    // from gathers, matmuls and reductions (which fuse and batch with the ops around them);
+    // only the conv2d forward has a kernel of its own, asked through `conv2d`.
+    const OWN_CONV: bool = false;
 }
 
 impl crate::ops::backend::BackendDevice for super::GpuDevice {

@@ -11,7 +11,7 @@
 //! Families move behind the trait one at a time; the ones still dispatched by the tensor layer
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
-use super::geometry::{AdamStep, CeSpec, DecodeDims, Geom, PoolGeom, Rows};
+use super::geometry::{AdamStep, BnGeom, CeSpec, DecodeDims, Geom, PoolGeom, Rows};
 use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -399,6 +399,53 @@ pub(crate) trait BackendStorage: Sized {
     /// words), by a plain copy that no binding limit bounds: the part of a buffer past one
     /// binding that a block of rows spans. `None` where no binding limit applies (the CPU).
     fn copy_bytes(&self, op: &'static str, start: u64, len: u64) -> Result<Option<Self>>;
+
+    /// Whether the convolution family (conv2d with its three gradients, max pooling with its
+    /// gradient, batch norm) runs as this backend's own kernels, recorded for autograd as one
+    /// node each: asked from the device before any operand's data is read (reading a GPU
+    /// tensor's data runs its pending fused program). A backend without them (a GPU) answers
+    /// `false` and the tensor layer composes those ops from gathers, matmuls and reductions,
+    /// asking only [`BackendStorage::conv2d`] for an implicit-GEMM forward.
+    const OWN_CONV: bool;
+
+    /// Batch norm of the packed f32 `self` `[geo.n, geo.c, geo.hw]` per channel, with the
+    /// packed running `(mean, var)` as `stats` (eval mode; `None`: the batch's own, training)
+    /// and the packed per-channel `weight` and `bias` when given; `None` where the backend has
+    /// no kernel (see [`BackendStorage::OWN_CONV`]) or an operand is not f32.
+    fn batch_norm(
+        &self,
+        _geo: &BnGeom,
+        _stats: Option<(&Self, &Self)>,
+        _affine: (Option<&Self>, Option<&Self>),
+        _eps: f32,
+    ) -> Result<Option<BnForward<Self>>> {
+        Ok(None)
+    }
+
+    /// The gradients `[dx, dweight, dbias]` (packed; the last two `[geo.c]`) of
+    /// [`BackendStorage::batch_norm`] of the packed input `self` from the packed output
+    /// gradient `g`, with the per-channel `mean` and `std` the forward pass used.
+    fn batch_norm_backward(
+        &self,
+        _g: &Self,
+        _geo: &BnGeom,
+        _mean_std: (&[f32], &[f32]),
+        _weight: Option<&Self>,
+        _train: bool,
+    ) -> Result<Option<[Self; 3]>> {
+        Ok(None)
+    }
+}
+
+/// What [`BackendStorage::batch_norm`] returns: the packed output, and per channel the mean,
+/// the biased variance and the standard deviation it used, as host values (autograd keeps the
+/// mean and deviation for the backward pass; `nn::BatchNorm2d` folds mean and variance into
+/// its running statistics).
+pub(crate) struct BnForward<S> {
+    pub y: S,
+    pub mean: Vec<f32>,
+    pub var: Vec<f32>,
+    pub std: Vec<f32>,
 }
 
 /// What a device makes without reading a tensor (candle's `BackendDevice`): new storage of its

@@ -9,6 +9,7 @@
 //! gather and matmul run on. Positions outside the input read one extra element appended to
 //! each image (0 for convolution, -inf for max pooling, the fill value for constant padding).
 
+use super::dispatch;
 use crate::error::{check_rank, invalid, mismatch};
 use crate::ops::geometry::Geom;
 use crate::{DType, Device, Error, Result, Tensor};
@@ -593,7 +594,8 @@ impl Tensor {
         };
         let s = pool_stride(kernel, stride);
         let win = Window::new(op, [c, h, w], kernel, s, padding, [1, 1])?;
-        if x.is_cpu() && x.dtype() == DType::F32 && !half && x.numel() > 0 {
+        // A backend with its own max-pooling kernel runs it, recorded with its own backward.
+        if dispatch::conv::own_conv(&[&x]) && x.dtype() == DType::F32 && !half && x.numel() > 0 {
             // Pooling's windows are a depthwise convolution's: each plane on its own.
             let geo = win.geom(n, c, c);
             let (values, indices) = x.max_pool2d_cpu(geo, want_indices)?;

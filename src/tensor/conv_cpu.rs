@@ -1,28 +1,29 @@
-//! The CPU's own convolution, recorded with its own backward: the backend chooses the kernels
-//! (`cpu/backend.rs`: blocked unfold + gemm, or the direct kernels where they fit), in place of
-//! the index-map gather the other devices take. Only f32 tensors on the CPU come here.
+//! The backend's own convolution family (the CPU's today), recorded with its own backward: the
+//! backend chooses the kernels (`cpu/backend.rs`: blocked unfold + gemm, or the direct kernels
+//! where they fit; two-pass batch norm), in place of the index-map gather the other devices
+//! take. Only f32 tensors on a backend whose `BackendStorage::OWN_CONV` holds come here
+//! (`dispatch::conv::own_conv`).
 
 use super::{dispatch, Tensor};
-use crate::cpu::batch_norm::{self, BnGeom};
-use crate::ops::geometry::{Geom, PoolGeom};
-use crate::storage::{CpuStorage, Storage};
+use crate::ops::geometry::{BnGeom, Geom, PoolGeom};
+use crate::storage::Storage;
 use crate::{DType, Error, Result};
 use std::sync::Arc;
 
 impl Tensor {
-    /// Whether `conv2d` of `self` (4-d) and `weight` runs the CPU kernel.
+    /// Whether `conv2d` of `self` (4-d) and `weight` runs the backend's own kernels.
     pub(super) fn conv2d_on_cpu(&self, weight: &Tensor) -> bool {
-        self.is_cpu()
-            && weight.is_cpu()
+        dispatch::conv::own_conv(&[self, weight])
             && self.dtype() == DType::F32
             && weight.dtype() == DType::F32
             && self.numel() > 0
             && weight.numel() > 0
     }
 
-    /// Whether `conv2d`'s `bias` can be added by the CPU kernel (one f32 CPU tensor).
+    /// Whether `conv2d`'s `bias` can be added by the backend's own kernel (one f32 tensor on
+    /// such a backend).
     pub(super) fn conv2d_bias_on_cpu(bias: Option<&Tensor>) -> bool {
-        bias.is_none_or(|b| b.is_cpu() && b.dtype() == DType::F32)
+        bias.is_none_or(|b| dispatch::conv::own_conv(&[b]) && b.dtype() == DType::F32)
     }
 
     /// `conv2d` of the 4-d `self` plus `bias` (checked by
@@ -77,8 +78,9 @@ impl Tensor {
         Ok([dx, dw, db])
     }
 
-    /// Max pooling of the 4-d f32 CPU `self`: the maxima (recorded for autograd) and, when
-    /// `want_indices`, their plane offsets as a u32 tensor, both `[n, c, oh, ow]`.
+    /// Max pooling of the 4-d f32 `self` by its backend's own kernel: the maxima (recorded for
+    /// autograd) and, when `want_indices`, their plane offsets as a u32 tensor, both
+    /// `[n, c, oh, ow]`.
     pub(super) fn max_pool2d_cpu(
         &self,
         geo: PoolGeom,
@@ -90,14 +92,17 @@ impl Tensor {
         let shape = [self.shape()[0], self.shape()[1], geo.out[0], geo.out[1]];
         let values = self.derived(v, &shape);
         let idx = Arc::new(idx);
-        let indices = want_indices.then(|| {
-            Tensor::from_parts(
-                CpuStorage::U32(idx.to_vec()),
-                &shape,
-                DType::U32,
-                self.device().clone(),
-            )
-        });
+        let indices = want_indices
+            .then(|| -> Result<Tensor> {
+                let s = dispatch::create::from_vec("max_pool2d", idx.to_vec(), self.device())?;
+                Ok(Tensor::from_parts(
+                    s,
+                    &shape,
+                    DType::U32,
+                    self.device().clone(),
+                ))
+            })
+            .transpose()?;
         let values = crate::autograd::conv::max_pool2d_cpu(self, geo, idx, values);
         Ok((values, indices))
     }
@@ -115,10 +120,10 @@ impl Tensor {
         Ok(x.derived(dx, x.shape()))
     }
 
-    /// Whether batch norm of `self` with these parameters and statistics runs the CPU kernel:
-    /// every operand an f32 CPU tensor, weight and bias both or neither.
+    /// Whether batch norm of `self` with these parameters and statistics runs the backend's own
+    /// kernel: every operand an f32 tensor on such a backend, weight and bias both or neither.
     pub(crate) fn batch_norm_on_cpu(&self, operands: &[Option<&Tensor>], affine: bool) -> bool {
-        let f32_cpu = |t: &Tensor| t.is_cpu() && t.dtype() == DType::F32;
+        let f32_cpu = |t: &Tensor| dispatch::conv::own_conv(&[t]) && t.dtype() == DType::F32;
         self.ndim() == 4
             && f32_cpu(self)
             && self.numel() > 0
@@ -126,7 +131,7 @@ impl Tensor {
             && operands[..2].iter().all(|t| t.is_some() == affine)
     }
 
-    /// Batch norm of the 4-d f32 CPU `self` per channel (dim 1) as one autograd node, with
+    /// Batch norm of the 4-d f32 `self` (on a backend checked by [`Tensor::batch_norm_on_cpu`]) per channel (dim 1) as one autograd node, with
     /// `operands` = `[weight, bias, running_mean, running_var]`: the batch's statistics when
     /// the running ones are `None` (training), else those. Returns the output and the
     /// per-channel mean and biased variance it used.
@@ -146,16 +151,20 @@ impl Tensor {
         let packed = |t: Option<&Tensor>| t.map(|t| t.contiguous()).transpose();
         let [wt, bt, rm, rv] = operands.map(packed);
         let (x, wt, bt, rm, rv) = (self.contiguous()?, wt?, bt?, rm?, rv?);
-        fn host(t: &Option<Tensor>) -> Result<Option<&[f32]>> {
-            t.as_ref().map(|t| t.host_f32("batch_norm")).transpose()
-        }
-        let stats = match (host(&rm)?, host(&rv)?) {
-            (Some(m), Some(v)) => Some((m, v)),
-            _ => None,
+        // The running statistics both or neither: the batch's own when either is missing.
+        let (rm, rv) = match (rm, rv) {
+            (Some(m), Some(v)) => (Some(m), Some(v)),
+            _ => (None, None),
         };
-        let train = stats.is_none();
-        let f = batch_norm::forward(x.host_f32(op)?, &geo, stats, host(&wt)?, host(&bt)?, eps)?;
-        let out = self.derived(CpuStorage::F32(f.y), self.shape());
+        let train = rm.is_none();
+        let f = dispatch::conv::batch_norm(
+            &x,
+            &geo,
+            [wt.as_ref(), bt.as_ref(), rm.as_ref(), rv.as_ref()],
+            eps,
+        )?
+        .ok_or_else(|| x.unsupported(op))?;
+        let out = self.derived(f.y, self.shape());
         let saved = (Arc::new(f.mean.clone()), Arc::new(f.std));
         let [weight, bias, ..] = operands;
         let y = crate::autograd::conv::batch_norm_cpu(self, [weight, bias], geo, saved, train, out);
@@ -175,13 +184,13 @@ impl Tensor {
         let op = "batch_norm backward";
         let (xc, g) = (x.contiguous()?, g.contiguous()?);
         let w = weight.map(|w| w.contiguous()).transpose()?;
-        let wv = w.as_ref().map(|w| w.host_f32(op)).transpose()?;
-        let (xv, gv) = (xc.host_f32(op)?, g.host_f32(op)?);
-        let (dx, dw, db) = batch_norm::backward(xv, gv, geo, mean, std, wv, train)?;
+        let [dx, dw, db] =
+            dispatch::conv::batch_norm_backward(&xc, &g, geo, (mean, std), w.as_ref(), train)?
+                .ok_or_else(|| g.unsupported(op))?;
         Ok([
-            x.derived(CpuStorage::F32(dx), x.shape()),
-            x.derived(CpuStorage::F32(dw), &[geo.c]),
-            x.derived(CpuStorage::F32(db), &[geo.c]),
+            x.derived(dx, x.shape()),
+            x.derived(dw, &[geo.c]),
+            x.derived(db, &[geo.c]),
         ])
     }
 }

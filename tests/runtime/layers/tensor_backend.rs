@@ -16,8 +16,6 @@ use std::collections::{BTreeMap, BTreeSet};
 const NOT_YET_MOVED: &[&str] = &[
     "tensor/attention_fused.rs",
     "tensor/cell.rs",
-    "tensor/conv.rs",
-    "tensor/conv_cpu.rs",
     "tensor/fuse.rs",
     "tensor/quant.rs",
     "tensor/transfer.rs",
