@@ -131,7 +131,8 @@ impl Tensor {
             && operands[..2].iter().all(|t| t.is_some() == affine)
     }
 
-    /// Batch norm of the 4-d f32 `self` (on a backend checked by [`Tensor::batch_norm_on_cpu`]) per channel (dim 1) as one autograd node, with
+    /// Batch norm of the 4-d f32 `self` (on a backend checked by [`Tensor::batch_norm_on_cpu`])
+    /// per channel (dim 1) as one autograd node, with
     /// `operands` = `[weight, bias, running_mean, running_var]`: the batch's statistics when
     /// the running ones are `None` (training), else those. Returns the output and the
     /// per-channel mean and biased variance it used.
