@@ -3,7 +3,7 @@
 //!
 //! - `cpu_matvec/<kind>/<rows>x<cols>`: one activation row (a decode step) against the weight
 //!   shapes of a 125 M Llama (hidden 768, intermediate 2048, vocabulary 32,000). `q8_0`,
-//!   `q4_0`: the default integer path (activations rounded to Q8 blocks); `q8_0_exact`: the
+//!   `q4_0`, `q4_k`, `q6_k`: the default integer path (activations rounded to Q8 blocks); `q8_0_exact`: the
 //!   f32 path (`set_quantized_activations(false)`); `f32`: `x @ W^T` with W dense.
 //!   Throughput is in **bytes of weights read** per product, so criterion's GB/s is the
 //!   bandwidth the kernel reaches.
@@ -27,6 +27,33 @@ fn weights(rows: usize, cols: usize, device: &Device) -> Tensor {
     Tensor::randn(&[rows, cols], device).unwrap()
 }
 
+/// `w` quantized to `q`; the K-quants (which `QTensor::quantize` does not make) as random
+/// blocks of the same shape with a fixed f16 scale, as `device_report` makes them.
+fn quantized(w: &Tensor, q: QType, rows: usize, cols: usize) -> QTensor {
+    if matches!(q, QType::Q8_0 | QType::Q4_0) {
+        return QTensor::quantize(w, q).unwrap();
+    }
+    let bb = q.block_bytes();
+    let mut s = 0x2545_f491_4f6c_dd1d_u64;
+    let mut bytes: Vec<u8> = (0..rows * cols / q.block_len() * bb)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect();
+    // Where each format keeps its f16 scales (d, and dmin for Q4_K).
+    let offsets: &[usize] = if q == QType::Q4_K { &[0, 2] } else { &[208] };
+    let scale = wgtensor::f16::from_f32(0.004).to_le_bytes();
+    for blk in bytes.chunks_mut(bb) {
+        for &o in offsets {
+            blk[o..o + 2].copy_from_slice(&scale);
+        }
+    }
+    QTensor::from_ggml(q, [rows, cols], &bytes, &Device::cpu()).unwrap()
+}
+
 fn cpu_matvec(c: &mut Criterion) {
     let mut g = c.benchmark_group("cpu_matvec");
     g.sample_size(20)
@@ -40,9 +67,11 @@ fn cpu_matvec(c: &mut Criterion) {
         for (kind, q, integer) in [
             ("q8_0", QType::Q8_0, true),
             ("q4_0", QType::Q4_0, true),
+            ("q4_k", QType::Q4_K, true),
+            ("q6_k", QType::Q6_K, true),
             ("q8_0_exact", QType::Q8_0, false),
         ] {
-            let qt = QTensor::quantize(&w, q).unwrap();
+            let qt = quantized(&w, q, rows, cols);
             g.throughput(Throughput::Bytes(qt.size_in_bytes() as u64));
             g.bench_with_input(BenchmarkId::new(kind, &id), &(), |b, _| {
                 wgtensor::set_quantized_activations(integer);

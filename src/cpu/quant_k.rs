@@ -116,15 +116,15 @@ pub(crate) fn dot_scalar(
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2 {
-    use super::{q4k_scales, tree};
+    use super::tree;
     use crate::QType;
     use half::f16;
     use std::arch::x86_64::*;
 
     /// `W` weight rows against one activation row, each row's arithmetic exactly
     /// [`super::dot_scalar`]'s. The activation block is loaded once for the `W` rows, and
-    /// `next` (the rows the caller takes next; empty slices at the end) is prefetched line by
-    /// line as these rows stream, as `quant_dot`'s `dot_rows` does.
+    /// `next` (the rows the caller takes next; empty slices at the end) is prefetched as these
+    /// rows stream, as `quant_dot`'s `dot_rows` does.
     ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C; `xd`, `sx` hold `8 * nb` values and `xq`
@@ -151,95 +151,26 @@ pub(crate) mod avx2 {
         );
         let mut acc = [_mm256_setzero_ps(); W];
         let mut mn = [_mm256_setzero_ps(); W];
-        let low = _mm256_set1_epi8(0xF);
-        let three = _mm256_set1_epi8(3);
-        let k32 = _mm256_set1_epi8(32);
-        // Byte `i` of the shuffle picks Q6_K scale `2j + i / 8` for block `j` (add 2j).
-        let halves = _mm_set_epi64x(0x0101_0101_0101_0101, 0);
         // SAFETY: the loads below read block 8b + j < 8 nb of `xq` (32 bytes), 8 values
         // from 8b of `xd`/`sx`, and bytes inside super-block b (`bb` bytes) of each weight
         // row: all inside the slices, as asserted above; the CPU has the features.
         unsafe {
             for b in 0..nb {
                 for nx in next {
-                    let mut off = b * bb;
-                    while off < ((b + 1) * bb).min(nx.len()) {
-                        // A hint: it never faults, and the address is inside the slice.
-                        _mm_prefetch::<_MM_HINT_T0>(nx[off..].as_ptr() as *const i8);
-                        off += 64;
-                    }
+                    prefetch(nx, b * bb, bb);
                 }
-                // d * dx_j for the 8 blocks, per row.
-                let dxv = _mm256_loadu_ps(xd[8 * b..].as_ptr());
-                let mut f = [[0f32; 8]; W];
-                let mut sm = [[0u8; 16]; W];
-                for k in 0..W {
-                    let d = ws[k][ns * b].to_f32();
-                    _mm256_storeu_ps(f[k].as_mut_ptr(), _mm256_mul_ps(_mm256_set1_ps(d), dxv));
-                    if q == QType::Q4_K {
-                        sm[k] = q4k_scales(&wb[k][b * bb..b * bb + 12]);
-                        let dmin = ws[k][ns * b + 1].to_f32();
-                        // SAFETY: `sm[k][8..]` holds 8 bytes.
-                        let m8 = _mm_loadl_epi64(sm[k][8..].as_ptr() as *const __m128i);
-                        let dm = _mm256_mul_ps(
-                            _mm256_set1_ps(dmin),
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8)),
-                        );
-                        let sxv = _mm256_loadu_ps(sx[8 * b..].as_ptr());
-                        mn[k] = _mm256_fmadd_ps(dm, sxv, mn[k]);
-                    }
-                }
-                for j in 0..8 {
-                    // SAFETY: block 8b + j < 8 nb: 32 bytes inside `xq` (asserted above).
-                    let x = _mm256_loadu_si256(xq.as_ptr().add(32 * (8 * b + j)) as *const __m256i);
-                    let x32 = _mm256_maddubs_epi16(k32, x);
-                    for k in 0..W {
-                        let body = wb[k].as_ptr().add(b * bb);
-                        // SAFETY (loads): every offset below is inside this super-block's `bb`
-                        // bytes (Q4_K: 12 + 128; Q6_K: 128 ql, 64 qh, 16 scales).
-                        let (pairs, sc16) = if q == QType::Q4_K {
-                            let (kk, h) = (j / 2, j % 2);
-                            let v = _mm256_loadu_si256(body.add(12 + 32 * kk) as *const __m256i);
-                            let u = if h == 0 {
-                                _mm256_and_si256(v, low)
-                            } else {
-                                _mm256_and_si256(_mm256_srli_epi16(v, 4), low)
-                            };
-                            (
-                                _mm256_maddubs_epi16(u, x),
-                                _mm256_set1_epi16(sm[k][j] as i16),
-                            )
-                        } else {
-                            let (kk, g) = (j / 4, j % 4);
-                            let ql = _mm256_loadu_si256(
-                                body.add(64 * kk + 32 * (g & 1)) as *const __m256i
-                            );
-                            let qh = _mm256_loadu_si256(body.add(128 + 32 * kk) as *const __m256i);
-                            let lo = if g < 2 {
-                                _mm256_and_si256(ql, low)
-                            } else {
-                                _mm256_and_si256(_mm256_srli_epi16(ql, 4), low)
-                            };
-                            let hi = match g {
-                                0 => _mm256_and_si256(qh, three),
-                                1 => _mm256_and_si256(_mm256_srli_epi16(qh, 2), three),
-                                2 => _mm256_and_si256(_mm256_srli_epi16(qh, 4), three),
-                                _ => _mm256_and_si256(_mm256_srli_epi16(qh, 6), three),
-                            };
-                            let w = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                            let sc = _mm_loadu_si128(body.add(192) as *const __m128i);
-                            let pick = _mm_add_epi8(halves, _mm_set1_epi8(2 * j as i8));
-                            let sc16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
-                            // (w - 32) x per pair: w (0..=63) as maddubs' unsigned operand, minus
-                            // 32 x once per block; every pair stays inside i16 (|2 * 63 * 128|).
-                            (_mm256_sub_epi16(_mm256_maddubs_epi16(w, x), x32), sc16)
-                        };
-                        // Each i32 lane: its 4 products times their sub-block's scale (pair `i` of
-                        // the 16 takes scale `i / 8`), exact: |lanes| <= 2 * 8192 * 128.
-                        let scaled = _mm256_madd_epi16(pairs, sc16);
-                        let fj = _mm256_set1_ps(f[k][j]);
-                        acc[k] = _mm256_fmadd_ps(fj, _mm256_cvtepi32_ps(scaled), acc[k]);
-                    }
+                let x = Block {
+                    q: xq.as_ptr().add(256 * b),
+                    dx: _mm256_loadu_ps(xd[8 * b..].as_ptr()),
+                };
+                let body = wb.map(|w| w.as_ptr().add(b * bb));
+                let d = ws.map(|w| w[ns * b].to_f32());
+                if q == QType::Q4_K {
+                    let dmin = ws.map(|w| w[ns * b + 1].to_f32());
+                    let sxv = _mm256_loadu_ps(sx[8 * b..].as_ptr());
+                    q4k(&x, body, d, dmin, sxv, &mut acc, &mut mn);
+                } else {
+                    q6k(&x, body, d, &mut acc);
                 }
             }
         }
@@ -251,6 +182,247 @@ pub(crate) mod avx2 {
                 _mm256_storeu_ps(m.as_mut_ptr(), mn[k]);
             }
             out[k] = tree(a) - tree(m);
+        }
+    }
+
+    /// One super-block of the activation row: its 256 integers and 8 block scales.
+    struct Block {
+        q: *const i8,
+        dx: __m256,
+    }
+
+    /// Prefetches the lines of `nx[off..off + len]` (nothing when `nx` ends before `off`).
+    /// Straight-line: five hints cover any `len <= 256` bytes, wherever the lines fall.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn prefetch(nx: &[u8], off: usize, len: usize) {
+        if off + len > nx.len() {
+            return;
+        }
+        let p = nx[off..].as_ptr();
+        for o in [0, 64, 128, 192, len - 1] {
+            if o < len {
+                // SAFETY: `o < len` and `off + len <= nx.len()`: the address is inside the
+                // slice (and a prefetch is a hint that never faults).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(o) as *const i8) };
+            }
+        }
+    }
+
+    /// `d * dx_j` of the 8 blocks for each row, as an array to broadcast from. An array
+    /// written as one vector and read as single floats forwards from the store; the old
+    /// layout's byte stores read back as one 8-byte vector did not, and stalled every row.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn factors<const W: usize>(d: [f32; W], dx: __m256) -> [[f32; 8]; W] {
+        let mut f = [[0f32; 8]; W];
+        for k in 0..W {
+            // SAFETY: `f[k]` is 8 f32s, one __m256.
+            unsafe { _mm256_storeu_ps(f[k].as_mut_ptr(), _mm256_mul_ps(_mm256_set1_ps(d[k]), dx)) };
+        }
+        f
+    }
+
+    /// Q4_K's 8 scales and 8 mins of one super-block as two u64s of bytes, computed in
+    /// registers from the 12 packed bytes at `p` ([`super::q4k_scales`]'s words).
+    ///
+    /// # Safety
+    /// `p` points at 12 readable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4k_words(p: *const u8) -> (u64, u64) {
+        // SAFETY: the caller's 12 bytes, read unaligned as three u32s.
+        let [u0, u1, u2] = [0, 4, 8].map(|o| unsafe { (p.add(o) as *const u32).read_unaligned() });
+        let [u0, u1, u2] = [u0, u1, u2].map(u32::from_le);
+        const K1: u32 = 0x3f3f_3f3f;
+        const K2: u32 = 0x0f0f_0f0f;
+        const K3: u32 = 0x0303_0303;
+        let w0 = u0 & K1;
+        let w1 = (u2 & K2) | (((u0 >> 6) & K3) << 4);
+        let w2 = u1 & K1;
+        let w3 = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
+        (w0 as u64 | (w1 as u64) << 32, w2 as u64 | (w3 as u64) << 32)
+    }
+
+    /// The i16 pairs' shuffle that spreads byte `j` (zero-extended) over all 16 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn byte_j(j: usize) -> __m256i {
+        _mm256_set1_epi16((0x8000 | j as u16) as i16)
+    }
+
+    /// One Q4_K super-block of `W` rows (bodies at `body`: 12 scale bytes, 128 nibble bytes).
+    ///
+    /// # Safety
+    /// `x.q` points at 256 bytes, each `body[k]` at 140; the CPU has the features.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4k<const W: usize>(
+        x: &Block,
+        body: [*const u8; W],
+        d: [f32; W],
+        dmin: [f32; W],
+        sxv: __m256,
+        acc: &mut [__m256; W],
+        mn: &mut [__m256; W],
+    ) {
+        let low = _mm256_set1_epi8(0xF);
+        let f = factors(d, x.dx);
+        let mut sc = [_mm256_setzero_si256(); W];
+        for k in 0..W {
+            // SAFETY: the first 12 bytes of the body.
+            let (scales, mins) = unsafe { q4k_words(body[k]) };
+            sc[k] = _mm256_set1_epi64x(scales as i64);
+            let m8 = _mm_cvtsi64_si128(mins as i64);
+            let dm = _mm256_mul_ps(
+                _mm256_set1_ps(dmin[k]),
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8)),
+            );
+            mn[k] = _mm256_fmadd_ps(dm, sxv, mn[k]);
+        }
+        for kk in 0..4 {
+            let (j0, j1) = (2 * kk, 2 * kk + 1);
+            // SAFETY: blocks j0, j1 of the super-block: 32 bytes each inside `x.q`'s 256.
+            let (x0, x1) = unsafe {
+                (
+                    _mm256_loadu_si256(x.q.add(32 * j0) as *const __m256i),
+                    _mm256_loadu_si256(x.q.add(32 * j1) as *const __m256i),
+                )
+            };
+            for k in 0..W {
+                // SAFETY: bytes 12 + 32 kk .. + 32 of the body's 140.
+                let v = unsafe { _mm256_loadu_si256(body[k].add(12 + 32 * kk) as *const __m256i) };
+                let u0 = _mm256_and_si256(v, low);
+                let u1 = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                // Each i32 lane: 4 products times the block's scale, exact (|lane| <= 2^19).
+                let s0 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(u0, x0),
+                    _mm256_shuffle_epi8(sc[k], byte_j(j0)),
+                );
+                let s1 = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(u1, x1),
+                    _mm256_shuffle_epi8(sc[k], byte_j(j1)),
+                );
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f[k][j0]), _mm256_cvtepi32_ps(s0), acc[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f[k][j1]), _mm256_cvtepi32_ps(s1), acc[k]);
+            }
+        }
+    }
+
+    /// One Q6_K super-block of `W` rows (bodies at `body`: 128 low-nibble bytes, 64 bytes of
+    /// high bit pairs, 16 signed scales).
+    ///
+    /// # Safety
+    /// `x.q` points at 256 bytes, each `body[k]` at 208; the CPU has the features.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q6k<const W: usize>(
+        x: &Block,
+        body: [*const u8; W],
+        d: [f32; W],
+        acc: &mut [__m256; W],
+    ) {
+        let f = factors(d, x.dx);
+        // The 16 scales widened to i16 once: scales 0..8 in both 128-bit lanes of `lo`,
+        // 8..16 in both lanes of `hi`, so one in-lane shuffle picks a block's two.
+        let mut lo = [_mm256_setzero_si256(); W];
+        let mut hi = [_mm256_setzero_si256(); W];
+        for k in 0..W {
+            // SAFETY: bytes 192..208 of the body.
+            let s = unsafe { _mm_loadu_si128(body[k].add(192) as *const __m128i) };
+            lo[k] = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s));
+            hi[k] = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128::<8>(s)));
+        }
+        for kk in 0..2 {
+            // SAFETY (every `q6_block`): block 4 kk + g of `x.q`, and bytes inside each
+            // body's 208 (ql at 64 kk + 32 (g & 1), qh at 128 + 32 kk, both 32 bytes).
+            unsafe {
+                q6_block::<W, 0, 0>(x, &body, &f, &lo, &hi, 4 * kk, acc);
+                q6_block::<W, 0, 2>(x, &body, &f, &lo, &hi, 4 * kk + 1, acc);
+                q6_block::<W, 4, 4>(x, &body, &f, &lo, &hi, 4 * kk + 2, acc);
+                q6_block::<W, 4, 6>(x, &body, &f, &lo, &hi, 4 * kk + 3, acc);
+            }
+        }
+    }
+
+    /// Q6_K's activation block `j` (`g = j % 4` of half `j / 4`) for `W` rows: the low nibble
+    /// from `ql` shifted by `SL`, the high pair from `qh` shifted by `SH`.
+    ///
+    /// # Safety
+    /// As [`q6k`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn q6_block<const W: usize, const SL: i32, const SH: i32>(
+        x: &Block,
+        body: &[*const u8; W],
+        f: &[[f32; 8]; W],
+        lo: &[__m256i; W],
+        hi: &[__m256i; W],
+        j: usize,
+        acc: &mut [__m256; W],
+    ) {
+        let (kk, g) = (j / 4, j % 4);
+        let low = _mm256_set1_epi8(0xF);
+        let three = _mm256_set1_epi8(3);
+        // In-lane shuffle: the low lane takes scale 2j's i16, the high lane scale 2j + 1's.
+        let b = 4 * (j % 4) as i8;
+        let pick = _mm256_setr_epi8(
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+            b + 2,
+            b + 3,
+        );
+        // SAFETY: block j of the super-block, 32 bytes inside `x.q`'s 256.
+        let xv = unsafe { _mm256_loadu_si256(x.q.add(32 * j) as *const __m256i) };
+        let x32 = _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv);
+        for k in 0..W {
+            // SAFETY: the caller's offsets, inside the body's 208 bytes.
+            let (ql, qh) = unsafe {
+                (
+                    _mm256_loadu_si256(body[k].add(64 * kk + 32 * (g & 1)) as *const __m256i),
+                    _mm256_loadu_si256(body[k].add(128 + 32 * kk) as *const __m256i),
+                )
+            };
+            let l = _mm256_and_si256(_mm256_srli_epi16::<SL>(ql), low);
+            let h = _mm256_and_si256(_mm256_srli_epi16::<SH>(qh), three);
+            let w = _mm256_or_si256(l, _mm256_slli_epi16::<4>(h));
+            let sc16 = _mm256_shuffle_epi8(if j < 4 { lo[k] } else { hi[k] }, pick);
+            // (w - 32) x per pair: w (0..=63) as maddubs' unsigned operand, minus 32 x once
+            // per block; every pair stays inside i16 (|2 * 63 * 128|).
+            let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(w, xv), x32);
+            // Each i32 lane: its 4 products times their half's scale (pair `i` of the 16
+            // takes scale 2j + i / 8), exact: |lanes| <= 2 * 8192 * 128.
+            let scaled = _mm256_madd_epi16(pairs, sc16);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f[k][j]), _mm256_cvtepi32_ps(scaled), acc[k]);
         }
     }
 }
@@ -355,30 +527,50 @@ mod tests {
         if !crate::cpu::quant_act::use_avx2() {
             return;
         }
-        let cols = 512;
-        let x: Vec<f32> = (0..cols)
-            .map(|i| ((i * 131 % 97) as f32 - 48.0) / 17.0)
+        // 9 rows: two 4-row AVX2 calls (the first prefetching the second), then one row
+        // alone; two activation rows; row 8 all ones bits (the largest scales and weights)
+        // against activations at +-127.
+        let (cols, n, m) = (768, 9, 2);
+        let x: Vec<f32> = (0..m * cols)
+            .map(|i| match i % 7 {
+                0 => 1e3,
+                1 => -1e3,
+                _ => ((i * 131 % 97) as f32 - 48.0) / 17.0,
+            })
             .collect();
         let act = crate::cpu::quant_act::quantize_rows(&x);
         let sx = block_sums(&act);
         for q in [QType::Q4_K, QType::Q6_K] {
             let nb = cols / 256;
-            let ns = scale_halfs(q);
-            let wb: Vec<u8> = (0..5 * nb * body_bytes(q))
-                .map(|i| (i * 89 + 7 + i / 251) as u8)
+            let (ns, bb) = (scale_halfs(q), body_bytes(q));
+            let wb: Vec<u8> = (0..n * nb * bb)
+                .map(|i| {
+                    if i >= (n - 1) * nb * bb {
+                        0xFF
+                    } else {
+                        (i * 89 + 7 + i / 251) as u8
+                    }
+                })
                 .collect();
-            let ws: Vec<f16> = (0..5 * nb * ns)
+            let ws: Vec<f16> = (0..n * nb * ns)
                 .map(|i| f16::from_f32(0.01 * (i as f32 - 3.5)))
                 .collect();
             let plane = |r: usize| {
                 (
                     &ws[r * nb * ns..(r + 1) * nb * ns],
-                    &wb[r * nb * body_bytes(q)..(r + 1) * nb * body_bytes(q)],
+                    &wb[r * nb * bb..(r + 1) * nb * bb],
                 )
             };
-            let (mut simd, mut scalar) = (vec![0f32; 5], vec![0f32; 5]);
-            rows(q, cols / 32, &plane, &act, &sx, 1, 0, &mut simd, true);
-            rows(q, cols / 32, &plane, &act, &sx, 1, 0, &mut scalar, false);
+            let (mut simd, mut scalar) = (vec![0f32; n * m], vec![0f32; n * m]);
+            rows(q, cols / 32, &plane, &act, &sx, m, 0, &mut simd, true);
+            rows(q, cols / 32, &plane, &act, &sx, m, 0, &mut scalar, false);
+            // Finite and not degenerate (row 8 against activation row 1 is 0 exactly: equal
+            // weights times activations whose quantized sum is 0).
+            let nonzero = scalar.iter().filter(|v| **v != 0.0).count();
+            assert!(
+                scalar.iter().all(|v| v.is_finite()) && nonzero > n * m / 2,
+                "{q}: {scalar:?}"
+            );
             assert_eq!(
                 simd.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 scalar.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
