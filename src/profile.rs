@@ -88,10 +88,10 @@ impl Device {
         // Pending fused tensors are queued work: what was pending before is not profiled, what
         // `f` leaves pending runs inside the profile. (The tensor layer owns pending work, so the
         // flushes are here, not in `gpu/timing.rs`.)
-        crate::tensor::materialize_pending(g)?;
+        crate::tensor::materialize_pending(self)?;
         g.profile_begin(op)?;
         let r = f();
-        crate::tensor::materialize_pending(g)?;
+        crate::tensor::materialize_pending(self)?;
         let measured = g.profile_finish(op)?;
         let profile = Profile {
             kernels: measured

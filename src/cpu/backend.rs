@@ -578,6 +578,10 @@ impl crate::ops::backend::BackendDevice for CpuDevice {
         )?)))
     }
 
+    fn run_fused(&self, call: &crate::ops::backend::ProgramCall<CpuStorage>) -> Result<CpuStorage> {
+        super::fused::run(call)
+    }
+
     fn bind_limits(&self) -> Option<crate::ops::backend::BindLimits> {
         None
     }

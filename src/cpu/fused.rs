@@ -14,6 +14,7 @@ use super::normal::{normal, uniform, words, Dist};
 use super::storage::CpuStorage;
 use super::strided::{try_vec, walk, PAR_THRESHOLD};
 use super::typed::clamp1;
+use crate::ops::backend::ProgramCall;
 use crate::ops::program::{Expr, Program};
 use crate::ops::{
     BinaryFn, BinaryOp, BinaryVisitor, CmpOp, IntElem, UnaryFn, UnaryOp, UnaryVisitor,
@@ -103,20 +104,20 @@ thread_local! {
     static SCRATCH: RefCell<Vec<Col>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `program` over `inputs` (views broadcast to `shape`, whose element count is the
-/// output's) with the scalar parameters `scalars` (canonical bits, as for the GPU kernel), and
-/// returns the packed output in the program's output dtype.
+/// Runs `call` (its scalar parameters canonical bits, as for the GPU kernel) and returns the
+/// packed output in the program's output dtype.
 ///
 /// # Errors
-/// [`Error::OutOfMemory`] naming `name` when the host cannot allocate the output.
-pub(crate) fn run(
-    name: &'static str,
-    program: &Program,
-    inputs: &[(&CpuStorage, &Layout)],
-    scalars: &[u32],
-    shape: &[usize],
-) -> Result<CpuStorage> {
-    let n: usize = shape.iter().product();
+/// [`Error::OutOfMemory`] naming `call.name` when the host cannot allocate the output.
+pub(crate) fn run(call: &ProgramCall<CpuStorage>) -> Result<CpuStorage> {
+    let ProgramCall {
+        name,
+        program,
+        views: inputs,
+        scalars,
+        ..
+    } = *call;
+    let n = call.n();
     if program.nodes.is_empty() || inputs.len() != program.inputs.len() {
         return Err(bug("a program without nodes or with unbound inputs"));
     }

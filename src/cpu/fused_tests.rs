@@ -4,15 +4,33 @@
 //! the op-by-op output's bits, at sizes around the block edges.
 
 use crate::cpu::elementwise as ew;
-use crate::cpu::fused::{run, BLOCK};
+use crate::cpu::fused::BLOCK;
 use crate::cpu::normal::{sample_host, Dist};
 use crate::cpu::storage::CpuStorage;
 use crate::cpu::typed::{self, dtype_of, Scalar};
+use crate::ops::backend::ProgramCall;
 use crate::ops::program::{Expr, NodeId, Program};
 use crate::ops::{BinaryOp, CmpOp, UnaryOp};
 use crate::shape::Layout;
 use crate::DType;
 use half::f16;
+
+/// `cpu::fused::run` of the program's parts, as the tests spell them.
+fn run(
+    name: &'static str,
+    program: &Program,
+    views: &[(&CpuStorage, &Layout)],
+    scalars: &[u32],
+    shape: &[usize],
+) -> crate::Result<CpuStorage> {
+    crate::cpu::fused::run(&ProgramCall {
+        name,
+        program,
+        views,
+        scalars,
+        shape,
+    })
+}
 
 /// xorshift64*: reproducible without a dependency.
 struct Rng(u64);

@@ -273,6 +273,11 @@ impl crate::ops::backend::BackendDevice for super::GpuDevice {
         Ok(None)
     }
 
+    fn run_fused(&self, call: &crate::ops::backend::ProgramCall<GpuBuffer>) -> Result<GpuBuffer> {
+        // An output past one binding runs in blocks of rows (`program_blocks.rs`).
+        self.run_pending(call)
+    }
+
     fn bind_limits(&self) -> Option<crate::ops::backend::BindLimits> {
         Some(crate::ops::backend::BindLimits {
             binding: self.binding_limit(),

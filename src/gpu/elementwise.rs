@@ -8,6 +8,7 @@ use super::codegen::{self, per_word, Expr, Program};
 use super::device::GpuDevice;
 use super::kernels::{Bindings, GeneratedRef, Launch, Shader};
 use super::params::{check_u32, extend, w};
+use crate::ops::backend::ProgramCall;
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -29,10 +30,18 @@ impl GpuDevice {
         let mut p = Program::default();
         let s = p.scalar(sd);
         p.push(Expr::Cast(s), dtype);
+        let scalars = [bits];
+        let fill = |shape| ProgramCall {
+            name: op,
+            program: &p,
+            views: &[],
+            scalars: &scalars,
+            shape,
+        };
         let esize = dtype.size_in_bytes();
         let bytes = (n * esize) as u64;
         if bytes <= self.binding_limit() {
-            return self.run_program(op, &p, &[], &[bits], n);
+            return self.run_program(&fill(&[n]));
         }
         // Past one binding: one block is filled by the kernel, then copied over the whole
         // buffer (copies have no binding limit). Blocks are whole words (a multiple of 4
@@ -42,7 +51,7 @@ impl GpuDevice {
             let per = (self.binding_limit() / esize as u64) as usize;
             per - per % 4
         };
-        let block = self.run_program(op, &p, &[], &[bits], per)?;
+        let block = self.run_program(&fill(&[per]))?;
         let block_bytes = (per * esize) as u64;
         self.record(op, |enc| {
             let mut at = 0u64;
@@ -61,16 +70,17 @@ impl GpuDevice {
         Ok(out)
     }
 
-    /// Runs `program` over `views` (each already broadcast to the output shape) with the scalar
-    /// params `scalars` (canonical bits), into a new packed buffer of the program's dtype.
-    pub(crate) fn run_program(
-        &self,
-        name: &'static str,
-        program: &Program,
-        views: &[(&GpuBuffer, &Layout)],
-        scalars: &[u32],
-        n: usize,
-    ) -> Result<GpuBuffer> {
+    /// Runs `call` as one generated kernel (its output within one binding), into a new packed
+    /// buffer of the program's dtype.
+    pub(crate) fn run_program(&self, call: &ProgramCall<GpuBuffer>) -> Result<GpuBuffer> {
+        let ProgramCall {
+            name,
+            program,
+            views,
+            scalars,
+            ..
+        } = *call;
+        let n = call.n();
         // The size first: an output past the adapter's limits is `BufferTooLarge` (as any
         // allocation), not an indexing error.
         let out_dtype = program.out_dtype();

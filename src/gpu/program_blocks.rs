@@ -9,64 +9,37 @@
 //! unsplit kernel would compute (and the CPU's, element for element).
 //!
 //! Here in the GPU backend, beside `elementwise.rs` which runs one block: only a GPU has a
-//! binding limit, so the tensor layer's cell hands a pending program to
-//! [`GpuDevice::run_pending`] and never decides whether it is split.
+//! binding limit, so the tensor layer hands a pending program to `BackendDevice::run_fused`
+//! ([`GpuDevice::run_pending`]) and never decides whether it is split.
 
 use super::{GpuBuffer, GpuDevice};
+use crate::ops::backend::ProgramCall;
 use crate::ops::program::{Expr, NodeId, Program};
 use crate::ops::BinaryOp;
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
 
-/// What a pending program's blocks need of it.
-struct Job<'a> {
-    name: &'static str,
-    device: &'a GpuDevice,
-    program: &'a Program,
-    scalars: &'a [u32],
-    n: usize,
-    shape: &'a [usize],
-}
-
 impl GpuDevice {
-    /// Runs the pending program `program` over `views` (its inputs, broadcast to `shape`, `n`
-    /// elements) with the scalar params `scalars`, as one kernel when its output fits one
-    /// binding, else in blocks of rows (see the module doc), into one packed output buffer.
-    pub(crate) fn run_pending(
-        &self,
-        name: &'static str,
-        program: &Program,
-        views: &[(&GpuBuffer, &Layout)],
-        scalars: &[u32],
-        n: usize,
-        shape: &[usize],
-    ) -> Result<GpuBuffer> {
-        let job = Job {
-            name,
-            device: self,
-            program,
-            scalars,
-            n,
-            shape,
-        };
-        if needed(&job) {
-            run(&job, views)
+    /// Runs the pending program `call` as one kernel when its output fits one binding, else in
+    /// blocks of rows (see the module doc), into one packed output buffer.
+    pub(crate) fn run_pending(&self, call: &ProgramCall<GpuBuffer>) -> Result<GpuBuffer> {
+        if needed(self, call) {
+            run(self, call)
         } else {
-            self.run_program(name, program, views, scalars, n)
+            self.run_program(call)
         }
     }
 }
 
-/// Whether `p`'s output is too large for one binding (so [`run`] must split it).
-fn needed(p: &Job) -> bool {
-    let bytes = p.n as u64 * p.program.out_dtype().size_in_bytes() as u64;
-    bytes > p.device.binding_limit()
+/// Whether `p`'s output is too large for one binding of `g` (so [`run`] must split it).
+fn needed(g: &GpuDevice, p: &ProgramCall<GpuBuffer>) -> bool {
+    let bytes = p.n() as u64 * p.program.out_dtype().size_in_bytes() as u64;
+    bytes > g.binding_limit()
 }
 
-/// Runs `p` over `views` (its inputs, broadcast to `p.shape`) in blocks of rows, each within
-/// one binding, into one packed output buffer.
-fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
-    let g = &p.device;
+/// Runs `p` on `g` in blocks of rows, each within one binding, into one packed output buffer.
+fn run(g: &GpuDevice, p: &ProgramCall<GpuBuffer>) -> Result<GpuBuffer> {
+    let (views, pn) = (p.views, p.n());
     let limit = g.binding_limit();
     let too_large = |bytes: u64| Error::BufferTooLarge {
         op: p.name,
@@ -80,7 +53,7 @@ fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
     // Packed inputs (and none at all) follow the flat index: split as one long row of elements.
     let flat = views.iter().all(|(_, l)| l.is_contiguous());
     let shape: Vec<usize> = if flat || p.shape.is_empty() {
-        vec![p.n]
+        vec![pn]
     } else {
         p.shape.to_vec()
     };
@@ -89,7 +62,7 @@ fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
         .map(|(_, l)| {
             if flat {
                 Layout {
-                    shape: vec![p.n],
+                    shape: vec![pn],
                     strides: vec![1],
                     offset: l.offset,
                 }
@@ -100,7 +73,7 @@ fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
         .collect();
     let out_size = p.program.out_dtype().size_in_bytes() as u64;
     let rows = shape[0];
-    let row_elems = p.n / rows.max(1);
+    let row_elems = pn / rows.max(1);
     let mut per_block = (limit / (row_elems as u64 * out_size).max(1)) as usize;
     for (k, (b, _)) in views.iter().enumerate() {
         if b.size > limit {
@@ -112,7 +85,7 @@ fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
     let step = 4 / gcd(row_elems.max(1), 4);
     per_block -= per_block % step;
     if per_block == 0 {
-        return Err(too_large(p.n as u64 * out_size));
+        return Err(too_large(pn as u64 * out_size));
     }
     let mut blocks: Vec<(GpuBuffer, u64)> = Vec::new();
     let mut r0 = 0;
@@ -148,7 +121,13 @@ fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
             .collect();
         let (program, scalars) = rebase(p, base)?;
         let elems = n * row_elems;
-        let out = g.run_program(p.name, &program, &block_views, &scalars, elems)?;
+        let out = g.run_program(&ProgramCall {
+            name: p.name,
+            program: &program,
+            views: &block_views,
+            scalars: &scalars,
+            shape: &[elems],
+        })?;
         blocks.push((out, elems as u64 * out_size));
         r0 += n;
     }
@@ -158,7 +137,7 @@ fn run(p: &Job, views: &[(&GpuBuffer, &Layout)]) -> Result<GpuBuffer> {
 
 /// `p`'s program for the block starting at element `base`: every `Index` reads `base + e` and
 /// every Philox draw starts `base` counters later. Returns the program and its scalars.
-fn rebase(p: &Job, base: usize) -> Result<(Program, Vec<u32>)> {
+fn rebase(p: &ProgramCall<GpuBuffer>, base: usize) -> Result<(Program, Vec<u32>)> {
     if base == 0 {
         return Ok((p.program.clone(), p.scalars.to_vec()));
     }

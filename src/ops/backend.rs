@@ -12,6 +12,7 @@
 //! are listed by `tests/runtime/layers/tensor_backend.rs`.
 
 use super::geometry::{AdamStep, BnGeom, CeSpec, DecodeDims, Geom, PoolGeom, Rows};
+use super::program::Program;
 use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Result};
@@ -84,6 +85,25 @@ pub(crate) struct CeRows<'a> {
 
 /// A view an op reads: a backend's storage and the layout that sees it.
 pub(crate) type View<'a, S> = (&'a S, &'a Layout);
+
+/// A generated elementwise program to run (a fused chain, or one op): `program` over its
+/// inputs `views`, each broadcast to `shape` (the output's, whose elements it fills), with the
+/// scalar params `scalars` (canonical bits), errors naming `name`. One struct for every runner
+/// of a program, as they all take these together.
+pub(crate) struct ProgramCall<'a, S> {
+    pub name: &'static str,
+    pub program: &'a Program,
+    pub views: &'a [View<'a, S>],
+    pub scalars: &'a [u32],
+    pub shape: &'a [usize],
+}
+
+impl<S> ProgramCall<'_, S> {
+    /// The output's element count.
+    pub(crate) fn n(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
 
 /// A scalar already converted to the tensor's dtype (f16 keeps the f32: math runs in f32).
 #[derive(Clone, Copy, Debug)]
@@ -478,6 +498,12 @@ pub(crate) trait BackendDevice {
         offset: u64,
         n: usize,
     ) -> Result<Option<Self::Storage>>;
+
+    /// Runs the generated program `call` over views of this device's storage into a new packed
+    /// tensor of the program's output dtype: a GPU as one generated kernel (in blocks of rows
+    /// past one binding), the host in one blocked pass calling the op-by-op kernels' scalar
+    /// functions (the same bits).
+    fn run_fused(&self, call: &ProgramCall<Self::Storage>) -> Result<Self::Storage>;
 
     /// What one kernel binds and one buffer holds on this device (a GPU's
     /// `max_storage_buffer_binding_size` and `max_buffer_size`), or `None` where no such limit

@@ -4,9 +4,8 @@
 //! `Device::synchronize` runs. Apart from `fuse.rs` because `Tensor` holds a cell: this file
 //! must not need the tensor type back.
 
-use crate::cpu::storage::CpuStorage;
-use crate::device::DeviceInner;
-use crate::gpu::{GpuBuffer, GpuDevice};
+use super::dispatch::fused;
+use crate::ops::backend::ProgramCall;
 use crate::ops::program::Program;
 use crate::shape::Layout;
 use crate::storage::Storage;
@@ -18,9 +17,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// layouts broadcast to the output shape.
 pub(crate) struct Pending {
     pub(crate) name: &'static str,
-    /// The GPU that runs it as one generated kernel; `None`: the host runs it in one blocked
-    /// pass (`cpu/fused.rs`).
-    pub(crate) device: Option<GpuDevice>,
+    /// The device that runs it (`BackendDevice::run_fused`: a GPU as one generated kernel, the
+    /// host in one blocked pass).
+    pub(crate) device: Device,
     pub(crate) program: Program,
     pub(crate) inputs: Vec<(Arc<StorageCell>, Layout)>,
     pub(crate) scalars: Vec<u32>,
@@ -78,31 +77,24 @@ impl StorageCell {
                 message: "a tensor has neither data nor a pending program (a wgtensor bug)".into(),
             });
         };
-        let Some(device) = &p.device else {
-            let mut views: Vec<(&CpuStorage, &Layout)> = Vec::with_capacity(p.inputs.len());
-            for (cell, layout) in &p.inputs {
-                match cell.value.get() {
-                    Some(Storage::Cpu(s)) => views.push((s, layout)),
-                    _ => return Err(not_ready(p.name, "on the host")),
-                }
-            }
-            let out = crate::cpu::fused::run(p.name, &p.program, &views, &p.scalars, &p.shape)?;
-            drop(views);
-            let _ = self.value.set(Storage::from(out));
-            *pending = None;
-            return Ok(self.value.get().expect("set just above"));
-        };
-        let mut views: Vec<(&GpuBuffer, &Layout)> = Vec::with_capacity(p.inputs.len());
+        let mut views = Vec::with_capacity(p.inputs.len());
         for (cell, layout) in &p.inputs {
-            match cell.value.get().and_then(Storage::gpu) {
-                Some(b) => views.push((b, layout)),
-                _ => return Err(not_ready(p.name, "on the GPU")),
-            }
+            let s = cell.value.get();
+            views.push((
+                s.ok_or_else(|| fused::not_ready(p.name, &p.device))?,
+                layout,
+            ));
         }
-        // An output past one binding runs in blocks of rows (`gpu/program_blocks.rs`).
-        let out = device.run_pending(p.name, &p.program, &views, &p.scalars, p.n, &p.shape)?;
+        let call = ProgramCall {
+            name: p.name,
+            program: &p.program,
+            views: &views,
+            scalars: &p.scalars,
+            shape: &p.shape,
+        };
+        let out = fused::run(&p.device, &call)?;
         drop(views);
-        let _ = self.value.set(Storage::from(out));
+        let _ = self.value.set(out);
         // The inputs are released with the program.
         *pending = None;
         Ok(self.value.get().expect("set just above"))
@@ -112,12 +104,11 @@ impl StorageCell {
     /// allocate); `None` for host data.
     pub(crate) fn gpu_bytes(&self, dtype: DType) -> Option<u64> {
         match self.value.get() {
-            Some(s) => s.gpu().map(|b| b.size),
+            Some(s) => fused::buffer_bytes(s),
             None => {
                 let pending = lock(&self.pending);
                 let p = pending.as_ref()?;
-                p.device.as_ref()?;
-                Some((p.n as u64 * dtype.size_in_bytes() as u64).div_ceil(4) * 4)
+                fused::pending_bytes(&p.device, p.n, dtype)
             }
         }
     }
@@ -128,14 +119,6 @@ impl StorageCell {
             return None;
         }
         lock(&self.pending).clone()
-    }
-}
-
-/// The error for a fused program whose input is not materialised `where` it runs.
-fn not_ready(op: &'static str, place: &str) -> Error {
-    Error::InvalidArgument {
-        op,
-        message: format!("a fused program's input is not materialised {place} (a wgtensor bug)"),
     }
 }
 
@@ -155,8 +138,12 @@ pub(crate) fn register(cell: &Arc<StorageCell>) {
 
 /// Materialises every pending fused tensor on `device` (part of `Device::synchronize`). A lost
 /// device or errors that escaped wgpu's scopes are reported as `synchronize`'s first.
-pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
-    device.check("synchronize")?;
+pub(crate) fn materialize_pending(device: &Device) -> Result<()> {
+    fused::check("synchronize", device)?;
+    if !fused::queues(device) {
+        // Nothing is registered for the host: its pending programs run when they are read.
+        return Ok(());
+    }
     let cells: Vec<Arc<StorageCell>> = {
         let mut list = lock(&PENDING);
         let mut mine = Vec::new();
@@ -165,7 +152,7 @@ pub(crate) fn materialize_pending(device: &GpuDevice) -> Result<()> {
             Some(c) => {
                 let same = lock(&c.pending)
                     .as_ref()
-                    .is_some_and(|p| p.device.as_ref() == Some(device));
+                    .is_some_and(|p| p.device == *device);
                 if same {
                     mine.push(c);
                 }
@@ -195,17 +182,9 @@ impl Device {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn synchronize(&self) -> Result<()> {
-        match &self.0 {
-            DeviceInner::Cpu => Ok(()),
-            DeviceInner::Gpu(g) => {
-                // Pending fused elementwise work is queued work too.
-                materialize_pending(g)?;
-                g.wait("synchronize", None)?;
-                // An id found out of range by a kernel this thread launched surfaces here (a
-                // 16-byte read per kernel not yet known clean).
-                g.read_many("synchronize", &[], |_, _| ()).map(|_| ())
-            }
-        }
+        // Pending fused elementwise work is queued work too.
+        materialize_pending(self)?;
+        fused::wait("synchronize", self)
     }
 
     /// Runs `f` with the kernels it launches on this device going to the GPU in one submit, at
@@ -235,12 +214,6 @@ impl Device {
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
     pub fn one_submit<R>(&self, f: impl FnOnce() -> R) -> R {
-        match &self.0 {
-            DeviceInner::Cpu => f(),
-            DeviceInner::Gpu(g) => {
-                let _deferred = g.defer_submits();
-                f()
-            }
-        }
+        fused::one_submit(self, f)
     }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 pub(crate) mod blocks;
 pub(crate) mod conv;
 pub(crate) mod create;
+pub(crate) mod fused;
 mod limits;
 mod place;
 pub(crate) use limits::check_buffer_size;
@@ -94,7 +95,7 @@ pub(crate) fn device_ids(ids: &Tensor) -> Result<DeviceIds> {
 pub(crate) fn run_pending(device: &Device) -> Result<()> {
     match backend(device) {
         Backend::Cpu => Ok(()),
-        Backend::Gpu(g) => super::cell::materialize_pending(g),
+        Backend::Gpu(_) => super::cell::materialize_pending(device),
     }
 }
 

@@ -20,8 +20,8 @@
 //! op-by-op kernels' scalar functions (`cpu/fused.rs`): same bits, no intermediate tensors.
 
 use super::cell::{register, Pending, StorageCell};
-use super::{backend, Backend, Tensor, TensorInner};
-use crate::gpu::GpuDevice;
+use super::dispatch::{check_buffer_size, fused};
+use super::{Tensor, TensorInner};
 use crate::ops::program::{Expr, NodeId, Program};
 use crate::shape::Layout;
 use crate::{DType, Device, Error, Result};
@@ -61,7 +61,7 @@ pub(crate) fn fused_on_cpu(f: impl FnOnce() -> Result<Tensor>) -> Result<Tensor>
     let t = f();
     drop(scope);
     let t = t?;
-    if t.is_cpu() {
+    if !fused::queues(t.device()) {
         // Ops outside the scope run op by op and expect data, not a program.
         t.0.storage.get()?;
     }
@@ -77,8 +77,8 @@ pub(crate) const MAX_INPUTS: usize = 6;
 
 /// Builds one fused program for an op whose output has `shape`, inlining pending operands.
 pub(crate) struct Fuser {
-    /// `None`: the host runs the program (`cpu/fused.rs`).
-    device: Option<GpuDevice>,
+    /// The device that runs the program.
+    device: Device,
     shape: Vec<usize>,
     program: Program,
     inputs: Vec<(Arc<StorageCell>, Layout)>,
@@ -94,24 +94,26 @@ pub(crate) struct Fuser {
 impl Fuser {
     /// A builder for `op` on `device`. Like any call on a device, it reports a lost device or
     /// errors that escaped wgpu's scopes at once, though it records nothing yet.
-    pub(crate) fn new(op: &'static str, device: &GpuDevice, shape: &[usize]) -> Result<Fuser> {
-        device.check(op)?;
-        Ok(Fuser::with(Some(device.clone()), shape))
+    pub(crate) fn new(op: &'static str, device: &Device, shape: &[usize]) -> Result<Fuser> {
+        fused::check(op, device)?;
+        Ok(Fuser::with(device, shape))
     }
 
-    /// A builder for `op` on `device` when its elementwise ops record: always on a GPU, on the
-    /// CPU when [`cpu_fusion`] is on; `None` runs the op at once.
+    /// A builder for `op` on `device` when its elementwise ops record: always on a device that
+    /// queues work (a GPU), on the host when [`cpu_fusion`] is on; `None` runs the op at once.
     pub(crate) fn on(op: &'static str, device: &Device, shape: &[usize]) -> Result<Option<Fuser>> {
-        match backend(device) {
-            Backend::Gpu(g) => Fuser::new(op, g, shape).map(Some),
-            Backend::Cpu if cpu_fusion() => Ok(Some(Fuser::with(None, shape))),
-            Backend::Cpu => Ok(None),
+        if fused::queues(device) {
+            Fuser::new(op, device, shape).map(Some)
+        } else if cpu_fusion() {
+            Ok(Some(Fuser::with(device, shape)))
+        } else {
+            Ok(None)
         }
     }
 
-    fn with(device: Option<GpuDevice>, shape: &[usize]) -> Fuser {
+    fn with(device: &Device, shape: &[usize]) -> Fuser {
         Fuser {
-            device,
+            device: device.clone(),
             shape: shape.to_vec(),
             program: Program::default(),
             inputs: Vec::new(),
@@ -175,20 +177,9 @@ impl Fuser {
         // Sizes are checked when the op is made, as for an eager allocation: a result that can
         // never fit one buffer is an error now, not when it runs.
         let bytes = (n as u64).saturating_mul(dtype.size_in_bytes() as u64);
-        if let Some(g) = &self.device {
-            let max = g.0.limits.max_buffer_size;
-            if bytes > max {
-                return Err(Error::BufferTooLarge {
-                    op: name,
-                    device: g.label().to_string(),
-                    adapter: g.adapter_name(),
-                    bytes,
-                    limit: max,
-                    limit_name: "max_buffer_size",
-                });
-            }
-        }
-        let (eager, gpu) = (self.eager, self.device.clone());
+        check_buffer_size(name, &self.device, bytes)?;
+        let (eager, on) = (self.eager, self.device.clone());
+        let queued = fused::queues(&on);
         let pending = Pending {
             name,
             device: self.device,
@@ -203,16 +194,14 @@ impl Fuser {
             pending: Mutex::new(Some(Arc::new(pending))),
             exported: AtomicBool::new(false),
         });
-        match gpu {
-            Some(g) if eager => {
-                cell.get()?;
-                g.flush(name)?;
-            }
+        if queued && eager {
+            cell.get()?;
+            fused::flush(name, &on)?;
+        } else if queued {
             // `Device::synchronize` runs what is queued on a GPU.
-            Some(_) => register(&cell),
-            // The host has no queue: a pending CPU tensor runs when it is read.
-            None => {}
+            register(&cell);
         }
+        // The host has no queue: a pending CPU tensor runs when it is read.
         Ok(Tensor(Arc::new(TensorInner {
             storage: cell,
             layout: Layout::contiguous(&self.shape),
@@ -278,7 +267,7 @@ impl Tensor {
 /// (`BackendDevice::arange`): it fuses into whatever consumes it. Past one binding, blocks of
 /// `start + f32(base + i) * step` joined by buffer copies.
 pub(crate) fn arange_program(n: usize, start: f32, step: f32, device: &Device) -> Result<Tensor> {
-    let Backend::Gpu(g) = backend(device) else {
+    if !fused::queues(device) {
         return Err(Error::InvalidArgument {
             op: "arange",
             message: "a generated arange on a device that runs ops at once".into(),
@@ -291,9 +280,9 @@ pub(crate) fn arange_program(n: usize, start: f32, step: f32, device: &Device) -
     let per = super::chunked::elems_per_block(blocked, 4);
     // Checked before any block runs: a request that cannot succeed allocates nothing (as
     // `alloc` would refuse the whole buffer).
-    g.check_buffer_size("arange", n as u64 * 4)?;
+    check_buffer_size("arange", device, n as u64 * 4)?;
     let block = |base: Option<usize>, len: usize| {
-        let mut f = Fuser::new("arange", g, &[len])?;
+        let mut f = Fuser::new("arange", device, &[len])?;
         let (a, b) = (
             f.scalar(start.to_bits(), DType::F32),
             f.scalar(step.to_bits(), DType::F32),
@@ -328,13 +317,13 @@ pub(crate) fn random_program(
     shape: &[usize],
     device: &Device,
 ) -> Result<Tensor> {
-    let Backend::Gpu(g) = backend(device) else {
+    if !fused::queues(device) {
         return Err(Error::InvalidArgument {
             op,
             message: "a generated random tensor on a device that runs ops at once".into(),
         });
     };
-    let mut f = Fuser::new(op, g, shape)?;
+    let mut f = Fuser::new(op, device, shape)?;
     let words = words.map(|w| f.scalar(w, DType::U32));
     let out = f.push(Expr::Random(dist, words), DType::F32);
     f.finish(op, out, device)

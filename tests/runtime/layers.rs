@@ -405,33 +405,11 @@ const BACKEND_NAMES: &[&str] = &[
 /// Where the tensor layer names the GPU's types outside the dispatch point, and why. Each of these
 /// gets its `GpuDevice` from `backend()` (or a `GpuBuffer` from `data()`) and drives machinery
 /// that exists only on a GPU; none of them decides CPU or GPU.
-const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[
-    (
-        "tensor/cell.rs",
-        "Storage::Cpu",
-        "the storage cell under data() runs a pending CPU program",
-    ),
-    (
-        "tensor/cell.rs",
-        "GpuDevice",
-        "pending fused programs are queued per GPU",
-    ),
-    (
-        "tensor/cell.rs",
-        "GpuBuffer",
-        "a fused program's inputs are GPU buffers",
-    ),
-    (
-        "tensor/fuse.rs",
-        "GpuDevice",
-        "the fuser builds a program for one GPU",
-    ),
-    (
-        "tensor/transfer.rs",
-        "GpuDevice",
-        "readbacks are grouped into one submit per GPU",
-    ),
-];
+const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[(
+    "tensor/transfer.rs",
+    "GpuDevice",
+    "readbacks are grouped into one submit per GPU",
+)];
 
 /// Every use of a backend name where the dispatch point should decide instead, as readable lines.
 fn backend_leaks(files: &BTreeMap<String, String>) -> Vec<String> {
@@ -679,7 +657,7 @@ fn checker_fails_on_an_injected_backend_name() {
             "tensor/dispatch.rs",
             "fn f(d: &Device) { d.as_gpu(); Storage::Cpu; }",
         ),
-        ("tensor/cell.rs", "fn f(g: &GpuDevice) {}"),
+        ("tensor/transfer.rs", "fn f(g: &GpuDevice) {}"),
         (
             "optim/mod.rs",
             "// d.as_gpu() in a comment\nfn f() { let s = \"GpuBuffer\"; }",
@@ -708,9 +686,9 @@ fn checker_fails_on_an_injected_backend_name() {
             "src/tensor/matmul.rs:1 names GpuBuffer",
         ),
         (
-            "tensor/fuse.rs",
+            "tensor/transfer.rs",
             "use crate::gpu::{GpuBuffer, GpuDevice};",
-            "src/tensor/fuse.rs:1 names GpuBuffer",
+            "src/tensor/transfer.rs:1 names GpuBuffer",
         ),
         (
             "optim/mod.rs",
