@@ -9,8 +9,8 @@ use super::{
     elementwise, f16_weight, gather, join, matmul, norm, pool, reduce, softmax, typed,
 };
 use crate::ops::backend::{
-    BackendStorage, BnForward, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, Scalar,
-    ScatterSpec, View,
+    BackendStorage, BnBackward, BnForward, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec,
+    Scalar, ScatterSpec, View,
 };
 use crate::ops::geometry::{AdamStep, BnGeom, DecodeDims, Geom, PoolGeom, Rows};
 use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
@@ -516,11 +516,15 @@ impl BackendStorage for CpuStorage {
     fn batch_norm_backward(
         &self,
         g: &Self,
-        geo: &BnGeom,
-        (mean, std): (&[f32], &[f32]),
         weight: Option<&Self>,
-        train: bool,
+        spec: &BnBackward,
     ) -> Result<Option<[Self; 3]>> {
+        let BnBackward {
+            geo,
+            mean,
+            std,
+            train,
+        } = *spec;
         let (Some(x), Some(g)) = (f32s(self), f32s(g)) else {
             return Ok(None);
         };

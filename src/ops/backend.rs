@@ -442,19 +442,29 @@ pub(crate) trait BackendStorage: Sized {
         Ok(None)
     }
 
-    /// The gradients `[dx, dweight, dbias]` (packed; the last two `[geo.c]`) of
+    /// The gradients `[dx, dweight, dbias]` (packed; the last two `[spec.geo.c]`) of
     /// [`BackendStorage::batch_norm`] of the packed input `self` from the packed output
-    /// gradient `g`, with the per-channel `mean` and `std` the forward pass used.
+    /// gradient `g`, with the packed `weight` when the forward pass had one.
     fn batch_norm_backward(
         &self,
         _g: &Self,
-        _geo: &BnGeom,
-        _mean_std: (&[f32], &[f32]),
         _weight: Option<&Self>,
-        _train: bool,
+        _spec: &BnBackward,
     ) -> Result<Option<[Self; 3]>> {
         Ok(None)
     }
+}
+
+/// What [`BackendStorage::batch_norm_backward`] needs of the forward pass besides the operands:
+/// its geometry, the per-channel `mean` and `std` it used, and whether those were the batch's
+/// own (`train`) rather than the running statistics. One descriptor for the trait, the dispatch
+/// point and the tensor layer, which all pass them together.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BnBackward<'a> {
+    pub geo: &'a BnGeom,
+    pub mean: &'a [f32],
+    pub std: &'a [f32],
+    pub train: bool,
 }
 
 /// What [`BackendStorage::batch_norm`] returns: the packed output, and per channel the mean,

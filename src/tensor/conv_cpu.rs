@@ -5,6 +5,7 @@
 //! (`dispatch::conv::own_conv`).
 
 use super::{dispatch, Tensor};
+use crate::ops::backend::BnBackward;
 use crate::ops::geometry::{BnGeom, Geom, PoolGeom};
 use crate::storage::Storage;
 use crate::{DType, Error, Result};
@@ -185,9 +186,14 @@ impl Tensor {
         let op = "batch_norm backward";
         let (xc, g) = (x.contiguous()?, g.contiguous()?);
         let w = weight.map(|w| w.contiguous()).transpose()?;
-        let [dx, dw, db] =
-            dispatch::conv::batch_norm_backward(&xc, &g, geo, (mean, std), w.as_ref(), train)?
-                .ok_or_else(|| g.unsupported(op))?;
+        let spec = BnBackward {
+            geo,
+            mean,
+            std,
+            train,
+        };
+        let [dx, dw, db] = dispatch::conv::batch_norm_backward(&xc, &g, w.as_ref(), &spec)?
+            .ok_or_else(|| g.unsupported(op))?;
         Ok([
             x.derived(dx, x.shape()),
             x.derived(dw, &[geo.c]),

@@ -338,6 +338,19 @@ macro_rules! ask {
     };
 }
 
+/// [`ask!`] for an op whose second operand is ids: packed by [`device_ids`], and bound in
+/// `$call` as `$i`, the ids' storage with their view, as a kernel takes them.
+macro_rules! ask_ids {
+    ($op:expr, [$t0:expr, $ids:expr $(, $t:expr)*], |[$x0:ident, $i:ident $(, $x:ident)*]| $call:expr) => {{
+        let packed = device_ids($ids)?;
+        let view = packed.view();
+        Ok(ask!($op, [$t0, &packed.tensor $(, $t)*], |[$x0, $i $(, $x)*]| {
+            let $i = ($i, &view);
+            $call
+        }))
+    }};
+}
+
 /// `conv2d` of the packed `x`, `w` and `bias` (one device) by the backend's own algorithm; `None`
 /// when it has none for `geo` (see `BackendStorage::conv2d`).
 pub(crate) fn conv2d(
@@ -573,15 +586,13 @@ pub(crate) fn gather(
     ids: &Tensor,
     index_shape: Option<&[usize]>,
 ) -> Result<Option<Storage>> {
-    let packed = device_ids(ids)?;
-    let view = packed.view();
-    Ok(ask!(op, [t, &packed.tensor], |[s, i]| s.gather(
+    ask_ids!(op, [t, ids], |[s, i]| s.gather(
         op,
         t.layout(),
         d,
-        (i, &view),
+        i,
         index_shape
-    )?))
+    )?)
 }
 
 /// A packed copy of the packed `base` with the packed `vals` added where `spec` sends them by
@@ -593,16 +604,13 @@ pub(crate) fn scatter_add(
     vals: &Tensor,
     spec: &ScatterSpec,
 ) -> Result<Option<Storage>> {
-    let packed = device_ids(ids)?;
-    let view = packed.view();
-    Ok(ask!(op, [base, &packed.tensor, vals], |[b, i, v]| b
-        .scatter_add(
-            op,
-            base.layout(),
-            (i, &view),
-            (v, vals.layout()),
-            spec
-        )?))
+    ask_ids!(op, [base, ids, vals], |[b, i, v]| b.scatter_add(
+        op,
+        base.layout(),
+        i,
+        (v, vals.layout()),
+        spec
+    )?)
 }
 
 /// The list form of [`ask!`]: `$call` with `$p`, the packed views of `$ts` (one device) in
@@ -643,10 +651,8 @@ pub(crate) fn assemble(op: &'static str, ts: &[&Tensor]) -> Result<Option<Storag
 /// Per-row cross-entropy statistics of the packed f32 logits `x` that `ce` describes against
 /// `targets` (one device; see `BackendStorage::cross_entropy`).
 pub(crate) fn cross_entropy(x: &Tensor, targets: &Tensor, ce: &CeRows) -> Result<Option<Storage>> {
-    let packed = device_ids(targets)?;
-    let view = packed.view();
-    Ok(ask!("cross_entropy", [x, &packed.tensor], |[s, t]| s
-        .cross_entropy((t, &view), ce)?))
+    ask_ids!("cross_entropy", [x, targets], |[s, t]| s
+        .cross_entropy(t, ce)?)
 }
 
 /// The logits' gradient of [`cross_entropy`] from its packed statistics `stats` and the packed
@@ -658,14 +664,9 @@ pub(crate) fn cross_entropy_backward(
     stats: &Tensor,
     g: &Tensor,
 ) -> Result<Option<Storage>> {
-    let packed = device_ids(targets)?;
-    let view = packed.view();
     let (ls, lg) = (stats.layout(), g.layout());
-    Ok(ask!(
-        "cross_entropy",
-        [x, &packed.tensor, stats, g],
-        |[s, t, st, gg]| s.cross_entropy_backward((t, &view), ce, (st, ls), (gg, lg))?
-    ))
+    ask_ids!("cross_entropy", [x, targets, stats, g], |[s, t, st, gg]| s
+        .cross_entropy_backward(t, ce, (st, ls), (gg, lg))?)
 }
 
 /// Decode attention of the packed `q` over the packed caches `k` and `v` (one device; see

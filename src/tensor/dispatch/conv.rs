@@ -4,7 +4,7 @@
 
 use super::{backend, Backend, Data};
 use crate::gpu::GpuBuffer;
-use crate::ops::backend::{BackendStorage, BnForward};
+use crate::ops::backend::{BackendStorage, BnBackward, BnForward};
 use crate::ops::geometry::BnGeom;
 use crate::storage::{CpuStorage, Storage};
 use crate::{Result, Tensor};
@@ -92,10 +92,8 @@ fn bn_backward<S: Pick>(
     x: &Tensor,
     xs: &S,
     g: &Tensor,
-    geo: &BnGeom,
-    saved: (&[f32], &[f32]),
     weight: Option<&Tensor>,
-    train: bool,
+    spec: &BnBackward,
 ) -> Result<Option<[Storage; 3]>>
 where
     Storage: From<S>,
@@ -104,7 +102,7 @@ where
     let gs = on::<S>(op, x, g)?;
     let w = weight.map(|w| on::<S>(op, x, w)).transpose()?;
     Ok(xs
-        .batch_norm_backward(gs, geo, saved, w, train)?
+        .batch_norm_backward(gs, w, spec)?
         .map(|v| v.map(Storage::from)))
 }
 
@@ -113,13 +111,11 @@ where
 pub(crate) fn batch_norm_backward(
     x: &Tensor,
     g: &Tensor,
-    geo: &BnGeom,
-    saved: (&[f32], &[f32]),
     weight: Option<&Tensor>,
-    train: bool,
+    spec: &BnBackward,
 ) -> Result<Option<[Storage; 3]>> {
     match x.data()? {
-        Data::Cpu(s) => bn_backward(x, s, g, geo, saved, weight, train),
-        Data::Gpu(b) => bn_backward(x, b, g, geo, saved, weight, train),
+        Data::Cpu(s) => bn_backward(x, s, g, weight, spec),
+        Data::Gpu(b) => bn_backward(x, b, g, weight, spec),
     }
 }
