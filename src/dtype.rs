@@ -179,6 +179,21 @@ impl QType {
         }
     }
 
+    /// f16 scales per block in the scales plane a quantized matrix is kept in (the block's
+    /// other bytes form its body plane; `cpu/quant.rs` describes both planes).
+    pub(crate) fn scale_halfs(self) -> usize {
+        match self {
+            QType::Q4_K => 2,
+            QType::Q8_0 | QType::Q4_0 | QType::Q6_K => 1,
+        }
+    }
+
+    /// Bytes per block in the body plane: a multiple of 4, so a GPU reads every block's body
+    /// as whole `u32` words.
+    pub(crate) fn body_bytes(self) -> usize {
+        self.block_bytes() - 2 * self.scale_halfs()
+    }
+
     /// ggml's name (`Q8_0`, ...).
     pub fn as_str(self) -> &'static str {
         match self {

@@ -72,6 +72,7 @@ pub(crate) mod panels;
 pub(crate) mod pool;
 pub(crate) mod quant;
 pub(crate) mod quant_act;
+pub(crate) mod quant_device;
 pub(crate) mod quant_dot;
 pub(crate) mod quant_k;
 pub(crate) mod reduce;

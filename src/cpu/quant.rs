@@ -7,8 +7,8 @@
 //! A ggml block is f16 scale(s) plus a body of small integers, and its size (34 bytes for
 //! Q8_0, 18 for Q4_0, 210 for Q6_K) is not a multiple of 4, so a GPU cannot index a packed
 //! run of blocks as `u32`s. Every block is therefore split on load into two planes, row-major
-//! over `[rows, blocks per row]`: the **scales plane** (f16, [`scale_halfs`] per block) and the
-//! **body plane** (bytes, [`body_bytes`] per block, a multiple of 4, so every block body starts
+//! over `[rows, blocks per row]`: the **scales plane** (f16, [`QType::scale_halfs`] per block) and the
+//! **body plane** (bytes, [`QType::body_bytes`] per block, a multiple of 4, so every block body starts
 //! on a word). The planes hold exactly the file's bytes, rearranged; the CPU uses the same
 //! layout, so one representation serves every device.
 //!
@@ -22,19 +22,6 @@
 use crate::QType;
 use half::f16;
 
-/// f16 scales per block in the scales plane.
-pub(crate) fn scale_halfs(q: QType) -> usize {
-    match q {
-        QType::Q4_K => 2,
-        QType::Q8_0 | QType::Q4_0 | QType::Q6_K => 1,
-    }
-}
-
-/// Bytes per block in the body plane (a multiple of 4).
-pub(crate) fn body_bytes(q: QType) -> usize {
-    q.block_bytes() - 2 * scale_halfs(q)
-}
-
 /// Byte offset of the scales inside a ggml block (Q6_K keeps its `d` last).
 fn scale_offset(q: QType) -> usize {
     match q {
@@ -45,7 +32,7 @@ fn scale_offset(q: QType) -> usize {
 
 /// Splits whole ggml blocks into the two planes (appending to `scales` and `body`).
 pub(crate) fn split_blocks(q: QType, bytes: &[u8], scales: &mut Vec<f16>, body: &mut Vec<u8>) {
-    let (so, ns) = (scale_offset(q), scale_halfs(q));
+    let (so, ns) = (scale_offset(q), q.scale_halfs());
     for block in bytes.chunks_exact(q.block_bytes()) {
         for h in 0..ns {
             let at = so + 2 * h;
@@ -59,9 +46,9 @@ pub(crate) fn split_blocks(q: QType, bytes: &[u8], scales: &mut Vec<f16>, body: 
     }
 }
 
-/// The inverse of [`split_blocks`]: ggml's bytes of `scales.len() / scale_halfs` blocks.
+/// The inverse of [`split_blocks`]: ggml's bytes of `scales.len() / q.scale_halfs()` blocks.
 pub(crate) fn join_blocks(q: QType, scales: &[f16], body: &[u8], out: &mut Vec<u8>) {
-    let (so, ns, nb) = (scale_offset(q), scale_halfs(q), body_bytes(q));
+    let (so, ns, nb) = (scale_offset(q), q.scale_halfs(), q.body_bytes());
     for (s, b) in scales.chunks_exact(ns).zip(body.chunks_exact(nb)) {
         out.extend_from_slice(&b[..so]);
         for h in s {
@@ -173,7 +160,7 @@ pub(crate) fn dequantize_block(q: QType, scales: &[f16], body: &[u8], out: &mut 
 /// AVX2, where its loops vectorize; as a call it ran in the baseline build.
 #[inline(always)]
 pub(crate) fn dequantize(q: QType, scales: &[f16], body: &[u8], out: &mut [f32]) {
-    let (ns, nb, bl) = (scale_halfs(q), body_bytes(q), q.block_len());
+    let (ns, nb, bl) = (q.scale_halfs(), q.body_bytes(), q.block_len());
     for ((o, s), b) in out
         .chunks_exact_mut(bl)
         .zip(scales.chunks_exact(ns))
@@ -195,9 +182,9 @@ mod tests {
                 .collect();
             let (mut s, mut b, mut back) = (Vec::new(), Vec::new(), Vec::new());
             split_blocks(q, &bytes, &mut s, &mut b);
-            assert_eq!(s.len(), 3 * scale_halfs(q));
-            assert_eq!(b.len(), 3 * body_bytes(q));
-            assert_eq!(body_bytes(q) % 4, 0, "{q}");
+            assert_eq!(s.len(), 3 * q.scale_halfs());
+            assert_eq!(b.len(), 3 * q.body_bytes());
+            assert_eq!(q.body_bytes() % 4, 0, "{q}");
             join_blocks(q, &s, &b, &mut back);
             assert_eq!(back, bytes, "{q}");
         }

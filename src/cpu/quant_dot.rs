@@ -23,7 +23,7 @@
 //! the thread count.
 
 use super::panels::transpose;
-use super::quant::{body_bytes, dequantize, scale_halfs};
+use super::quant::dequantize;
 use super::quant_act::{quantize_rows, tree, use_avx2, Q8Rows};
 use crate::QType;
 use half::f16;
@@ -48,7 +48,7 @@ fn unpack(q: QType, body: &[u8]) -> [i8; 32] {
 
 /// The portable integer dot product of one weight row with one Q8 activation row.
 fn dot_int_scalar(q: QType, ws: &[f16], wb: &[u8], xd: &[f32], xq: &[i8]) -> f32 {
-    let bb = body_bytes(q);
+    let bb = q.body_bytes();
     let mut acc = [0f32; 8];
     for (b, (&s, &dx)) in ws.iter().zip(xd).enumerate() {
         let w = unpack(q, &wb[b * bb..(b + 1) * bb]);
@@ -203,7 +203,7 @@ mod avx2_rows {
         act: &super::Q8Rows,
         out: &mut [f32],
     ) {
-        let bb = super::body_bytes(q);
+        let bb = q.body_bytes();
         // Blocks per 64-byte line of the body plane, a power of two (16- or 32-byte bodies):
         // one prefetch per line, picked by a mask (a `%` by a run-time value is a division).
         let line_mask = (64 / bb).max(1) - 1;
@@ -294,7 +294,7 @@ pub(crate) fn matmul_t(
         return matvec_group(q, cols, &[one], x);
     }
     let nb = cols / q.block_len();
-    let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
+    let (ns, bb) = (q.scale_halfs() * nb, q.body_bytes() * nb);
     let mut out_t = super::alloc::try_vec::<f32>("QTensor::matmul_t", rows * m)?;
     out_t.resize(rows * m, 0.0);
     let per = rows_per_task(rows, cols, m);
@@ -369,7 +369,7 @@ pub(crate) fn matvec_group(
     x: &[f32],
 ) -> crate::Result<Vec<f32>> {
     let nb = cols / q.block_len();
-    let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
+    let (ns, bb) = (q.scale_halfs() * nb, q.body_bytes() * nb);
     let total: usize = mats.iter().map(|p| p.rows).sum();
     let mut out = super::alloc::try_vec::<f32>("QTensor::matmul_t", total)?;
     out.resize(total, 0.0);
@@ -455,7 +455,7 @@ fn matmul_t_panels(
 ) -> crate::Result<Vec<f32>> {
     let Planes { rows, scales, body } = w;
     let nb = cols / q.block_len();
-    let (ns, bb) = (scale_halfs(q) * nb, body_bytes(q) * nb);
+    let (ns, bb) = (q.scale_halfs() * nb, q.body_bytes() * nb);
     assert!(scales.len() >= rows * ns && body.len() >= rows * bb);
     super::panels::matmul_t_panels("QTensor::matmul_t", rows, cols, x, m, |r0, np, w| {
         dequantize_panel(
@@ -534,7 +534,7 @@ mod tests {
         let act = quantize_rows(&x);
         for q in [QType::Q8_0, QType::Q4_0] {
             let nb = cols / 32;
-            let wb: Vec<u8> = (0..nb * body_bytes(q))
+            let wb: Vec<u8> = (0..nb * q.body_bytes())
                 .map(|i| (i * 89 + 7) as u8)
                 .collect();
             let ws: Vec<f16> = (0..nb)

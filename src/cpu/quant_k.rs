@@ -12,7 +12,6 @@
 //! is `tree(acc) - tree(mn)` (Q6_K: `mn` is zero). The AVX2 kernel and the portable loop do
 //! exactly this, so both give the same bits.
 
-use super::quant::{body_bytes, scale_halfs};
 use super::quant_act::{tree, Q8Rows};
 use crate::QType;
 use half::f16;
@@ -85,7 +84,7 @@ pub(crate) fn dot_scalar(
     xq: &[i8],
     sx: &[f32],
 ) -> f32 {
-    let (ns, bb) = (scale_halfs(q), body_bytes(q));
+    let (ns, bb) = (q.scale_halfs(), q.body_bytes());
     let (mut acc, mut mn) = ([0f32; 8], [0f32; 8]);
     for b in 0..xd.len() / 8 {
         let body = &wb[b * bb..(b + 1) * bb];
@@ -141,7 +140,7 @@ pub(crate) mod avx2 {
         sx: &[f32],
         out: &mut [f32],
     ) {
-        let (ns, bb) = (super::scale_halfs(q), super::body_bytes(q));
+        let (ns, bb) = (q.scale_halfs(), q.body_bytes());
         let nb = xd.len() / 8;
         assert!(
             xq.len() >= 256 * nb
@@ -542,7 +541,7 @@ mod tests {
         let sx = block_sums(&act);
         for q in [QType::Q4_K, QType::Q6_K] {
             let nb = cols / 256;
-            let (ns, bb) = (scale_halfs(q), body_bytes(q));
+            let (ns, bb) = (q.scale_halfs(), q.body_bytes());
             let wb: Vec<u8> = (0..n * nb * bb)
                 .map(|i| {
                     if i >= (n - 1) * nb * bb {

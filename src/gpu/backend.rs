@@ -7,7 +7,7 @@
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormSpec, ScatterSpec, View,
+    BackendStorage, CeRows, IdsView, MatmulSpec, NormSpec, QMatrix, QuantDevice, ScatterSpec, View,
 };
 use crate::ops::geometry::{AdamStep, DecodeDims, Geom, Rows};
 use crate::ops::{ReduceOp, RowOp};
@@ -283,5 +283,46 @@ impl crate::ops::backend::BackendDevice for super::GpuDevice {
             binding: self.binding_limit(),
             max_buffer: self.0.limits.max_buffer_size,
         })
+    }
+}
+
+// No grouped matvec: each matrix's product is one launch per part, queued back to back.
+impl QuantDevice for super::GpuDevice {
+    fn quant_planes(
+        &self,
+        op: &'static str,
+        scales: Vec<half::f16>,
+        body: Vec<u8>,
+    ) -> Result<[GpuBuffer; 2]> {
+        // Buffers of exactly the planes' size, so the device holds the file's bytes and no
+        // allocator rounding (up to 2 MiB a buffer).
+        let s = self.upload_exact(op, bytemuck::cast_slice(&scales))?;
+        Ok([s, self.upload_exact(op, &body)?])
+    }
+
+    fn quant_dequantize(&self, op: &'static str, mat: &QMatrix<GpuBuffer>) -> Result<GpuBuffer> {
+        super::GpuDevice::quant_dequantize(self, op, mat)
+    }
+
+    fn quant_matmul_t(
+        &self,
+        op: &'static str,
+        mat: &QMatrix<GpuBuffer>,
+        x: (&GpuBuffer, usize),
+        m: usize,
+        _integer: bool,
+    ) -> Result<GpuBuffer> {
+        // Always dequantized in the kernel, in f32: no integer dot products.
+        super::GpuDevice::quant_matmul_t(self, op, mat, x, m)
+    }
+
+    fn quant_gather_rows(
+        &self,
+        op: &'static str,
+        mat: &QMatrix<GpuBuffer>,
+        (ids, view): (&GpuBuffer, &IdsView),
+    ) -> Result<GpuBuffer> {
+        // Bad ids are found by the kernel, reported at the next synchronizing call.
+        super::GpuDevice::quant_gather_rows(self, op, mat, view.of(ids))
     }
 }

@@ -10,23 +10,8 @@ use super::ids;
 use super::kernels::{Bindings, Launch, Shader};
 use super::params::w;
 use super::shader_table::qtype_code;
-use crate::{Error, QType, Result};
-
-/// One row range of a quantized matrix on the device: its scales plane (f16 pairs) and body
-/// plane (bytes read as `u32` words).
-pub(crate) struct QPart<'a> {
-    pub row0: usize,
-    pub rows: usize,
-    pub scales: &'a GpuBuffer,
-    pub body: &'a GpuBuffer,
-}
-
-/// A quantized matrix on the device: its block type, `[rows, cols]` and row ranges.
-pub(crate) struct QMatrix<'a> {
-    pub qtype: QType,
-    pub shape: [usize; 2],
-    pub parts: Vec<QPart<'a>>,
-}
+use crate::ops::backend::{QMatrix, QPart};
+use crate::{Error, Result};
 
 /// quant.wgsl's three entries of `x @ W^T`, which give the same bits: `matvec` (a workgroup
 /// per weight row, its 64 lanes' sums merged in workgroup memory), `matvec_serial` (an
@@ -91,7 +76,7 @@ fn check_u32(op: &'static str, what: &str, n: usize) -> Result<()> {
 impl GpuDevice {
     /// The common params of a part: `[rows, cols, blocks per row, m, row0, rows_total, qtype,
     /// x_offset, n, ids_offset, code]`.
-    fn quant_params(mat: &QMatrix<'_>, p: &QPart<'_>) -> Vec<u32> {
+    fn quant_params(mat: &QMatrix<'_, GpuBuffer>, p: &QPart<'_, GpuBuffer>) -> Vec<u32> {
         let (q, shape) = (mat.qtype, mat.shape);
         let nb = shape[1] / q.block_len();
         vec![
@@ -113,7 +98,7 @@ impl GpuDevice {
     pub(crate) fn quant_dequantize(
         &self,
         op: &'static str,
-        mat: &QMatrix<'_>,
+        mat: &QMatrix<'_, GpuBuffer>,
     ) -> Result<GpuBuffer> {
         let shape = mat.shape;
         let n = shape[0] * shape[1];
@@ -145,7 +130,7 @@ impl GpuDevice {
     pub(crate) fn quant_matmul_t(
         &self,
         op: &'static str,
-        mat: &QMatrix<'_>,
+        mat: &QMatrix<'_, GpuBuffer>,
         x: (&GpuBuffer, usize),
         m: usize,
     ) -> Result<GpuBuffer> {
@@ -209,7 +194,7 @@ impl GpuDevice {
     pub(crate) fn quant_gather_rows(
         &self,
         op: &'static str,
-        mat: &QMatrix<'_>,
+        mat: &QMatrix<'_, GpuBuffer>,
         (ids, ids_offset, n, signed): super::gather::Ids<'_>,
     ) -> Result<GpuBuffer> {
         let shape = mat.shape;

@@ -336,15 +336,14 @@ pub(crate) fn qtype_code(q: QType) -> u32 {
 fn quant() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SOURCE.get_or_init(|| {
-        use crate::cpu::quant::{body_bytes, scale_halfs};
         let mut s = String::from(wgsl!("ids.wgsl", "quant.wgsl"));
         s += "\n// The block-type table (crate::QType, src/cpu/quant.rs).\n";
         for q in QType::ALL {
             let n = q.as_str();
             s += &format!("const QTYPE_{n}: u32 = {}u;\n", qtype_code(q));
             s += &format!("const BLOCK_LEN_{n}: u32 = {}u;\n", q.block_len());
-            s += &format!("const BODY_BYTES_{n}: u32 = {}u;\n", body_bytes(q));
-            s += &format!("const SCALES_{n}: u32 = {}u;\n", scale_halfs(q));
+            s += &format!("const BODY_BYTES_{n}: u32 = {}u;\n", q.body_bytes());
+            s += &format!("const SCALES_{n}: u32 = {}u;\n", q.scale_halfs());
         }
         s += "\n// Elements per block of a matrix of type q.\nfn block_len(q: u32) -> u32 {\n";
         let (last, rest) = QType::ALL.split_last().expect("QType::ALL is not empty");

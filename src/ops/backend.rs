@@ -15,7 +15,8 @@ use super::geometry::{AdamStep, BnGeom, CeSpec, DecodeDims, Geom, PoolGeom, Rows
 use super::program::Program;
 use super::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
 use crate::shape::Layout;
-use crate::{DType, Result};
+use crate::{DType, QType, Result};
+use half::f16;
 
 /// A matrix product as the tensor layer validated it: the operands' views brought to
 /// `[..batch, M, K]` and `[..batch, K, N]` with identical (broadcast) batch dims.
@@ -519,6 +520,84 @@ pub(crate) trait BackendDevice {
     /// `max_storage_buffer_binding_size` and `max_buffer_size`), or `None` where no such limit
     /// applies (the CPU): ops past `binding` run in blocks of rows (`tensor/chunked.rs`).
     fn bind_limits(&self) -> Option<BindLimits>;
+}
+
+/// One row range of a quantized matrix, `row0..row0 + rows`: its scales plane (f16,
+/// `QType::scale_halfs` per block) and body plane (u8, `QType::body_bytes` per block), each
+/// packed from element 0 of its storage (`S`: a backend's storage, or the tensor layer's
+/// tensors before it picks one).
+pub(crate) struct QPart<'a, S> {
+    pub row0: usize,
+    pub rows: usize,
+    pub scales: &'a S,
+    pub body: &'a S,
+}
+
+/// A `[rows, cols]` matrix of `qtype` blocks (along `cols`) as its row ranges, in row order,
+/// with no gaps: a matrix whose body plane passes one binding is split by rows.
+pub(crate) struct QMatrix<'a, S> {
+    pub qtype: QType,
+    pub shape: [usize; 2],
+    pub parts: Vec<QPart<'a, S>>,
+}
+
+/// The quantized-matrix ops (`QTensor`'s), asked of the device that holds the matrix: a
+/// matrix's parts are several storages, and an empty matrix has none to dispatch on.
+pub(crate) trait QuantDevice: BackendDevice {
+    /// Whether [`QuantDevice::quant_matvec_group`] can ever answer: asked before the
+    /// activations' data is read, as reading a GPU tensor's data runs its pending fused
+    /// program.
+    const GROUPED_MATVEC: bool = false;
+
+    /// One part's planes as this device keeps weights, which live as long as the model.
+    fn quant_planes(
+        &self,
+        op: &'static str,
+        scales: Vec<f16>,
+        body: Vec<u8>,
+    ) -> Result<[Self::Storage; 2]>;
+
+    /// The matrix in f32, packed `[rows, cols]` (ggml's dequantization, bit for bit).
+    fn quant_dequantize(
+        &self,
+        op: &'static str,
+        mat: &QMatrix<Self::Storage>,
+    ) -> Result<Self::Storage>;
+
+    /// `x @ W^T` for `m` packed f32 rows of `cols` from element `x.1` of `x.0`, packed
+    /// `[m, rows]` f32. `integer` allows rounding the activations to 8-bit blocks where the
+    /// backend has integer dot products (`set_quantized_activations`).
+    fn quant_matmul_t(
+        &self,
+        op: &'static str,
+        mat: &QMatrix<Self::Storage>,
+        x: (&Self::Storage, usize),
+        m: usize,
+        integer: bool,
+    ) -> Result<Self::Storage>;
+
+    /// Rows `ids` of the matrix, dequantized, packed `[count, cols]` f32; ids checked against
+    /// the row count as for [`BackendStorage::check_ids`].
+    fn quant_gather_rows(
+        &self,
+        op: &'static str,
+        mat: &QMatrix<Self::Storage>,
+        ids: (&Self::Storage, &IdsView),
+    ) -> Result<Self::Storage>;
+
+    /// `x @ W^T` for one packed f32 row `x` (from element `x.1` of `x.0`) against every matrix
+    /// of `mats` (one block type and `cols`), with the activations rounded to 8-bit blocks
+    /// once for all of them: one packed f32 result per matrix, with the bits of
+    /// [`QuantDevice::quant_matmul_t`] with `integer`. `None` where the backend has no such
+    /// pass (see [`QuantDevice::GROUPED_MATVEC`]).
+    fn quant_matvec_group(
+        &self,
+        _op: &'static str,
+        _mats: &[QMatrix<Self::Storage>],
+        _x: (&Self::Storage, usize),
+    ) -> Result<Option<Vec<Self::Storage>>> {
+        Ok(None)
+    }
 }
 
 /// A device's binding limits (see [`BackendDevice::bind_limits`]), in bytes.

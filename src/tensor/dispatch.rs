@@ -22,6 +22,7 @@ pub(crate) mod create;
 pub(crate) mod fused;
 mod limits;
 mod place;
+pub(crate) mod quant;
 pub(crate) use limits::check_buffer_size;
 pub(crate) use place::{backend, on_cpu, on_gpu, Backend};
 
@@ -64,20 +65,6 @@ impl DeviceIds {
             count: self.tensor.numel(),
             signed: self.signed,
         }
-    }
-
-    /// The GPU buffer and view of the ids, for the GPU kernels the families not yet behind the
-    /// backend interface call (quantized row gathers).
-    pub(crate) fn parts(&self) -> Result<(&GpuBuffer, usize, usize, bool)> {
-        let b = self
-            .tensor
-            .gpu_data()?
-            .ok_or_else(|| crate::Error::InvalidArgument {
-                op: "ids",
-                message: "ids on the CPU handed to a GPU kernel".into(),
-            })?;
-        let v = self.view();
-        Ok((b, v.offset, v.count, v.signed))
     }
 }
 

@@ -175,24 +175,3 @@ pub(crate) fn same_dims_within(
         ),
     })
 }
-
-/// Ids on the host as u32, each checked against `bound` (the CPU path).
-pub(crate) fn host_ids(op: &'static str, ids: &Tensor, bound: usize) -> Result<Vec<u32>> {
-    let bad = |id: i64| Error::IndexOutOfRange {
-        op,
-        index: id,
-        bound,
-    };
-    let host: Vec<u32> = match ids.dtype() {
-        DType::I32 => ids
-            .to_vec::<i32>()?
-            .into_iter()
-            .map(|id| u32::try_from(id).map_err(|_| bad(i64::from(id))))
-            .collect::<Result<_>>()?,
-        _ => ids.to_vec::<u32>()?,
-    };
-    if let Some(&id) = host.iter().find(|&&id| id as usize >= bound) {
-        return Err(bad(i64::from(id)));
-    }
-    Ok(host)
-}

@@ -1,12 +1,13 @@
-//! Block-quantized weight matrices ([`QTensor`]): validation and dispatch. The block formats and
-//! CPU kernels live in `cpu/quant*.rs`, the GPU ones in `gpu/quant.rs` and `shaders/quant.wgsl`.
+//! Block-quantized weight matrices ([`QTensor`]): validation, row splits and the results'
+//! tensors. The ops run on the matrix's device through `dispatch/quant.rs`: the block formats
+//! and CPU kernels live in `cpu/quant*.rs`, the GPU ones in `gpu/quant.rs` and
+//! `shaders/quant.wgsl`.
 
-use super::gather::host_ids;
-use super::{backend, Backend, Tensor};
-use super::{data_n, DataN};
-use crate::cpu::quant::{body_bytes, scale_halfs};
-use crate::storage::{CpuStorage, Storage};
-use crate::{cpu, DType, Device, Error, QType, Result};
+use super::dispatch::blocks::bind_limits;
+use super::dispatch::quant::{self as qd, Planes};
+use super::Tensor;
+use crate::ops::backend::{QMatrix, QPart};
+use crate::{DType, Device, Error, QType, Result};
 use half::f16;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -119,18 +120,17 @@ pub(crate) fn quant_part_rows(rows: usize) {
     FORCED_PART_ROWS.store(rows, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Rows per part: the most whose body plane fits one binding (everything on the CPU).
+/// Rows per part: the most whose body plane fits one binding (everything where no binding limit
+/// applies: the CPU).
 fn rows_per_part(qtype: QType, shape: [usize; 2], device: &Device) -> usize {
-    let row_bytes = (shape[1] / qtype.block_len() * body_bytes(qtype)) as u64;
+    let row_bytes = (shape[1] / qtype.block_len() * qtype.body_bytes()) as u64;
     let forced = FORCED_PART_ROWS.load(Ordering::Relaxed);
     if forced > 0 {
         return forced;
     }
-    match backend(device) {
-        Backend::Cpu => shape[0].max(1),
-        Backend::Gpu(g) => {
-            ((g.binding_limit() / row_bytes.max(1)) as usize).clamp(1, shape[0].max(1))
-        }
+    match bind_limits(device) {
+        None => shape[0].max(1),
+        Some(l) => ((l.binding / row_bytes.max(1)) as usize).clamp(1, shape[0].max(1)),
     }
 }
 
@@ -180,10 +180,8 @@ impl QTensor {
         while row0 < shape[0] {
             let rows = per.min(shape[0] - row0);
             let src = &bytes[row0 * row_bytes..(row0 + rows) * row_bytes];
-            let mut scales = cpu::alloc::try_vec(OP, rows * nb * scale_halfs(qtype))?;
-            let mut body = cpu::alloc::try_vec(OP, rows * nb * body_bytes(qtype))?;
-            cpu::quant::split_blocks(qtype, src, &mut scales, &mut body);
-            parts.push(Part::new(scales, body, row0, rows, device)?);
+            let planes = qd::split_ggml(OP, qtype, src)?;
+            parts.push(Part::new(planes, row0, rows, device)?);
             row0 += rows;
         }
         Ok(QTensor(Arc::new(Inner {
@@ -232,11 +230,9 @@ impl QTensor {
         if !t.dtype().is_float() {
             return Err(t.unsupported(OP));
         }
-        let nb = blocks_per_row(OP, qtype, [rows, cols])?;
-        let x = match t.to_dtype(DType::F32)?.host_contiguous(OP)? {
-            CpuStorage::F32(v) => v,
-            _ => return Err(t.unsupported(OP)),
-        };
+        blocks_per_row(OP, qtype, [rows, cols])?;
+        // Rounded on the host (ggml's reference code) whatever the device.
+        let x = t.to_dtype(DType::F32)?.to_vec::<f32>()?;
         let device = t.device();
         let per = rows_per_part(qtype, [rows, cols], device);
         let mut parts = Vec::new();
@@ -244,14 +240,7 @@ impl QTensor {
         while row0 < rows {
             let n = per.min(rows - row0);
             let src = &x[row0 * cols..(row0 + n) * cols];
-            let mut scales = cpu::alloc::try_vec(OP, n * nb)?;
-            let mut body = cpu::alloc::try_vec(OP, n * nb * body_bytes(qtype))?;
-            if qtype == QType::Q8_0 {
-                cpu::quant::quantize_q8_0(src, &mut scales, &mut body);
-            } else {
-                cpu::quant::quantize_q4_0(src, &mut scales, &mut body);
-            }
-            parts.push(Part::new(scales, body, row0, n, device)?);
+            parts.push(Part::new(qd::quantize(OP, qtype, src)?, row0, n, device)?);
             row0 += n;
         }
         Ok(QTensor(Arc::new(Inner {
@@ -281,7 +270,7 @@ impl QTensor {
         for p in &self.0.parts {
             let scales = p.scales.to_vec::<f16>()?;
             let body = p.body.to_vec::<u8>()?;
-            cpu::quant::join_blocks(q, &scales, &body, &mut out);
+            qd::join_ggml(q, &scales, &body, &mut out);
         }
         Ok(out)
     }
@@ -298,19 +287,7 @@ impl QTensor {
     pub fn dequantize(&self) -> Result<Tensor> {
         const OP: &str = "QTensor::dequantize";
         let [rows, cols] = self.0.shape;
-        let storage = match backend(&self.0.device) {
-            Backend::Cpu => {
-                let mut out = cpu::alloc::try_vec::<f32>(OP, rows * cols)?;
-                out.resize(rows * cols, 0.0);
-                for p in &self.0.parts {
-                    let (s, b) = p.host_planes(OP)?;
-                    let dst = &mut out[p.row0 * cols..(p.row0 + p.rows) * cols];
-                    cpu::quant::dequantize(self.0.qtype, s, b, dst);
-                }
-                Storage::from(CpuStorage::F32(out))
-            }
-            Backend::Gpu(g) => Storage::from(g.quant_dequantize(OP, &self.gpu_matrix()?)?),
-        };
+        let storage = qd::dequantize(OP, &self.matrix(), &self.0.device)?;
         Ok(Tensor::from_parts(
             storage,
             &[rows, cols],
@@ -356,38 +333,7 @@ impl QTensor {
         let mut out_shape = x.shape().to_vec();
         *out_shape.last_mut().expect("ndim checked above") = rows;
         let x = x.to_dtype(DType::F32)?.contiguous()?;
-        let storage = match backend(&self.0.device) {
-            Backend::Cpu => {
-                let xs = x.host_f32(OP)?;
-                let xs = &xs[x.layout().offset..x.layout().offset + m * cols];
-                let integer = quantized_activations();
-                let mut out = Vec::new();
-                for p in &self.0.parts {
-                    let (s, b) = p.host_planes(OP)?;
-                    let y =
-                        cpu::quant_dot::matmul_t(self.0.qtype, p.rows, cols, s, b, xs, m, integer)?;
-                    if self.0.parts.len() == 1 {
-                        out = y;
-                    } else {
-                        out.resize(m * rows, 0.0);
-                        for i in 0..m {
-                            out[i * rows + p.row0..i * rows + p.row0 + p.rows]
-                                .copy_from_slice(&y[i * p.rows..(i + 1) * p.rows]);
-                        }
-                    }
-                }
-                Storage::from(CpuStorage::F32(out))
-            }
-            Backend::Gpu(g) => {
-                let xb = x.gpu_data()?.ok_or_else(|| x.unsupported(OP))?;
-                Storage::from(g.quant_matmul_t(
-                    OP,
-                    &self.gpu_matrix()?,
-                    (xb, x.layout().offset),
-                    m,
-                )?)
-            }
-        };
+        let storage = qd::matmul_t(OP, &self.matrix(), &x, m, quantized_activations())?;
         Ok(Tensor::from_parts(
             storage,
             &out_shape,
@@ -437,7 +383,7 @@ impl QTensor {
         let (q, cols) = (first.0.qtype, first.0.shape[1]);
         let fused = quantized_activations()
             && matches!(q, QType::Q8_0 | QType::Q4_0 | QType::Q4_K | QType::Q6_K)
-            && matches!(backend(&first.0.device), Backend::Cpu)
+            && qd::grouped_matvec(&first.0.device)
             && x.device() == &first.0.device
             && x.dtype() == DType::F32
             && x.ndim() > 0
@@ -453,33 +399,16 @@ impl QTensor {
             return ws.iter().map(|w| w.matmul_t(x)).collect();
         }
         let x = x.contiguous()?;
-        let xs = x.host_f32(OP)?;
-        let xs = &xs[x.layout().offset..x.layout().offset + cols];
-        let mut planes = Vec::with_capacity(ws.len());
-        for w in ws {
-            let (scales, body) = w.0.parts[0].host_planes(OP)?;
-            planes.push(cpu::quant_dot::Planes {
-                rows: w.0.shape[0],
-                scales,
-                body,
-            });
-        }
-        let all = cpu::quant_dot::matvec_group(q, cols, &planes, xs)?;
-        let mut out = Vec::with_capacity(ws.len());
-        let mut at = 0;
-        for w in ws {
-            let rows = w.0.shape[0];
+        let mats: Vec<_> = ws.iter().map(|w| w.matrix()).collect();
+        let Some(all) = qd::matvec_group(OP, &mats, &x)? else {
+            return ws.iter().map(|w| w.matmul_t(&x)).collect();
+        };
+        let out = ws.iter().zip(all).map(|(w, storage)| {
             let mut shape = x.shape().to_vec();
-            *shape.last_mut().expect("ndim checked above") = rows;
-            out.push(Tensor::from_parts(
-                Storage::from(CpuStorage::F32(all[at..at + rows].to_vec())),
-                &shape,
-                DType::F32,
-                first.0.device.clone(),
-            ));
-            at += rows;
-        }
-        Ok(out)
+            *shape.last_mut().expect("ndim checked above") = w.0.shape[0];
+            Tensor::from_parts(storage, &shape, DType::F32, first.0.device.clone())
+        });
+        Ok(out.collect())
     }
 
     /// Embedding lookup: rows `ids` (`[n]`, U32 or I32) of the matrix, dequantized, `[n, cols]`
@@ -498,7 +427,7 @@ impl QTensor {
     /// ```
     pub fn gather_rows(&self, ids: &Tensor) -> Result<Tensor> {
         const OP: &str = "QTensor::gather_rows";
-        let [rows, cols] = self.0.shape;
+        let cols = self.0.shape[1];
         self.check_device(OP, ids.device())?;
         if !matches!(ids.dtype(), DType::U32 | DType::I32) || ids.ndim() != 1 {
             return Err(Error::InvalidArgument {
@@ -512,33 +441,7 @@ impl QTensor {
             });
         }
         let n = ids.numel();
-        let q = self.0.qtype;
-        let storage = match backend(&self.0.device) {
-            Backend::Cpu => {
-                let host = host_ids(OP, ids, rows)?;
-                let mut out = cpu::alloc::try_vec::<f32>(OP, n * cols)?;
-                out.resize(n * cols, 0.0);
-                let nb = cols / q.block_len();
-                let (ns, bb) = (nb * scale_halfs(q), nb * body_bytes(q));
-                for (dst, &id) in out.chunks_exact_mut(cols).zip(&host) {
-                    let id = id as usize;
-                    let p = self.part_of(id);
-                    let (s, b) = p.host_planes(OP)?;
-                    let r = id - p.row0;
-                    cpu::quant::dequantize(
-                        q,
-                        &s[r * ns..(r + 1) * ns],
-                        &b[r * bb..(r + 1) * bb],
-                        dst,
-                    );
-                }
-                Storage::from(CpuStorage::F32(out))
-            }
-            Backend::Gpu(g) => {
-                let ids = super::dispatch::device_ids(ids)?;
-                Storage::from(g.quant_gather_rows(OP, &self.gpu_matrix()?, ids.parts()?)?)
-            }
-        };
+        let storage = qd::gather_rows(OP, &self.matrix(), ids)?;
         Ok(Tensor::from_parts(
             storage,
             &[n, cols],
@@ -606,11 +509,6 @@ impl QTensor {
         self.0.shape[1] / self.0.qtype.block_len()
     }
 
-    fn part_of(&self, row: usize) -> &Part {
-        let i = self.0.parts.partition_point(|p| p.row0 + p.rows <= row);
-        &self.0.parts[i.min(self.0.parts.len() - 1)]
-    }
-
     fn check_device(&self, op: &'static str, other: &Device) -> Result<()> {
         if *other != self.0.device {
             return Err(Error::DeviceMismatch {
@@ -622,69 +520,32 @@ impl QTensor {
         Ok(())
     }
 
-    /// The matrix as the GPU kernels take it: its parts' buffers.
-    fn gpu_matrix(&self) -> Result<crate::gpu::quant::QMatrix<'_>> {
-        let parts = self
-            .0
-            .parts
-            .iter()
-            .map(|p| match data_n("QTensor", [&p.scales, &p.body])? {
-                DataN::Gpu([s, b]) => Ok(crate::gpu::quant::QPart {
-                    row0: p.row0,
-                    rows: p.rows,
-                    scales: s,
-                    body: b,
-                }),
-                _ => Err(p.scales.unsupported("QTensor")),
-            })
-            .collect::<Result<_>>()?;
-        Ok(crate::gpu::quant::QMatrix {
+    /// The matrix as the device's ops take it: its parts' planes.
+    fn matrix(&self) -> QMatrix<'_, Tensor> {
+        let parts = self.0.parts.iter().map(|p| QPart {
+            row0: p.row0,
+            rows: p.rows,
+            scales: &p.scales,
+            body: &p.body,
+        });
+        QMatrix {
             qtype: self.0.qtype,
             shape: self.0.shape,
-            parts,
-        })
+            parts: parts.collect(),
+        }
     }
 }
 
 impl Part {
-    fn new(
-        scales: Vec<f16>,
-        body: Vec<u8>,
-        row0: usize,
-        rows: usize,
-        device: &Device,
-    ) -> Result<Part> {
-        let (ns, nb) = (scales.len(), body.len());
-        let (scales, body) = match backend(device) {
-            Backend::Cpu => (
-                Tensor::from_vec(scales, &[ns], device)?,
-                Tensor::from_vec(body, &[nb], device)?,
-            ),
-            // Weights live as long as the model: buffers of exactly their size, so the device
-            // holds the file's bytes and no allocator rounding (up to 2 MiB a buffer).
-            Backend::Gpu(g) => {
-                let op = "QTensor";
-                let s = g.upload_exact(op, bytemuck::cast_slice(&scales))?;
-                let b = g.upload_exact(op, &body)?;
-                (
-                    Tensor::from_parts(s, &[ns], DType::F16, device.clone()),
-                    Tensor::from_parts(b, &[nb], DType::U8, device.clone()),
-                )
-            }
-        };
+    /// Rows `row0..row0 + rows` from their `planes`, placed on `device` as it keeps weights.
+    fn new(planes: Planes, row0: usize, rows: usize, device: &Device) -> Result<Part> {
+        let (ns, nb) = (planes.0.len(), planes.1.len());
+        let [scales, body] = qd::upload("QTensor", planes, device)?;
         Ok(Part {
             row0,
             rows,
-            scales,
-            body,
+            scales: Tensor::from_parts(scales, &[ns], DType::F16, device.clone()),
+            body: Tensor::from_parts(body, &[nb], DType::U8, device.clone()),
         })
-    }
-
-    /// The host planes (CPU parts only).
-    fn host_planes(&self, op: &'static str) -> Result<(&[f16], &[u8])> {
-        match data_n(op, [&self.scales, &self.body])? {
-            DataN::Cpu([CpuStorage::F16(s), CpuStorage::U8(b)]) => Ok((s, b)),
-            _ => Err(self.scales.unsupported(op)),
-        }
     }
 }

@@ -18,8 +18,9 @@ pub(crate) fn own_conv(ts: &[&Tensor]) -> bool {
     })
 }
 
-/// A backend's storage picked out of a tensor's data.
-trait Pick: BackendStorage {
+/// A backend's storage picked out of a tensor's data (also the quantized family's, in
+/// `quant.rs`).
+pub(super) trait Pick: BackendStorage {
     fn pick(d: Data<'_>) -> Option<&Self>;
 }
 

@@ -8,17 +8,26 @@ use crate::ops::program::Dist;
 use crate::storage::{CpuStorage, Storage};
 use crate::{DType, Device, Result, WithDType};
 
-/// Runs `$body` with `$d` bound to `$device`'s `BackendDevice` and wraps its storage (or the
-/// storage in its `Option`) as `Storage`.
-macro_rules! make {
+/// Runs `$body` with `$d` bound to `$device`'s `BackendDevice` (`backend`, `Backend` and
+/// `CpuDevice` in scope where it is used); both arms give one type.
+macro_rules! on_device {
     ($device:expr, |$d:ident| $body:expr) => {
         match backend($device) {
             Backend::Cpu => {
                 let $d = &CpuDevice;
-                $body.map(Into::into)
+                $body
             }
-            Backend::Gpu($d) => $body.map(Into::into),
+            Backend::Gpu($d) => $body,
         }
+    };
+}
+pub(super) use on_device;
+
+/// Runs `$body` as [`on_device`] does and wraps its storage (or the storage in its `Option`)
+/// as `Storage`.
+macro_rules! make {
+    ($device:expr, |$d:ident| $body:expr) => {
+        on_device!($device, |$d| $body.map(Into::into))
     };
 }
 
