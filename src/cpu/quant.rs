@@ -7,10 +7,10 @@
 //! A ggml block is f16 scale(s) plus a body of small integers, and its size (34 bytes for
 //! Q8_0, 18 for Q4_0, 210 for Q6_K) is not a multiple of 4, so a GPU cannot index a packed
 //! run of blocks as `u32`s. Every block is therefore split on load into two planes, row-major
-//! over `[rows, blocks per row]`: the **scales plane** (f16, [`QType::scale_halfs`] per block) and the
-//! **body plane** (bytes, [`QType::body_bytes`] per block, a multiple of 4, so every block body starts
-//! on a word). The planes hold exactly the file's bytes, rearranged; the CPU uses the same
-//! layout, so one representation serves every device.
+//! over `[rows, blocks per row]`: the **scales plane** (f16, [`QType::scale_halfs`] per block)
+//! and the **body plane** (bytes, [`QType::body_bytes`] per block, a multiple of 4, so every
+//! block body starts on a word). The planes hold exactly the file's bytes, rearranged; the CPU
+//! uses the same layout, so one representation serves every device.
 //!
 //! | type | scales per block | body |
 //! |---|---|---|
