@@ -1,6 +1,7 @@
 //! Prefill and greedy-decode speed of the 125 M-parameter Llama of the benchmarks (12 layers,
 //! hidden 768, 12 heads, 4 key-value heads, intermediate 2048, vocabulary 32,000), with f32,
-//! f16, Q8_0 and Q4_0 weights, on the CPU and every adapter.
+//! f16, Q8_0 and Q4_0 weights, and Q4_K_M and Q6_K where their files exist, on the CPU and
+//! every adapter.
 //!
 //! The model comes from `examples/make_model.rs` (random weights, no download):
 //!
@@ -9,6 +10,10 @@
 //! cargo run --release --features models --example make_model -- --out target/llm125m --preset 125m --gguf q4_0
 //! cargo bench --bench generate --features models [-- FILTER]
 //! ```
+//!
+//! The K-quant files come from llama.cpp's own quantizer (`make_model` does not write them):
+//! `--gguf f32`, then `python3 scripts/quantize_gguf.py target/llm125m/model-f32.gguf
+//! target/llm125m/model-q4_k_m.gguf q4_k_m` (and `q6_k`); their rows are skipped without them.
 //!
 //! `WGTENSOR_BENCH_LLM=DIR` reads the model from DIR instead of `target/llm125m`. Each row
 //! prints `dtype/device: prefill X tok/s (P tokens), decode Y tok/s (N tokens)`, the best of
@@ -99,7 +104,7 @@ fn main() {
         return;
     }
     for dev in devices() {
-        for dtype in ["f32", "f16", "q8_0", "q4_0"] {
+        for dtype in ["f32", "f16", "q8_0", "q4_0", "q4_k_m", "q6_k"] {
             let name = format!("{dtype}/{dev}");
             if !name.contains(&filter) {
                 continue;
