@@ -40,8 +40,9 @@ pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
 pub use quant::{quantized_activations, set_quantized_activations, QTensor};
 
+pub use dispatch::transfer::WgpuBufferView;
 pub(crate) use quant::quant_part_rows;
-pub use transfer::{read_all, WgpuBufferView};
+pub use transfer::read_all;
 
 use crate::shape::Layout;
 use crate::storage::Storage;

@@ -23,6 +23,7 @@ pub(crate) mod fused;
 mod limits;
 mod place;
 pub(crate) mod quant;
+pub(crate) mod transfer;
 pub(crate) use limits::check_buffer_size;
 pub(crate) use place::{backend, on_cpu, on_gpu, Backend};
 

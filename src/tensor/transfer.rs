@@ -1,25 +1,9 @@
 //! Moving tensors between devices (`.to()`, `.cpu()`, `.gpu()`) and reading them back.
 
-use super::Data;
-use super::{backend, Backend, Tensor};
-use crate::gpu::transfer::ReadPart;
-use crate::gpu::GpuDevice;
-use crate::shape::Layout;
-use crate::storage::{CpuStorage, Storage};
+use super::dispatch::transfer as dispatch;
+use super::Tensor;
 use crate::{Device, Error, Result, WithDType};
 use std::future::Future;
-
-/// A GPU tensor's buffer, for use in the application's own wgpu passes (see
-/// [`Tensor::wgpu_buffer`]).
-#[derive(Debug, Clone, Copy)]
-pub struct WgpuBufferView<'a> {
-    /// The buffer (usages: STORAGE, COPY_SRC, COPY_DST).
-    pub buffer: &'a wgpu::Buffer,
-    /// Byte offset of the first element.
-    pub offset: u64,
-    /// Byte length of the elements (`numel * dtype size`).
-    pub size: u64,
-}
 
 impl Tensor {
     /// A copy of this tensor on `device` (`t.to(device)`); `self` stays where it is. Moving to
@@ -42,19 +26,7 @@ impl Tensor {
         if self.device() == device {
             return Ok(self.clone());
         }
-        let storage = match (self.data()?, backend(device)) {
-            // A packed host tensor uploads straight from its own memory (no intermediate copy).
-            (Data::Cpu(s), Backend::Gpu(g)) if self.is_contiguous() => {
-                let esize = self.dtype().size_in_bytes();
-                let start = self.layout().offset * esize;
-                let bytes = &s.as_bytes()[start..start + self.numel() * esize];
-                Storage::from(g.upload("to", bytes)?)
-            }
-            (_, Backend::Cpu) => Storage::from(self.host_contiguous("to")?),
-            (_, Backend::Gpu(g)) => {
-                Storage::from(g.upload("to", self.host_contiguous("to")?.as_bytes())?)
-            }
-        };
+        let storage = dispatch::to_device(self, device)?;
         Ok(Tensor::from_parts(
             storage,
             self.shape(),
@@ -187,30 +159,7 @@ impl Tensor {
         } else {
             self.contiguous()?
         };
-        let esize = self.dtype().size_in_bytes();
-        match packed.data()? {
-            Data::Cpu(s) => {
-                let start = packed.layout().offset * esize;
-                let bytes = &s.as_bytes()[start..start + packed.numel() * esize];
-                Ok(with_typed(bytes, f))
-            }
-            Data::Gpu(b) => {
-                let part = ReadPart {
-                    buffer: b,
-                    offset: (packed.layout().offset * esize) as u64,
-                    len: (packed.numel() * esize) as u64,
-                };
-                let mut f = Some(f);
-                let mut out = b.device.read_many("map_read", &[part], |_, bytes| {
-                    b.device.note_read(bytes);
-                    f.take().map(|f| with_typed(bytes, f))
-                })?;
-                out.pop().flatten().ok_or_else(|| Error::InvalidArgument {
-                    op: "map_read",
-                    message: "the readback produced no data (a wgtensor bug)".into(),
-                })
-            }
-        }
+        dispatch::read_packed("map_read", &packed, |bytes| with_typed(bytes, f))
     }
 
     /// The single element of a one-element tensor (PyTorch's `.item()`).
@@ -260,12 +209,11 @@ impl Tensor {
                 b[0].contiguous()
             });
         }
-        let storage = match self.data()? {
-            Data::Cpu(s) => Storage::from(s.contiguous(self.layout())?),
+        match dispatch::contiguous(self)? {
+            Some(storage) => Ok(self.derived(storage, self.shape())),
             // The generated same-dtype copy (whole output words per invocation, any dtype).
-            Data::Gpu(_) => return self.convert_to(self.dtype()),
-        };
-        Ok(self.derived(storage, self.shape()))
+            None => self.convert_to(self.dtype()),
+        }
     }
 
     /// The GPU buffer behind a contiguous GPU tensor, to bind in the application's own passes.
@@ -280,44 +228,10 @@ impl Tensor {
     /// assert!(t.wgpu_buffer().is_err()); // CPU tensors have no wgpu buffer
     /// # Ok::<(), wgtensor::Error>(())
     /// ```
-    pub fn wgpu_buffer(&self) -> Result<WgpuBufferView<'_>> {
-        let bad = |message: String| Error::InvalidArgument {
-            op: "wgpu_buffer",
-            message,
-        };
-        match self.data()? {
-            Data::Cpu(_) => Err(bad(
-                "the tensor is on the cpu; move it with .to(&device) first".into(),
-            )),
-            Data::Gpu(_) if !self.is_contiguous() => Err(bad(
-                "the tensor is a strided view; call .contiguous() first".into(),
-            )),
-            Data::Gpu(b) => {
-                let esize = self.dtype().size_in_bytes() as u64;
-                let offset = self.layout().offset as u64 * esize;
-                let align = b.device.0.limits.min_storage_buffer_offset_alignment as u64;
-                if !offset.is_multiple_of(align) {
-                    return Err(bad(format!(
-                        "the view starts {offset} bytes into its buffer, which is not a \
-                         multiple of this adapter's min_storage_buffer_offset_alignment \
-                         ({align}), so it cannot be bound there; call .contiguous() for a copy \
-                         that starts at offset 0"
-                    )));
-                }
-                // The application's own submissions must come after the work (and the staged
-                // upload) that produces this tensor, and ops that read it later must not be
-                // deferred past the application's writes.
-                b.device.poll_once();
-                b.device.check("wgpu_buffer")?;
-                b.device.flush("wgpu_buffer")?;
-                self.0.storage.mark_exported();
-                Ok(WgpuBufferView {
-                    buffer: &b.buffer,
-                    offset,
-                    size: self.numel() as u64 * esize,
-                })
-            }
-        }
+    pub fn wgpu_buffer(&self) -> Result<dispatch::WgpuBufferView<'_>> {
+        let view = dispatch::wgpu_buffer(self)?;
+        self.0.storage.mark_exported();
+        Ok(view)
     }
 
     /// A tensor over the application's own wgpu `buffer` (no copy), read as `shape` packed
@@ -361,111 +275,11 @@ impl Tensor {
         dtype: crate::DType,
         device: &crate::Device,
     ) -> Result<Tensor> {
-        const OP: &str = "from_wgpu_buffer";
-        let bad = |message: String| Error::InvalidArgument { op: OP, message };
-        let Backend::Gpu(g) = backend(device) else {
-            return Err(bad(
-                "the device is the cpu; pass the GPU that owns the buffer (Device::from_wgpu)"
-                    .into(),
-            ));
-        };
-        let numel = crate::shape::numel_checked(shape)?;
-        let bytes = (numel as u64)
-            .checked_mul(dtype.size_in_bytes() as u64)
-            .ok_or_else(|| Error::ShapeOverflow {
-                shape: shape.to_vec(),
-            })?;
-        use wgpu::BufferUsages as U;
-        let needed = U::STORAGE | U::COPY_SRC | U::COPY_DST;
-        let missing = needed - buffer.usage();
-        if !missing.is_empty() {
-            return Err(bad(format!(
-                "the buffer lacks the usage(s) {missing:?} (it has {:?}); create it with \
-                 STORAGE | COPY_SRC | COPY_DST",
-                buffer.usage()
-            )));
-        }
-        if buffer.size() < bytes {
-            return Err(bad(format!(
-                "the buffer holds {} bytes but shape {shape:?} of {dtype} needs {bytes}",
-                buffer.size()
-            )));
-        }
-        let t = Tensor::from_parts(g.adopt(buffer, bytes), shape, dtype, device.clone());
+        let storage = dispatch::adopt_wgpu_buffer(buffer, shape, dtype, device)?;
+        let t = Tensor::from_parts(storage, shape, dtype, device.clone());
         t.0.storage.mark_exported();
         Ok(t)
     }
-
-    /// The elements, packed row-major, read back to the host and widened to f64 exactly (for
-    /// printing, which formats every dtype as one number type).
-    pub(crate) fn host_f64s(&self, op: &'static str) -> Result<Vec<f64>> {
-        Ok(self.host_contiguous(op)?.to_f64s())
-    }
-
-    /// The elements, packed row-major, on the host.
-    pub(crate) fn host_contiguous(&self, op: &'static str) -> Result<CpuStorage> {
-        Ok(host_many(op, &[self])?
-            .pop()
-            .expect("one tensor in, one out"))
-    }
-}
-
-/// The one readback path: every tensor's elements, packed row-major, on the host. GPU tensors
-/// on one device are read with one submit and one wait; each reads the span its view touches,
-/// then views are gathered on the host (one transfer, for every dtype, whatever the strides).
-pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<CpuStorage>> {
-    let mut out: Vec<Option<CpuStorage>> = tensors
-        .iter()
-        .map(|t| t.host_data()?.map(|s| s.contiguous(t.layout())).transpose())
-        .collect::<Result<_>>()?;
-    // Group the GPU tensors by device, preserving order.
-    let mut groups: Vec<(&GpuDevice, Vec<usize>)> = Vec::new();
-    for (i, t) in tensors.iter().enumerate() {
-        if let Ok(Some(b)) = t.gpu_data() {
-            match groups.iter_mut().find(|(d, _)| **d == b.device) {
-                Some((_, v)) => v.push(i),
-                None => groups.push((&b.device, vec![i])),
-            }
-        }
-    }
-    for (device, members) in groups {
-        let parts: Vec<ReadPart<'_>> = members
-            .iter()
-            .map(|&i| {
-                let t = tensors[i];
-                let Ok(Some(b)) = t.gpu_data() else {
-                    unreachable!("grouped GPU tensors")
-                };
-                let esize = t.dtype().size_in_bytes() as u64;
-                let l = t.layout();
-                ReadPart {
-                    buffer: b,
-                    offset: l.offset as u64 * esize,
-                    len: (l.span() as u64).saturating_sub(l.offset as u64) * esize,
-                }
-            })
-            .collect();
-        let hosts = device.read_many(op, &parts, |k, bytes| {
-            let t = tensors[members[k]];
-            let host = CpuStorage::from_bytes(t.dtype(), bytes)?;
-            if t.layout().is_contiguous() {
-                device.note_read(bytes);
-                return Ok(host);
-            }
-            let local = Layout {
-                offset: 0,
-                ..t.layout().clone()
-            };
-            host.contiguous(&local)
-        })?;
-        for (k, h) in hosts.into_iter().enumerate() {
-            out[members[k]] = Some(h?);
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|h| h.expect("every tensor was read"))
-        .collect())
 }
 
 /// Reads several tensors back to the CPU with one submit and one wait per device (instead of one
@@ -482,7 +296,7 @@ pub(crate) fn host_many(op: &'static str, tensors: &[&Tensor]) -> Result<Vec<Cpu
 /// # Ok::<(), wgtensor::Error>(())
 /// ```
 pub fn read_all(tensors: &[&Tensor]) -> Result<Vec<Tensor>> {
-    let hosts = host_many("read_all", tensors)?;
+    let hosts = dispatch::host_many("read_all", tensors)?;
     Ok(tensors
         .iter()
         .zip(hosts)

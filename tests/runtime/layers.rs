@@ -404,15 +404,21 @@ const BACKEND_NAMES: &[&str] = &[
 
 /// Where the tensor layer names the GPU's types outside the dispatch point, and why. Each of these
 /// gets its `GpuDevice` from `backend()` (or a `GpuBuffer` from `data()`) and drives machinery
-/// that exists only on a GPU; none of them decides CPU or GPU.
-const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[(
-    "tensor/transfer.rs",
+/// that exists only on a GPU; none of them decides CPU or GPU. Empty now: kept so a future
+/// GPU-only helper states its reason here rather than in a comment of its own.
+const TENSOR_GPU_NAMES: &[(&str, &str, &str)] = &[];
+
+/// One allowance, for the checker's own tests: the allowed name stays allowed in its file and
+/// only there, whatever the real list holds.
+const EXAMPLE_GPU_NAMES: &[(&str, &str, &str)] = &[(
+    "tensor/attention_fused.rs",
     "GpuDevice",
-    "readbacks are grouped into one submit per GPU",
+    "an example allowance",
 )];
 
-/// Every use of a backend name where the dispatch point should decide instead, as readable lines.
-fn backend_leaks(files: &BTreeMap<String, String>) -> Vec<String> {
+/// Every use of a backend name where the dispatch point should decide instead, as readable
+/// lines; `allowed` lists the tensor layer's permitted `(file, name, why)` uses.
+fn backend_leaks(files: &BTreeMap<String, String>, allowed: &[(&str, &str, &str)]) -> Vec<String> {
     const ABOVE: &[&str] = &[
         "autograd/",
         "nn/",
@@ -447,10 +453,8 @@ fn backend_leaks(files: &BTreeMap<String, String>) -> Vec<String> {
             if !banned {
                 continue;
             }
-            let allowed = TENSOR_GPU_NAMES
-                .iter()
-                .any(|(f, n, _)| f == file && *n == name);
-            if !allowed {
+            let permitted = allowed.iter().any(|(f, n, _)| f == file && *n == name);
+            if !permitted {
                 out.push(format!("src/{file}:{line} names {name}"));
             }
         }
@@ -622,7 +626,7 @@ fn only_the_dispatch_point_decides_cpu_or_gpu() {
         files.contains_key("tensor/dispatch.rs"),
         "the dispatch point moved"
     );
-    let leaks = backend_leaks(&files);
+    let leaks = backend_leaks(&files, TENSOR_GPU_NAMES);
     assert!(
         leaks.is_empty(),
         "these sites decide CPU or GPU themselves (or reach a backend's types from above the \
@@ -657,7 +661,7 @@ fn checker_fails_on_an_injected_backend_name() {
             "tensor/dispatch.rs",
             "fn f(d: &Device) { d.as_gpu(); Storage::Cpu; }",
         ),
-        ("tensor/transfer.rs", "fn f(g: &GpuDevice) {}"),
+        ("tensor/attention_fused.rs", "fn f(g: &GpuDevice) {}"),
         (
             "optim/mod.rs",
             "// d.as_gpu() in a comment\nfn f() { let s = \"GpuBuffer\"; }",
@@ -665,9 +669,9 @@ fn checker_fails_on_an_injected_backend_name() {
         ("gpu/mod.rs", "pub struct GpuDevice; pub struct GpuBuffer;"),
     ]);
     assert!(
-        backend_leaks(&clean).is_empty(),
+        backend_leaks(&clean, EXAMPLE_GPU_NAMES).is_empty(),
         "{:?}",
-        backend_leaks(&clean)
+        backend_leaks(&clean, EXAMPLE_GPU_NAMES)
     );
     let injected = [
         (
@@ -686,9 +690,9 @@ fn checker_fails_on_an_injected_backend_name() {
             "src/tensor/matmul.rs:1 names GpuBuffer",
         ),
         (
-            "tensor/transfer.rs",
+            "tensor/attention_fused.rs",
             "use crate::gpu::{GpuBuffer, GpuDevice};",
-            "src/tensor/transfer.rs:1 names GpuBuffer",
+            "src/tensor/attention_fused.rs:1 names GpuBuffer",
         ),
         (
             "optim/mod.rs",
@@ -709,6 +713,10 @@ fn checker_fails_on_an_injected_backend_name() {
     for (file, text, want) in injected {
         let mut files = clean.clone();
         files.insert(file.to_string(), text.to_string());
-        assert_eq!(backend_leaks(&files), [want], "injected into {file}");
+        assert_eq!(
+            backend_leaks(&files, EXAMPLE_GPU_NAMES),
+            [want],
+            "injected into {file}"
+        );
     }
 }
