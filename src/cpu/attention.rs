@@ -9,6 +9,7 @@
 
 use super::fast_exp::{exp_neg, lane_max};
 use super::matmul::{mm, OutPtr};
+pub(crate) use crate::ops::backend::Dropout;
 use rayon::prelude::*;
 
 /// Query rows per task.
@@ -26,17 +27,6 @@ pub(crate) struct MaskView<'a> {
     /// A boolean mask converted to `0 / -inf`: `-inf` replaces the score (as `masked_fill`
     /// does, so a NaN score at a masked position vanishes) instead of being added.
     pub replace: bool,
-}
-
-/// Dropout drawn from the global Philox stream: element `(b, i, j)` of the probabilities is
-/// kept when `uniform(words(seed, offset, (b * L + i) * S + j)[0]) >= p`, the mask
-/// `Tensor::rand(&[.., L, S]).ge_scalar(p)` would give, so the fused and composed paths drop
-/// the same elements and a replay from the same generator state drops them again.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Dropout {
-    pub p: f32,
-    pub seed: u64,
-    pub offset: u64,
 }
 
 impl Dropout {

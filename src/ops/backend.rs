@@ -606,3 +606,16 @@ pub(crate) struct BindLimits {
     pub binding: u64,
     pub max_buffer: u64,
 }
+
+/// Dropout drawn from the global Philox stream: element `(b, i, j)` of the probabilities is
+/// kept when `uniform(words(seed, offset, (b * L + i) * S + j)[0]) >= p`, the mask
+/// `Tensor::rand(&[.., L, S]).ge_scalar(p)` would give, so the fused and composed paths drop
+/// the same elements and a replay from the same generator state drops them again.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dropout {
+    /// The probability of dropping an element.
+    pub p: f32,
+    /// The Philox key and first counter drawn for this call.
+    pub seed: u64,
+    pub offset: u64,
+}

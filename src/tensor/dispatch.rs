@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 // The dispatch point grows by family in the files of `tensor/dispatch/` (still the one place
 // that matches on where data lives: the ratchet exempts this file and that folder only).
+pub(crate) mod attention;
 pub(crate) mod blocks;
 pub(crate) mod conv;
 pub(crate) mod create;
