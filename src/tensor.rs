@@ -34,7 +34,7 @@ mod view;
 
 pub(crate) use cell::materialize_pending;
 pub use conv::Conv2dOptions;
-pub(crate) use dispatch::{backend, run_pending, Backend, Data};
+pub(crate) use dispatch::run_pending;
 pub(crate) use fuse::fused_on_cpu;
 pub use matmul::{f16_accumulation, set_f16_accumulation};
 pub use pad::PadMode;
