@@ -365,41 +365,10 @@ pub(crate) mod avx2 {
         let low = _mm256_set1_epi8(0xF);
         let three = _mm256_set1_epi8(3);
         // In-lane shuffle: the low lane takes scale 2j's i16, the high lane scale 2j + 1's.
-        let b = 4 * (j % 4) as i8;
-        let pick = _mm256_setr_epi8(
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b,
-            b + 1,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-            b + 2,
-            b + 3,
-        );
+        let b = 4 * (j % 4) as i16;
+        // (Each i16 lane takes the byte pair that makes scale word 2j or 2j + 1.)
+        let word = |w: i16| _mm_set1_epi16(w | (w + 1) << 8);
+        let pick = _mm256_set_m128i(word(b + 2), word(b));
         // SAFETY: block j of the super-block, 32 bytes inside `x.q`'s 256.
         let xv = unsafe { _mm256_loadu_si256(x.q.add(32 * j) as *const __m256i) };
         let x32 = _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv);
