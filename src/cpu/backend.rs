@@ -9,11 +9,11 @@ use super::{
     elementwise, f16_weight, gather, join, matmul, norm, pool, reduce, softmax, typed,
 };
 use crate::ops::backend::{
-    BackendStorage, BnBackward, BnForward, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec,
-    Scalar, ScatterSpec, View,
+    Affine, BackendStorage, BnBackward, BnForward, Cat, CeBackward, CeRows, Gather, IdsView,
+    MatmulSpec, NormGrads, NormSpec, OpIds, ReduceCall, Scalar, Scatter, View,
 };
-use crate::ops::geometry::{AdamStep, BnGeom, DecodeDims, Geom, PoolGeom, Rows};
-use crate::ops::{BinaryOp, CmpOp, ReduceOp, RowOp, UnaryOp};
+use crate::ops::geometry::{AdamStep, BnGeom, DecodeDims, Geom, PoolGeom};
+use crate::ops::{BinaryOp, CmpOp, RowOp, UnaryOp};
 use crate::shape::Layout;
 use crate::{DType, Error, Result};
 use half::f16;
@@ -239,13 +239,8 @@ impl BackendStorage for CpuStorage {
         typed::where_cond(m, lm, t, lt, f, lf).map(Some)
     }
 
-    fn reduce(
-        &self,
-        op: ReduceOp,
-        _dtype: DType,
-        _layout: &Layout,
-        rows: &Rows,
-    ) -> Result<Option<Self>> {
+    fn reduce(&self, r: &ReduceCall) -> Result<Option<Self>> {
+        let (op, rows) = (r.op, r.rows);
         // `rows` holds the view's offset and strides: the kernels index the storage directly.
         Ok(Some(match self {
             CpuStorage::F32(x) if op.is_arg() => CpuStorage::U32(reduce::arg_reduce(op, x, rows)),
@@ -254,12 +249,7 @@ impl BackendStorage for CpuStorage {
         }))
     }
 
-    fn norm(
-        &self,
-        spec: &NormSpec,
-        weight: Option<&Self>,
-        bias: Option<&Self>,
-    ) -> Result<Option<Self>> {
+    fn norm(&self, spec: &NormSpec, (weight, bias): Affine<'_, Self>) -> Result<Option<Self>> {
         // An affine parameter of another dtype is no f32 kernel's input.
         fn param(p: Option<&CpuStorage>) -> Option<Option<&[f32]>> {
             match p {
@@ -317,33 +307,21 @@ impl BackendStorage for CpuStorage {
         gather::host_ids(op, self, view, bound).map(drop)
     }
 
-    fn gather(
-        &self,
-        op: &'static str,
-        layout: &Layout,
-        d: usize,
-        (ids, view): (&Self, &IdsView),
-        index_shape: Option<&[usize]>,
-    ) -> Result<Option<Self>> {
+    fn gather(&self, g: &Gather<'_, Self>) -> Result<Option<Self>> {
         let Some(src) = f32s(self) else {
             return Ok(None);
         };
+        let (layout, d) = (g.layout, g.d);
         // Every id is checked before anything runs.
-        let host = gather::host_ids(op, ids, view, layout.shape[d])?;
-        Ok(Some(CpuStorage::F32(match index_shape {
+        let host = gather::host_ids(g.ids.op, g.ids.ids, g.ids.view, layout.shape[d])?;
+        Ok(Some(CpuStorage::F32(match g.index_shape {
             None => gather::index_select(src, layout, d, &host)?,
             Some(shape) => gather::gather_dim(src, layout, d, &host, shape)?,
         })))
     }
 
-    fn scatter_add(
-        &self,
-        op: &'static str,
-        lb: &Layout,
-        (ids, view): (&Self, &IdsView),
-        (vals, lv): (&Self, &Layout),
-        spec: &ScatterSpec,
-    ) -> Result<Option<Self>> {
+    fn scatter_add(&self, s: &Scatter<'_, Self>) -> Result<Option<Self>> {
+        let (OpIds { op, ids, view }, (vals, lv), lb, spec) = (s.ids, s.vals, s.base, s.spec);
         let (Some(base), Some(v)) = (f32s(self), f32s(vals)) else {
             return Ok(None);
         };
@@ -370,21 +348,15 @@ impl BackendStorage for CpuStorage {
         Ok(Some(CpuStorage::F32(out)))
     }
 
-    fn cat(
-        parts: &[(&Self, &Layout)],
-        d: usize,
-        out_shape: &[usize],
-        _dtype: DType,
-    ) -> Result<Option<Self>> {
+    fn cat(c: &Cat<'_, Self>) -> Result<Option<Self>> {
         // Elements are only moved: one kernel for every dtype.
-        join::cat(parts, d, out_shape).map(Some)
+        join::cat(c.parts, c.d, c.out_shape).map(Some)
     }
 
-    fn cross_entropy(
-        &self,
-        (targets, view): (&Self, &IdsView),
-        ce: &CeRows,
-    ) -> Result<Option<Self>> {
+    fn cross_entropy(&self, targets: OpIds<'_, Self>, ce: &CeRows) -> Result<Option<Self>> {
+        let OpIds {
+            ids: targets, view, ..
+        } = targets;
         // Every target is checked before anything runs.
         let t = ce::host_targets("cross_entropy", targets, view, (ce.c, ce.spec))?;
         let Some(x) = f32s(self) else {
@@ -394,14 +366,14 @@ impl BackendStorage for CpuStorage {
         Ok(Some(CpuStorage::F32(ce::rows(x, ce.n, ce.c, &t, ce.spec))))
     }
 
-    fn cross_entropy_backward(
-        &self,
-        (targets, view): (&Self, &IdsView),
-        ce: &CeRows,
-        (stats, ls): (&Self, &Layout),
-        (g, lg): (&Self, &Layout),
-    ) -> Result<Option<Self>> {
-        let t = ce::host_targets("cross_entropy", targets, view, (ce.c, ce.spec))?;
+    fn cross_entropy_backward(&self, b: &CeBackward<'_, Self>) -> Result<Option<Self>> {
+        let (ce, (stats, ls), (g, lg)) = (b.ce, b.stats, b.g);
+        let t = ce::host_targets(
+            "cross_entropy",
+            b.targets.ids,
+            b.targets.view,
+            (ce.c, ce.spec),
+        )?;
         let (Some(x), Some(stats), Some(g)) = (f32s(self), f32s(stats), f32s(g)) else {
             return Ok(None);
         };
@@ -481,7 +453,7 @@ impl BackendStorage for CpuStorage {
         &self,
         geo: &BnGeom,
         stats: Option<(&Self, &Self)>,
-        (weight, bias): (Option<&Self>, Option<&Self>),
+        (weight, bias): Affine<'_, Self>,
         eps: f32,
     ) -> Result<Option<BnForward<Self>>> {
         // Every operand f32 or no kernel: `None` for any other dtype.

@@ -7,7 +7,7 @@
 use super::backend::CpuDevice;
 use super::storage::CpuStorage;
 use super::{alloc, gather, quant, quant_dot};
-use crate::ops::backend::{IdsView, QMatrix, QPart, QuantDevice};
+use crate::ops::backend::{OpIds, QMatrix, QPart, QuantDevice};
 use crate::{Error, QType, Result};
 use half::f16;
 
@@ -125,9 +125,8 @@ impl QuantDevice for CpuDevice {
 
     fn quant_gather_rows(
         &self,
-        op: &'static str,
         mat: &QMatrix<CpuStorage>,
-        (ids, view): (&CpuStorage, &IdsView),
+        OpIds { op, ids, view }: OpIds<'_, CpuStorage>,
     ) -> Result<CpuStorage> {
         let ([rows, cols], q) = (mat.shape, mat.qtype);
         // Every id is checked before anything runs.

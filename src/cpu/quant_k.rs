@@ -162,14 +162,16 @@ pub(crate) mod avx2 {
                     q: xq.as_ptr().add(256 * b),
                     dx: _mm256_loadu_ps(xd[8 * b..].as_ptr()),
                 };
-                let body = wb.map(|w| w.as_ptr().add(b * bb));
-                let d = ws.map(|w| w[ns * b].to_f32());
+                let rows = SuperRows {
+                    body: wb.map(|w| w.as_ptr().add(b * bb)),
+                    d: ws.map(|w| w[ns * b].to_f32()),
+                };
                 if q == QType::Q4_K {
                     let dmin = ws.map(|w| w[ns * b + 1].to_f32());
                     let sxv = _mm256_loadu_ps(sx[8 * b..].as_ptr());
-                    q4k(&x, body, d, dmin, sxv, &mut acc, &mut mn);
+                    q4k(&x, &rows, dmin, sxv, &mut acc, &mut mn);
                 } else {
-                    q6k(&x, body, d, &mut acc);
+                    q6k(&x, &rows, &mut acc);
                 }
             }
         }
@@ -188,6 +190,12 @@ pub(crate) mod avx2 {
     struct Block {
         q: *const i8,
         dx: __m256,
+    }
+
+    /// One super-block of each of `W` weight rows: where its body starts, and its scale `d`.
+    struct SuperRows<const W: usize> {
+        body: [*const u8; W],
+        d: [f32; W],
     }
 
     /// Prefetches the lines of `nx[off..off + len]` (nothing when `nx` ends before `off`).
@@ -250,7 +258,7 @@ pub(crate) mod avx2 {
         _mm256_set1_epi16((0x8000 | j as u16) as i16)
     }
 
-    /// One Q4_K super-block of `W` rows (bodies at `body`: 12 scale bytes, 128 nibble bytes).
+    /// One Q4_K super-block of `W` rows (bodies at `w.body`: 12 scale bytes, 128 nibble bytes).
     ///
     /// # Safety
     /// `x.q` points at 256 bytes, each `body[k]` at 140; the CPU has the features.
@@ -258,14 +266,14 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn q4k<const W: usize>(
         x: &Block,
-        body: [*const u8; W],
-        d: [f32; W],
+        w: &SuperRows<W>,
         dmin: [f32; W],
         sxv: __m256,
         acc: &mut [__m256; W],
         mn: &mut [__m256; W],
     ) {
         let low = _mm256_set1_epi8(0xF);
+        let SuperRows { body, d } = *w;
         let f = factors(d, x.dx);
         let mut sc = [_mm256_setzero_si256(); W];
         for k in 0..W {
@@ -308,19 +316,15 @@ pub(crate) mod avx2 {
         }
     }
 
-    /// One Q6_K super-block of `W` rows (bodies at `body`: 128 low-nibble bytes, 64 bytes of
+    /// One Q6_K super-block of `W` rows (bodies at `w.body`: 128 low-nibble bytes, 64 bytes of
     /// high bit pairs, 16 signed scales).
     ///
     /// # Safety
     /// `x.q` points at 256 bytes, each `body[k]` at 208; the CPU has the features.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q6k<const W: usize>(
-        x: &Block,
-        body: [*const u8; W],
-        d: [f32; W],
-        acc: &mut [__m256; W],
-    ) {
+    unsafe fn q6k<const W: usize>(x: &Block, w: &SuperRows<W>, acc: &mut [__m256; W]) {
+        let SuperRows { body, d } = *w;
         let f = factors(d, x.dx);
         // The 16 scales widened to i16 once: scales 0..8 in both 128-bit lanes of `lo`,
         // 8..16 in both lanes of `hi`, so one in-lane shuffle picks a block's two.

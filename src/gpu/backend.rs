@@ -7,10 +7,11 @@
 use super::buffer::GpuBuffer;
 use super::matmul::{MatmulKernel, Precision};
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormSpec, QMatrix, QuantDevice, ScatterSpec, View,
+    Affine, BackendStorage, Cat, CeBackward, CeRows, Gather, IdsView, MatmulSpec, NormSpec, OpIds,
+    QMatrix, QuantDevice, ReduceCall, Scatter, View,
 };
-use crate::ops::geometry::{AdamStep, DecodeDims, Geom, Rows};
-use crate::ops::{ReduceOp, RowOp};
+use crate::ops::geometry::{AdamStep, DecodeDims, Geom};
+use crate::ops::RowOp;
 use crate::shape::Layout;
 use crate::{DType, Result};
 
@@ -65,25 +66,14 @@ impl BackendStorage for GpuBuffer {
         self.device.conv2d(self, weight, bias, geo).map(Some)
     }
 
-    fn reduce(
-        &self,
-        op: ReduceOp,
-        dtype: DType,
-        layout: &Layout,
-        rows: &Rows,
-    ) -> Result<Option<Self>> {
+    fn reduce(&self, r: &ReduceCall) -> Result<Option<Self>> {
         // One kernel for every dtype the op takes (the shader's value kind is a parameter).
         self.device
-            .reduce_typed(op.name(), op, dtype, self, layout, rows)
+            .reduce_typed(r.op.name(), r.op, r.dtype, self, r.layout, r.rows)
             .map(Some)
     }
 
-    fn norm(
-        &self,
-        spec: &NormSpec,
-        weight: Option<&Self>,
-        bias: Option<&Self>,
-    ) -> Result<Option<Self>> {
+    fn norm(&self, spec: &NormSpec, (weight, bias): Affine<'_, Self>) -> Result<Option<Self>> {
         // One row kernel per call (`gpu/rows.rs`), the affine parameters bound when given.
         self.device.norm(self, spec, weight, bias).map(Some)
     }
@@ -93,14 +83,9 @@ impl BackendStorage for GpuBuffer {
         Ok(())
     }
 
-    fn gather(
-        &self,
-        op: &'static str,
-        layout: &Layout,
-        d: usize,
-        (ids, view): (&Self, &IdsView),
-        index_shape: Option<&[usize]>,
-    ) -> Result<Option<Self>> {
+    fn gather(&self, g: &Gather<'_, Self>) -> Result<Option<Self>> {
+        let (OpIds { op, ids, view }, layout, d, index_shape) =
+            (g.ids, g.layout, g.d, g.index_shape);
         // One thread per output element; a bad id writes zero and sets the error word.
         let ids = view.of(ids);
         self.device
@@ -108,14 +93,8 @@ impl BackendStorage for GpuBuffer {
             .map(Some)
     }
 
-    fn scatter_add(
-        &self,
-        op: &'static str,
-        lb: &Layout,
-        (ids, view): (&Self, &IdsView),
-        (vals, lv): (&Self, &Layout),
-        spec: &ScatterSpec,
-    ) -> Result<Option<Self>> {
+    fn scatter_add(&self, s: &Scatter<'_, Self>) -> Result<Option<Self>> {
+        let (OpIds { op, ids, view }, (vals, lv), lb, spec) = (s.ids, s.vals, s.base, s.spec);
         // A copy of the base (a buffer copy), then the deterministic scatter into it in place
         // (sort by target, sum each run in order: `gpu/scatter.rs`).
         let bytes = lb.numel() as u64 * 4;
@@ -135,12 +114,8 @@ impl BackendStorage for GpuBuffer {
         Ok(Some(out))
     }
 
-    fn cat(
-        parts: &[(&Self, &Layout)],
-        d: usize,
-        out_shape: &[usize],
-        dtype: DType,
-    ) -> Result<Option<Self>> {
+    fn cat(c: &Cat<'_, Self>) -> Result<Option<Self>> {
+        let (parts, d, out_shape, dtype) = (c.parts, c.d, c.out_shape, c.dtype);
         // The copy kernel moves 32-bit words: 16- and 8-bit elements share words.
         let Some((first, _)) = parts.first() else {
             return Ok(None);
@@ -180,23 +155,17 @@ impl BackendStorage for GpuBuffer {
         g.assemble(op, &whole).map(Some)
     }
 
-    fn cross_entropy(
-        &self,
-        (targets, view): (&Self, &IdsView),
-        ce: &CeRows,
-    ) -> Result<Option<Self>> {
+    fn cross_entropy(&self, targets: OpIds<'_, Self>, ce: &CeRows) -> Result<Option<Self>> {
+        let OpIds {
+            ids: targets, view, ..
+        } = targets;
         // Targets are never read back: the kernel checks them as it runs (`gpu/ids.rs`).
         let ids = view.of(targets);
         self.device.cross_entropy_rows(self, ce, ids).map(Some)
     }
 
-    fn cross_entropy_backward(
-        &self,
-        (targets, view): (&Self, &IdsView),
-        ce: &CeRows,
-        (stats, ls): (&Self, &Layout),
-        (g, lg): (&Self, &Layout),
-    ) -> Result<Option<Self>> {
+    fn cross_entropy_backward(&self, b: &CeBackward<'_, Self>) -> Result<Option<Self>> {
+        let (ce, (stats, ls), (g, lg)) = (b.ce, b.stats, b.g);
         if ls.offset != 0 {
             // The kernel reads the statistics from the start of their buffer.
             return Err(crate::Error::InvalidArgument {
@@ -204,7 +173,7 @@ impl BackendStorage for GpuBuffer {
                 message: "cross-entropy statistics must start their buffer".into(),
             });
         }
-        let ids = view.of(targets);
+        let ids = b.targets.view.of(b.targets.ids);
         self.device
             .cross_entropy_backward(self, ce, ids, stats, (g, lg.offset))
             .map(Some)
@@ -318,9 +287,8 @@ impl QuantDevice for super::GpuDevice {
 
     fn quant_gather_rows(
         &self,
-        op: &'static str,
         mat: &QMatrix<GpuBuffer>,
-        (ids, view): (&GpuBuffer, &IdsView),
+        OpIds { op, ids, view }: OpIds<'_, GpuBuffer>,
     ) -> Result<GpuBuffer> {
         // Bad ids are found by the kernel, reported at the next synchronizing call.
         super::GpuDevice::quant_gather_rows(self, op, mat, view.of(ids))

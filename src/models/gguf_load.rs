@@ -8,7 +8,7 @@ use super::families::FAMILIES;
 use super::family::Family;
 use super::gguf::{GgufFile, GgufTensor, GgufValue};
 use super::layers::{Linear, Source};
-use super::load::{check_shape, format_error, Meter, Progress};
+use super::load::{check_shape, format_error, Meter, Target};
 use super::model::CausalLM;
 use super::weight::Weight;
 use crate::{DType, Device, Result, Tensor};
@@ -329,12 +329,8 @@ fn config(file: &GgufFile) -> Result<(ModelConfig, &'static Family)> {
 }
 
 /// Loads a GGUF file (see [`super::AutoModel::load`]).
-pub(crate) fn load_gguf(
-    path: &Path,
-    device: &Device,
-    dtype: DType,
-    progress: Progress<'_>,
-) -> Result<CausalLM> {
+pub(crate) fn load_gguf(path: &Path, to: Target<'_>) -> Result<CausalLM> {
+    let (device, dtype) = (to.device, to.dtype);
     let file = GgufFile::open(path)?;
     let (mut config, family) = config(&file)?;
     super::fit::check(
@@ -354,7 +350,7 @@ pub(crate) fn load_gguf(
         file: &file,
         device,
         dtype,
-        meter: Meter::new(total, progress),
+        meter: Meter::new(total, to.progress),
         permuted_head_dim: permuted.then_some(config.head_dim),
     };
     if file.tensor_info("rope_freqs.weight").is_some() {

@@ -13,6 +13,14 @@ use std::path::Path;
 /// Called while loading with (bytes of weights loaded, total bytes).
 pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
+/// Where a loader puts a model's tensors (`device`, floating weights in `dtype`) and whom it
+/// tells of its progress: what `AutoModel::load` hands each file format's loader.
+pub(super) struct Target<'a> {
+    pub device: &'a Device,
+    pub dtype: DType,
+    pub progress: Progress<'a>,
+}
+
 pub(super) use super::config::format_error;
 
 /// `Ok` when tensor `name` has the shape `want` that `source` (`config.json`, the metadata)
@@ -157,12 +165,8 @@ impl Source for Loader<'_> {
 }
 
 /// Loads a Hugging Face model directory (see [`super::AutoModel::load`]).
-pub(crate) fn load_hf(
-    dir: &Path,
-    device: &Device,
-    dtype: DType,
-    progress: Progress<'_>,
-) -> Result<CausalLM> {
+pub(crate) fn load_hf(dir: &Path, to: Target<'_>) -> Result<CausalLM> {
+    let (device, dtype) = (to.device, to.dtype);
     let config_path = dir.join("config.json");
     let mut config = ModelConfig::from_file(&config_path)?;
     let fam = family(&config.model_type, &config_path.display().to_string())?;
@@ -180,7 +184,7 @@ pub(crate) fn load_hf(
         path: file.display().to_string(),
         device,
         dtype,
-        meter: Meter::new(total, progress),
+        meter: Meter::new(total, to.progress),
     };
     (fam.load)(&mut ld, &config, device, dtype)
 }

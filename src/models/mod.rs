@@ -96,15 +96,20 @@ impl AutoModel {
     ) -> Result<CausalLM> {
         let path = path.as_ref();
         hf_reader::check_dtype("AutoModel::load", dtype)?;
+        let to = load::Target {
+            device,
+            dtype,
+            progress,
+        };
         if path.is_dir() {
-            return load::load_hf(path, device, dtype, progress);
+            return load::load_hf(path, to);
         }
         if path.is_file()
             && path
                 .extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
         {
-            return gguf_load::load_gguf(path, device, dtype, progress);
+            return gguf_load::load_gguf(path, to);
         }
         Err(Error::Io {
             op: "AutoModel::load",

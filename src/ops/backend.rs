@@ -87,6 +87,72 @@ pub(crate) struct CeRows<'a> {
 /// A view an op reads: a backend's storage and the layout that sees it.
 pub(crate) type View<'a, S> = (&'a S, &'a Layout);
 
+/// The packed ids an op picks with (`index_select`, `gather`, `scatter_add`, a quantized row
+/// gather): their storage, the view of it, and the op's name, which a bad id's error names.
+pub(crate) struct OpIds<'a, S> {
+    pub op: &'static str,
+    pub ids: &'a S,
+    pub view: &'a IdsView,
+}
+
+// By hand: a derive would ask `S: Copy` of the storage, where only references are copied.
+impl<S> Clone for OpIds<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for OpIds<'_, S> {}
+
+/// A norm's optional affine parameters, `(weight, bias)`, each packed when given.
+pub(crate) type Affine<'a, S> = (Option<&'a S>, Option<&'a S>);
+
+/// A reduction as the tensor layer validated it: `op` of each row of `rows`, read through
+/// `layout` (the view `rows` was built from) of a storage of `dtype`.
+pub(crate) struct ReduceCall<'a> {
+    pub op: ReduceOp,
+    pub dtype: DType,
+    pub layout: &'a Layout,
+    pub rows: &'a Rows,
+}
+
+/// A cross-entropy backward pass as the tensor layer validated it: the logits' targets and
+/// rows as in the forward pass, its packed statistics `stats` and the packed per-row upstream
+/// gradient `g`.
+pub(crate) struct CeBackward<'a, S> {
+    pub targets: OpIds<'a, S>,
+    pub ce: &'a CeRows<'a>,
+    pub stats: View<'a, S>,
+    pub g: View<'a, S>,
+}
+
+/// A `cat` as the tensor layer validated it: the views `parts` (one dtype, `dtype`) joined
+/// along `d` into a packed tensor of `out_shape`.
+pub(crate) struct Cat<'a, S> {
+    pub parts: &'a [View<'a, S>],
+    pub d: usize,
+    pub out_shape: &'a [usize],
+    pub dtype: DType,
+}
+
+/// A gather as the tensor layer validated it: elements of the f32 view `layout` picked along
+/// dim `d` by `ids`; without `index_shape` whole rows of dim `d` (`index_select`), with it one
+/// element per id (`torch.gather`, the output of that shape).
+pub(crate) struct Gather<'a, S> {
+    pub layout: &'a Layout,
+    pub d: usize,
+    pub ids: OpIds<'a, S>,
+    pub index_shape: Option<&'a [usize]>,
+}
+
+/// A scatter-add as the tensor layer validated it: the packed values `vals` added to the
+/// packed view `base` of the receiver where `spec` sends them by `ids`.
+pub(crate) struct Scatter<'a, S> {
+    pub base: &'a Layout,
+    pub ids: OpIds<'a, S>,
+    pub vals: View<'a, S>,
+    pub spec: &'a ScatterSpec<'a>,
+}
+
 /// A generated elementwise program to run (a fused chain, or one op): `program` over its
 /// inputs `views`, each broadcast to `shape` (the output's, whose elements it fills), with the
 /// scalar params `scalars` (canonical bits), errors naming `name`. One struct for every runner
@@ -272,27 +338,17 @@ pub(crate) trait BackendStorage: Sized {
         Ok(None)
     }
 
-    /// The reduction `op` of each row of `rows` (read from `self` through `layout`, the view
-    /// `rows` was built from) into a packed tensor of one value per row: `dtype` for value
-    /// reductions, U32 positions for argmax/argmin. `dtype` is f32, or i32/u32 for the ops that
-    /// take integers (sums and products wrap); `None` for a dtype the backend has no kernel for.
-    fn reduce(
-        &self,
-        op: ReduceOp,
-        dtype: DType,
-        layout: &Layout,
-        rows: &Rows,
-    ) -> Result<Option<Self>>;
+    /// The reduction `r.op` of each row of `r.rows` (read from `self` through `r.layout`, the
+    /// view `rows` was built from) into a packed tensor of one value per row: `r.dtype` for
+    /// value reductions, U32 positions for argmax/argmin. `dtype` is f32, or i32/u32 for the ops
+    /// that take integers (sums and products wrap); `None` for a dtype the backend has no
+    /// kernel for.
+    fn reduce(&self, r: &ReduceCall) -> Result<Option<Self>>;
 
-    /// The norm `spec.row` of the packed f32 `[nrows, len]` data `self`, scaled by `weight` and
-    /// shifted by `bias` (packed, `len` f32 each) when given, into a packed tensor of the same
-    /// shape; `None` for another dtype.
-    fn norm(
-        &self,
-        spec: &NormSpec,
-        weight: Option<&Self>,
-        bias: Option<&Self>,
-    ) -> Result<Option<Self>>;
+    /// The norm `spec.row` of the packed f32 `[nrows, len]` data `self`, scaled by the weight and
+    /// shifted by the bias of `affine` (packed, `len` f32 each) when given, into a packed tensor
+    /// of the same shape; `None` for another dtype.
+    fn norm(&self, spec: &NormSpec, affine: Affine<'_, Self>) -> Result<Option<Self>>;
 
     /// The gradients of [`BackendStorage::norm`] for the f32 input `self` (seen through `lx`)
     /// from the output gradient `g` (same shape), with the weight the forward pass used: packed
@@ -315,45 +371,26 @@ pub(crate) trait BackendStorage: Sized {
     /// `Ok(())`. For an op whose output is empty, so that no kernel runs.
     fn check_ids(&self, op: &'static str, view: &IdsView, bound: usize) -> Result<()>;
 
-    /// Elements of the f32 view `layout` of `self` picked along dim `d` by the packed ids
-    /// `ids`, into a packed tensor: without `index_shape` whole rows of dim `d`
+    /// Elements of the f32 view `g.layout` of `self` picked along dim `g.d` by the packed ids
+    /// `g.ids`, into a packed tensor: without `g.index_shape` whole rows of dim `d`
     /// (`index_select`, dim `d` of the output the ids' count), with it `torch.gather` (element
     /// `i` of the output, of that shape, is the view's element at `i`'s coordinates with the
     /// one of dim `d` replaced by `ids[i]`). Ids are checked against `layout.shape[d]` as for
     /// [`BackendStorage::check_ids`]; `None` for a dtype the backend has no kernel for.
-    fn gather(
-        &self,
-        op: &'static str,
-        layout: &Layout,
-        d: usize,
-        ids: (&Self, &IdsView),
-        index_shape: Option<&[usize]>,
-    ) -> Result<Option<Self>>;
+    fn gather(&self, g: &Gather<'_, Self>) -> Result<Option<Self>>;
 
-    /// A packed copy of the packed f32 view `lb` of `self` (rows of `spec.r`) with the packed
-    /// values `vals` (`ids`' count contributions of `spec.r` floats) added where `spec` sends
-    /// them, each target's contributions summed in position order first (the same bits on
-    /// every backend). Ids are checked against `spec.bound` as for
+    /// A packed copy of the packed f32 view `s.base` of `self` (rows of `s.spec.r`) with the
+    /// packed values `s.vals` (the ids' count contributions of `spec.r` floats) added where
+    /// `s.spec` sends them, each target's contributions summed in position order first (the
+    /// same bits on every backend). Ids are checked against `spec.bound` as for
     /// [`BackendStorage::check_ids`]; `None` for a dtype the backend has no kernel for.
-    fn scatter_add(
-        &self,
-        op: &'static str,
-        lb: &Layout,
-        ids: (&Self, &IdsView),
-        vals: (&Self, &Layout),
-        spec: &ScatterSpec,
-    ) -> Result<Option<Self>>;
+    fn scatter_add(&self, s: &Scatter<'_, Self>) -> Result<Option<Self>>;
 
-    /// `cat` of the views `parts` (one dtype, `dtype`) along `d` into a packed tensor of
-    /// `out_shape`. An associated function, as its operands are a list. `None` where the
+    /// `cat` of the views `c.parts` (one dtype, `c.dtype`) along `c.d` into a packed tensor of
+    /// `c.out_shape`. An associated function, as its operands are a list. `None` where the
     /// backend has no kernel for the dtype (the caller widens 16- and 8-bit parts to 32 bits,
     /// joins them and narrows the result back, exactly).
-    fn cat(
-        parts: &[(&Self, &Layout)],
-        d: usize,
-        out_shape: &[usize],
-        dtype: DType,
-    ) -> Result<Option<Self>>;
+    fn cat(c: &Cat<'_, Self>) -> Result<Option<Self>>;
 
     /// The packed views `parts` (of `dtype`) back to back in one packed tensor by plain
     /// copies, which no binding limit bounds: a `cat` along dim 0 whose result or operands are
@@ -372,18 +409,12 @@ pub(crate) trait BackendStorage: Sized {
     /// `0..c` that is not the ignored class is `Error::IndexOutOfRange` where the backend reads
     /// targets without waiting (the CPU), else reported by the kernel at the next
     /// synchronizing call (a GPU). `None` for logits that are not f32.
-    fn cross_entropy(&self, targets: (&Self, &IdsView), ce: &CeRows) -> Result<Option<Self>>;
+    fn cross_entropy(&self, targets: OpIds<'_, Self>, ce: &CeRows) -> Result<Option<Self>>;
 
     /// The gradient (packed f32 `[n, c]`) of [`BackendStorage::cross_entropy`]'s logits from
-    /// its packed statistics `stats` and the packed per-row upstream gradient `g` (`n` f32),
-    /// targets checked as there; `None` for operands that are not f32.
-    fn cross_entropy_backward(
-        &self,
-        targets: (&Self, &IdsView),
-        ce: &CeRows,
-        stats: (&Self, &Layout),
-        g: (&Self, &Layout),
-    ) -> Result<Option<Self>>;
+    /// its packed statistics `b.stats` and the packed per-row upstream gradient `b.g` (`n`
+    /// f32), targets checked as there; `None` for operands that are not f32.
+    fn cross_entropy_backward(&self, b: &CeBackward<'_, Self>) -> Result<Option<Self>>;
 
     /// Decode attention (one query position per head over the first `dims.len` positions of a
     /// KV cache, one pass with an online softmax) of the packed f32 query `self`
@@ -437,7 +468,7 @@ pub(crate) trait BackendStorage: Sized {
         &self,
         _geo: &BnGeom,
         _stats: Option<(&Self, &Self)>,
-        _affine: (Option<&Self>, Option<&Self>),
+        _affine: Affine<'_, Self>,
         _eps: f32,
     ) -> Result<Option<BnForward<Self>>> {
         Ok(None)
@@ -580,9 +611,8 @@ pub(crate) trait QuantDevice: BackendDevice {
     /// the row count as for [`BackendStorage::check_ids`].
     fn quant_gather_rows(
         &self,
-        op: &'static str,
         mat: &QMatrix<Self::Storage>,
-        ids: (&Self::Storage, &IdsView),
+        ids: OpIds<'_, Self::Storage>,
     ) -> Result<Self::Storage>;
 
     /// `x @ W^T` for one packed f32 row `x` (from element `x.1` of `x.0`) against every matrix

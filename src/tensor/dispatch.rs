@@ -6,7 +6,8 @@
 use super::Tensor;
 use crate::gpu::GpuBuffer;
 use crate::ops::backend::{
-    BackendStorage, CeRows, IdsView, MatmulSpec, NormGrads, NormSpec, ScatterSpec,
+    BackendStorage, Cat, CeBackward, CeRows, Gather, IdsView, MatmulSpec, NormGrads, NormSpec,
+    OpIds, ReduceCall, Scatter, ScatterSpec,
 };
 use crate::ops::geometry::{DecodeDims, Geom, PoolGeom};
 use crate::shape::Layout;
@@ -334,7 +335,11 @@ macro_rules! ask_ids {
         let packed = device_ids($ids)?;
         let view = packed.view();
         Ok(ask!($op, [$t0, &packed.tensor $(, $t)*], |[$x0, $i $(, $x)*]| {
-            let $i = ($i, &view);
+            let $i = OpIds {
+                op: $op,
+                ids: $i,
+                view: &view,
+            };
             $call
         }))
     }};
@@ -490,12 +495,13 @@ pub(crate) fn reduce(
     op: crate::ops::ReduceOp,
     rows: &crate::ops::geometry::Rows,
 ) -> Result<Option<Storage>> {
-    Ok(ask!(op.name(), [t], |[s]| s.reduce(
+    let r = ReduceCall {
         op,
-        t.dtype(),
-        t.layout(),
-        rows
-    )?))
+        dtype: t.dtype(),
+        layout: t.layout(),
+        rows,
+    };
+    Ok(ask!(op.name(), [t], |[s]| s.reduce(&r)?))
 }
 
 /// The norm `spec` of the packed `x`, with the packed affine parameters when given (one device);
@@ -508,10 +514,11 @@ pub(crate) fn norm(
 ) -> Result<Option<Storage>> {
     let op = spec.row.name();
     Ok(match (weight, bias) {
-        (Some(w), Some(b)) => ask!(op, [x, w, b], |[x, w, b]| x.norm(spec, Some(w), Some(b))?),
-        (Some(w), None) => ask!(op, [x, w], |[x, w]| x.norm(spec, Some(w), None)?),
-        (None, Some(b)) => ask!(op, [x, b], |[x, b]| x.norm(spec, None, Some(b))?),
-        (None, None) => ask!(op, [x], |[x]| x.norm(spec, None, None)?),
+        (Some(w), Some(b)) => ask!(op, [x, w, b], |[x, w, b]| x
+            .norm(spec, (Some(w), Some(b)))?),
+        (Some(w), None) => ask!(op, [x, w], |[x, w]| x.norm(spec, (Some(w), None))?),
+        (None, Some(b)) => ask!(op, [x, b], |[x, b]| x.norm(spec, (None, Some(b)))?),
+        (None, None) => ask!(op, [x], |[x]| x.norm(spec, (None, None))?),
     })
 }
 
@@ -575,13 +582,12 @@ pub(crate) fn gather(
     ids: &Tensor,
     index_shape: Option<&[usize]>,
 ) -> Result<Option<Storage>> {
-    ask_ids!(op, [t, ids], |[s, i]| s.gather(
-        op,
-        t.layout(),
+    ask_ids!(op, [t, ids], |[s, i]| s.gather(&Gather {
+        layout: t.layout(),
         d,
-        i,
+        ids: i,
         index_shape
-    )?)
+    })?)
 }
 
 /// A packed copy of the packed `base` with the packed `vals` added where `spec` sends them by
@@ -594,11 +600,12 @@ pub(crate) fn scatter_add(
     spec: &ScatterSpec,
 ) -> Result<Option<Storage>> {
     ask_ids!(op, [base, ids, vals], |[b, i, v]| b.scatter_add(
-        op,
-        base.layout(),
-        i,
-        (v, vals.layout()),
-        spec
+        &Scatter {
+            base: base.layout(),
+            ids: i,
+            vals: (v, vals.layout()),
+            spec
+        }
     )?)
 }
 
@@ -625,9 +632,12 @@ pub(crate) fn cat(
     d: usize,
     out_shape: &[usize],
 ) -> Result<Option<Storage>> {
-    ask_list!(op, ts, |p, dtype| BackendStorage::cat(
-        &p, d, out_shape, dtype
-    )?)
+    ask_list!(op, ts, |p, dtype| BackendStorage::cat(&Cat {
+        parts: &p,
+        d,
+        out_shape,
+        dtype
+    })?)
 }
 
 /// The packed `ts` (one device, one dtype) back to back by plain copies, for a `cat` along dim
@@ -655,7 +665,12 @@ pub(crate) fn cross_entropy_backward(
 ) -> Result<Option<Storage>> {
     let (ls, lg) = (stats.layout(), g.layout());
     ask_ids!("cross_entropy", [x, targets, stats, g], |[s, t, st, gg]| s
-        .cross_entropy_backward(t, ce, (st, ls), (gg, lg))?)
+        .cross_entropy_backward(&CeBackward {
+            targets: t,
+            ce,
+            stats: (st, ls),
+            g: (gg, lg),
+        })?)
 }
 
 /// Decode attention of the packed `q` over the packed caches `k` and `v` (one device; see

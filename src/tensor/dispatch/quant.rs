@@ -8,7 +8,7 @@ use super::create::on_device;
 use super::{backend, Backend};
 use crate::cpu::backend::CpuDevice;
 use crate::cpu::quant_device;
-use crate::ops::backend::{QMatrix, QPart, QuantDevice};
+use crate::ops::backend::{OpIds, QMatrix, QPart, QuantDevice};
 use crate::storage::Storage;
 use crate::{Device, QType, Result, Tensor};
 use half::f16;
@@ -101,8 +101,13 @@ pub(crate) fn gather_rows(
 ) -> Result<Storage> {
     let ids = super::device_ids(ids)?;
     on_device!(ids.tensor.device(), |d| {
-        let ids_s = pick(op, &ids.tensor)?;
-        Ok(QuantDevice::quant_gather_rows(d, op, &picked(op, mat)?, (ids_s, &ids.view()))?.into())
+        let view = ids.view();
+        let ids = OpIds {
+            op,
+            ids: pick(op, &ids.tensor)?,
+            view: &view,
+        };
+        Ok(QuantDevice::quant_gather_rows(d, &picked(op, mat)?, ids)?.into())
     })
 }
 
